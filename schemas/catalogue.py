@@ -1,0 +1,121 @@
+"""The GPU catalogue: what each GPU model is, which group it belongs to, what it can run.
+
+Groups follow the serverless provisioning seed (RunPod-style `GpuGroup`): a claim may name an
+ordered list of groups and gets the first one that has room. `ANY` expands to every group in
+the seed's order (AMPERE_48 first, as the seed's `GpuGroup.all()` does).
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+ANY_GROUP = "any"
+
+GPU_GROUPS: tuple[str, ...] = (
+    "ADA_24",
+    "ADA_32_PRO",
+    "ADA_48_PRO",
+    "ADA_80_PRO",
+    "AMPERE_16",
+    "AMPERE_24",
+    "AMPERE_48",
+    "AMPERE_80",
+    "HOPPER_141",
+)
+
+CUDA_VERSIONS: tuple[str, ...] = (
+    "11.8", "12.0", "12.1", "12.2", "12.3", "12.4", "12.5", "12.6", "12.7", "12.8",
+)
+
+# Minimum CUDA per architecture (the seed's compatibility matrix).
+ARCH_MIN_CUDA: dict[str, str] = {"Ampere": "11.8", "Ada Lovelace": "11.8", "Hopper": "12.0"}
+
+
+class GpuModel(msgspec.Struct, frozen=True):
+    name: str  # short model name used in claims and events, e.g. "H100"
+    group: str | None  # GpuGroup, None for models outside the seed's groups
+    arch: str
+    memory_gib: int
+    tflops: float  # dense BF16/FP16 tensor TFLOPS: what quota counts
+    products: tuple[str, ...] = ()  # NVML product names that map to this model
+    mig_profiles: tuple[str, ...] = ()
+
+
+CATALOGUE: tuple[GpuModel, ...] = (
+    GpuModel("H200", "HOPPER_141", "Hopper", 141, 989.0, ("NVIDIA H200", "NVIDIA H200 NVL"),
+             ("1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb")),
+    GpuModel("H100", "ADA_80_PRO", "Hopper", 80, 989.0,
+             ("NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA H100 NVL"),
+             ("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb")),
+    GpuModel("A100", "AMPERE_80", "Ampere", 80, 312.0,
+             ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe"),
+             ("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb")),
+    GpuModel("A40", "AMPERE_48", "Ampere", 48, 150.0, ("NVIDIA A40",)),
+    GpuModel("RTXA6000", "AMPERE_48", "Ampere", 48, 155.0, ("NVIDIA RTX A6000",)),
+    GpuModel("L40S", "ADA_48_PRO", "Ada Lovelace", 48, 362.0, ("NVIDIA L40S",)),
+    GpuModel("L40", "ADA_48_PRO", "Ada Lovelace", 48, 181.0, ("NVIDIA L40",)),
+    GpuModel("RTX6000ADA", "ADA_48_PRO", "Ada Lovelace", 48, 364.0, ("NVIDIA RTX 6000 Ada Generation",)),
+    GpuModel("RTX5090", "ADA_32_PRO", "Ada Lovelace", 32, 209.0, ("NVIDIA GeForce RTX 5090",)),
+    GpuModel("RTX4090", "ADA_24", "Ada Lovelace", 24, 165.0, ("NVIDIA GeForce RTX 4090",)),
+    GpuModel("RTXA5000", "AMPERE_24", "Ampere", 24, 111.0, ("NVIDIA RTX A5000",)),
+    GpuModel("L4", "AMPERE_24", "Ada Lovelace", 24, 121.0, ("NVIDIA L4",)),
+    GpuModel("RTX3090", "AMPERE_24", "Ampere", 24, 71.0, ("NVIDIA GeForce RTX 3090",)),
+    GpuModel("RTXA4000", "AMPERE_16", "Ampere", 16, 77.0, ("NVIDIA RTX A4000",)),
+    # Models of the openb trace (Alibaba): kept so the simulator and live system share names.
+    GpuModel("V100M32", None, "Volta", 32, 125.0, ("Tesla V100-SXM2-32GB",)),
+    GpuModel("V100M16", None, "Volta", 16, 125.0, ("Tesla V100-SXM2-16GB",)),
+    GpuModel("P100", None, "Pascal", 16, 19.0, ("Tesla P100-PCIE-16GB",)),
+    GpuModel("T4", None, "Turing", 16, 65.0, ("Tesla T4",)),
+    GpuModel("G1", None, "undisclosed", 32, 100.0),
+    GpuModel("G2", None, "undisclosed", 32, 100.0),
+    GpuModel("G3", None, "undisclosed", 32, 100.0),
+)
+
+MODELS: dict[str, GpuModel] = {m.name: m for m in CATALOGUE}
+_BY_PRODUCT: dict[str, GpuModel] = {p.lower(): m for m in CATALOGUE for p in m.products}
+
+
+def model_for_product(product: str) -> GpuModel | None:
+    """Map an NVML product name to a catalogue model (exact, then by the short name inside it)."""
+    exact = _BY_PRODUCT.get(product.lower())
+    if exact is not None:
+        return exact
+    words = product.upper().replace("-", " ").split()
+    for model in CATALOGUE:
+        if model.name in words:
+            return model
+    return None
+
+
+def models_in_group(group: str) -> tuple[str, ...]:
+    """Model names of one GpuGroup, in catalogue order."""
+    return tuple(m.name for m in CATALOGUE if m.group == group)
+
+
+def expand_groups(groups: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """Expand `any` to every group in the seed's order (AMPERE_48 first, no duplicates)."""
+    if list(groups) == [ANY_GROUP]:
+        ordered = ("AMPERE_48",) + tuple(g for g in GPU_GROUPS if g != "AMPERE_48")
+        return ordered
+    return tuple(dict.fromkeys(groups))
+
+
+def cuda_key(version: str) -> tuple[int, int]:
+    """'12.4' -> (12, 4) for ordering; raises ValueError on anything else."""
+    major, minor = version.split(".")
+    return int(major), int(minor)
+
+
+def cuda_compatible(node_cuda: str, arch: str, allowed: tuple[str, ...]) -> bool:
+    """A node runs a claim if its driver's CUDA is at least one allowed version the GPU supports.
+
+    Drivers are backward compatible (a 12.8 driver runs 12.4 binaries); an architecture runs
+    only versions at or above its minimum (Hopper needs 12.0).
+    """
+    if not allowed:
+        return True
+    if not node_cuda:
+        return False
+    node = cuda_key(node_cuda)
+    arch_min = cuda_key(ARCH_MIN_CUDA.get(arch, "0.0"))
+    return any(arch_min <= cuda_key(v) <= node for v in allowed)

@@ -1,0 +1,118 @@
+"""Commands (imperative) and their replies, sent by request/reply on `gpu.cmd.*`."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+
+from schemas.types import ClaimSpec, EndpointSpec, PoolSpec
+
+
+class Command(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+    pass
+
+
+class SubmitClaim(Command):
+    claim: ClaimSpec
+    wait_seconds: Annotated[float, msgspec.Meta(ge=0, le=3600)] = 0.0
+
+
+class ReleaseClaim(Command):
+    claim_id: str
+    reason: str = "released by holder"
+
+
+class RenewLease(Command):
+    claim_id: str
+
+
+class ReportActivity(Command):
+    claim_id: str
+
+
+class GetClaim(Command):
+    claim_id: str
+
+
+class ListClaims(Command):
+    namespace: str = ""
+    status: str = ""
+    limit: Annotated[int, msgspec.Meta(ge=1, le=100000)] = 1000
+
+
+class SetQuota(Command):
+    """Quantities as people write them: vram '100Gi', tflops '1000' or 1000."""
+
+    namespace: str
+    requests_tflops: str | float | None = None
+    requests_vram: str | None = None
+    limits_tflops: str | float | None = None
+    limits_vram: str | None = None
+    max_workers: int | None = None
+    alert_threshold_percent: float = 95.0
+    single_max_requests_tflops: str | float | None = None
+    single_max_requests_vram: str | None = None
+    single_max_limits_tflops: str | float | None = None
+    single_max_limits_vram: str | None = None
+    single_max_gpu_count: int | None = None
+    parent: str = ""
+    borrowing_limit_tflops: str | float | None = None
+    borrowing_limit_vram: str | None = None
+
+
+class DeleteQuota(Command):
+    namespace: str
+
+
+class GetQuota(Command):
+    namespace: str
+
+
+class CreatePool(Command):
+    pool: PoolSpec
+
+
+class UpdatePool(Command):
+    """Only access may change; any other field differing from the stored pool is refused."""
+
+    pool: PoolSpec
+
+
+class DeletePool(Command):
+    name: str
+
+
+class CreateEndpoint(Command):
+    endpoint: EndpointSpec
+
+
+class DeleteEndpoint(Command):
+    name: str
+
+
+class ReportEndpointLoad(Command):
+    name: str
+    queued: int
+    oldest_wait_s: float = 0.0
+    requests_per_min: float = 0.0
+
+
+class ErrorDetail(msgspec.Struct, frozen=True, omit_defaults=True):
+    code: str  # invalid | not-found | conflict | unavailable | internal
+    message: str
+    field: str = ""
+
+
+class Reply(msgspec.Struct, frozen=True, omit_defaults=True):
+    ok: bool
+    data: Any = None
+    error: ErrorDetail | None = None
+
+
+def ok(data: Any = None) -> Reply:
+    return Reply(ok=True, data=data)
+
+
+def fail(code: str, message: str, field: str = "") -> Reply:
+    return Reply(ok=False, error=ErrorDetail(code=code, message=message, field=field))

@@ -1,0 +1,289 @@
+"""The event contract: every fact gpuledger knows is one of these, in one JetStream stream.
+
+Rules (see docs/events.md): events are past tense and versioned by `v`; an additive change adds a
+field with a default; a breaking change is a new version with an upcaster in `schemas.upcast`;
+a published version is never edited. Times are unix seconds (float) supplied by the writer.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from schemas.types import (
+    ClaimSpec,
+    DeviceInfo,
+    DeviceUsage,
+    EndpointSpec,
+    Grant,
+    PoolSpec,
+    QuotaSpec,
+    Reason,
+)
+
+
+class Event(msgspec.Struct, tag_field="type", kw_only=True, frozen=True, omit_defaults=True):
+    v: int = 1
+    at: float = 0.0
+
+
+# --- claim service -------------------------------------------------------------------------
+
+
+class ClaimSubmitted(Event, tag=True):
+    claim: ClaimSpec
+    trace: dict[str, str] = {}  # W3C trace context of the submit, so the decision joins the trace
+
+
+class ClaimRejected(Event, tag=True):
+    """Intake refused the claim (invalid input); it never enters the queue."""
+
+    claim_id: str
+    code: str
+    reasons: list[Reason] = []
+
+
+class ClaimReleased(Event, tag=True):
+    claim_id: str
+    reason: str = "released by holder"
+    by: str = ""
+
+
+class LeaseRenewed(Event, tag=True):
+    claim_id: str
+
+
+class ClaimActivity(Event, tag=True):
+    """The holder (or the node agent observing its processes) reports the claim in use."""
+
+    claim_id: str
+
+
+# --- node agent -------------------------------------------------------------------------------
+
+
+class NodeRegistered(Event, tag=True):
+    """A node's full inventory; a later registration replaces it (e.g. after a MIG re-layout)."""
+
+    node: str
+    devices: list[DeviceInfo]
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    labels: dict[str, str] = {}
+    driver_version: str = ""
+    cuda_version: str = ""
+    simulated: bool = False
+
+
+class NodeHeartbeat(Event, tag=True):
+    node: str
+
+
+class DeviceHealthChanged(Event, tag=True):
+    node: str
+    uuid: str
+    health: str  # Healthy | Faulted | Ignored
+    reason: str = ""
+
+
+class NodeConditionChanged(Event, tag=True):
+    node: str
+    condition: str  # Ready | InfraDegraded | HasFaulted
+    reason: str = ""
+
+
+class UsageObserved(Event, tag=True):
+    node: str
+    devices: list[DeviceUsage]
+
+
+class ClaimBound(Event, tag=True):
+    """The node agent bound the allocation: the workload may start with this environment."""
+
+    claim_id: str
+    node: str
+    env: dict[str, str]
+
+
+# --- pool controller ---------------------------------------------------------------------------
+
+
+class PoolCreated(Event, tag=True):
+    pool: PoolSpec
+
+
+class PoolAccessChanged(Event, tag=True):
+    """Access is the one mutable part of a pool; everything else is immutable after creation."""
+
+    pool: str
+    namespaces: list[str]
+
+
+class PoolDeleted(Event, tag=True):
+    pool: str
+
+
+# --- quota service -----------------------------------------------------------------------------
+
+
+class QuotaSet(Event, tag=True):
+    namespace: str
+    spec: QuotaSpec
+
+
+class QuotaDeleted(Event, tag=True):
+    namespace: str
+
+
+class QuotaAlertRaised(Event, tag=True):
+    namespace: str
+    resource: str
+    used_percent: float
+    threshold_percent: float
+
+
+class QuotaAlertCleared(Event, tag=True):
+    namespace: str
+    resource: str
+    used_percent: float
+    threshold_percent: float
+
+
+class DriftDetected(Event, tag=True):
+    node: str
+    kind: str  # unallocated-process | idle-allocation | missing-device
+    uuid: str = ""
+    claim_id: str = ""
+    detail: str = ""
+
+
+# --- serverless endpoints (claim service) --------------------------------------------------------
+
+
+class EndpointCreated(Event, tag=True):
+    endpoint: EndpointSpec
+
+
+class EndpointDeleted(Event, tag=True):
+    name: str
+
+
+class EndpointLoadReported(Event, tag=True):
+    """The endpoint's front end reports its queue: what the autoscaler decides on."""
+
+    name: str
+    queued: int
+    oldest_wait_s: float = 0.0
+    requests_per_min: float = 0.0
+
+
+class EndpointScaled(Event, tag=True):
+    name: str
+    workers_before: int
+    workers_after: int
+    reason: str
+
+
+# --- allocator decisions (always inside a DecisionBatch on the fenced decision subject) ----------
+
+
+class ClaimAllocated(Event, tag=True):
+    claim_id: str
+    namespace: str
+    node: str
+    grants: list[Grant] = []
+    tflops: float = 0.0
+    vram_mib: int = 0
+    limit_tflops: float = 0.0
+    limit_vram_mib: int = 0
+    borrowed_from: str = ""  # parent quota lent to this namespace
+    policy: str = ""
+    explain: list[str] = []  # why this placement (top scores, NVLink island)
+
+
+class ClaimPending(Event, tag=True):
+    claim_id: str
+    reasons: list[Reason]
+
+
+class AllocationRejected(Event, tag=True):
+    """The claim can never be satisfied as asked (per-workload quota, unknown pool...)."""
+
+    claim_id: str
+    code: str
+    reasons: list[Reason]
+
+
+class ClaimEvicted(Event, tag=True):
+    claim_id: str
+    rule: str  # stale | priority | quota-reclaim
+    beneficiary: str = ""
+    detail: str = ""
+
+
+class AllocationExpired(Event, tag=True):
+    claim_id: str
+    last_renewed: float
+
+
+class NodeLost(Event, tag=True):
+    node: str
+    last_heartbeat: float
+    released: list[str] = []
+
+
+class DecisionBatch(Event, tag=True):
+    """One fenced append of the allocator: several decisions, a gang always in one batch."""
+
+    decisions: list[
+        ClaimAllocated | ClaimPending | AllocationRejected | ClaimEvicted | AllocationExpired | NodeLost
+    ]
+    allocator: str = ""
+    policy_version: str = ""
+    based_on_seq: int = 0
+
+
+AnyEvent = (
+    ClaimSubmitted
+    | ClaimRejected
+    | ClaimReleased
+    | LeaseRenewed
+    | ClaimActivity
+    | NodeRegistered
+    | NodeHeartbeat
+    | DeviceHealthChanged
+    | NodeConditionChanged
+    | UsageObserved
+    | ClaimBound
+    | PoolCreated
+    | PoolAccessChanged
+    | PoolDeleted
+    | QuotaSet
+    | QuotaDeleted
+    | QuotaAlertRaised
+    | QuotaAlertCleared
+    | DriftDetected
+    | EndpointCreated
+    | EndpointDeleted
+    | EndpointLoadReported
+    | EndpointScaled
+    | DecisionBatch
+    | ClaimAllocated
+    | ClaimPending
+    | AllocationRejected
+    | ClaimEvicted
+    | AllocationExpired
+    | NodeLost
+)
+
+DECISION_TYPES = (ClaimAllocated, ClaimPending, AllocationRejected, ClaimEvicted, AllocationExpired, NodeLost)
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(AnyEvent)
+
+
+def encode_event(event: Event) -> bytes:
+    return _encoder.encode(event)
+
+
+def decode_event(data: bytes) -> Event:
+    return _decoder.decode(data)

@@ -1,0 +1,48 @@
+"""Subjects and stream names: the one place they are spelled."""
+
+STREAM = "GPULEDGER"
+EVENTS = "gpu.evt.>"
+INTAKE_STREAM = "GPULEDGER_INTAKE"
+INTAKE_CLAIMS = "gpu.intake.claim"  # durable: other systems publish JSON claims here
+DECISIONS = "gpu.evt.decision"  # the allocator's fenced subject
+DEAD_LETTER = "gpu.evt.deadletter"
+SNAPSHOT_BUCKET = "gpuledger_snapshots"
+
+
+def claim(claim_id: str) -> str:
+    return f"gpu.evt.claim.{_token(claim_id)}"
+
+
+def node(name: str) -> str:
+    return f"gpu.evt.node.{_token(name)}"
+
+
+def pool(name: str) -> str:
+    return f"gpu.evt.pool.{_token(name)}"
+
+
+def quota(namespace: str) -> str:
+    return f"gpu.evt.quota.{_token(namespace)}"
+
+
+def endpoint(name: str) -> str:
+    return f"gpu.evt.endpoint.{_token(name)}"
+
+
+def drift(node_name: str) -> str:
+    return f"gpu.evt.drift.{_token(node_name)}"
+
+
+def command(name: str) -> str:
+    """Request/reply command subjects, e.g. command('claim.submit')."""
+    return f"gpu.cmd.{name}"
+
+
+def query(name: str) -> str:
+    return f"gpu.qry.{name}"
+
+
+def _token(value: str) -> str:
+    # NATS tokens may not contain '.', '*', '>' or whitespace; ids are validated upstream, this
+    # keeps a stray character from splitting a subject.
+    return "".join(c if c.isalnum() or c in "-_:" else "_" for c in value) or "_"

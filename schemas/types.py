@@ -1,0 +1,161 @@
+"""Value types shared by events and commands (msgspec Structs, JSON on the wire)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+Name = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$",
+                                   description="lower-case DNS-like name")]
+ClaimId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$",
+                                      description="client-chosen id; letters, digits, . _ : -")]
+
+
+class Reason(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One ranked reason why a claim waits, was refused, or was placed where it was."""
+
+    code: str  # stable, machine-readable: quota-exceeded, no-free-gpu, gang-incomplete...
+    message: str  # human sentence, e.g. "quota team-a vram: requested 80Gi, limit 64Gi"
+    count: int = 0  # how many nodes/devices this reason applies to (ranking weight)
+    detail: dict[str, str | int | float] = {}
+
+
+class ClaimSpec(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+    """What a workload asks for. Exactly one shape: whole GPUs, a fraction, a MIG instance,
+    a tensor-parallel memory need, or CPU only."""
+
+    claim_id: ClaimId
+    namespace: Name
+    gpus: Annotated[int, msgspec.Meta(ge=0, le=64)] = 1
+    gpu_milli: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 1000
+    gpu_memory_gib: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    model_memory_gib: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    mig_profile: str = ""
+    models: list[str] = []
+    gpu_groups: list[str] = []
+    cuda_versions: list[str] = []
+    pool: str = ""
+    node_selector: dict[str, str] = {}
+    priority: Annotated[int, msgspec.Meta(ge=-1000, le=1000)] = 0
+    gang_id: str = ""
+    gang_size: Annotated[int, msgspec.Meta(ge=0, le=4096)] = 0
+    lease_seconds: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    cpu_milli: Annotated[int, msgspec.Meta(ge=0)] = 0
+    memory_mib: Annotated[int, msgspec.Meta(ge=0)] = 0
+    limit_tflops: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    limit_vram_gib: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    workload: str = ""
+    endpoint: str = ""
+    service_account: str = ""
+    labels: dict[str, str] = {}
+
+
+class DeviceInfo(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One allocatable unit as the node agent found it: a whole card or one MIG instance."""
+
+    uuid: str
+    index: int  # the card's NVML index (a MIG instance carries its parent card's index)
+    model: str
+    memory_mib: int
+    product: str = ""
+    mig_index: int = -1  # >= 0 for a MIG instance
+    mig_profile: str = ""
+    mig_enabled: bool = False  # a card in MIG mode: only its instances are allocatable
+    island: int = 0  # NVLink island within the node
+    health: str = "Healthy"  # Healthy | Faulted | Ignored
+    pci_bus_id: str = ""
+    pci_vendor: str = "10de"
+    pci_device: str = ""
+
+
+class DeviceUsage(msgspec.Struct, frozen=True, omit_defaults=True):
+    uuid: str
+    memory_used_mib: int = 0
+    utilization_percent: int = 0
+    pids: list[int] = []
+
+
+class Grant(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One device (or share of one) granted to a claim."""
+
+    node: str
+    uuid: str
+    index: int
+    milli: int = 1000
+    memory_mib: int = 0
+    mig_index: int = -1
+
+
+class Resources(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A TFLOPS and VRAM amount; None means no limit."""
+
+    tflops: float | None = None
+    vram_mib: int | None = None
+
+
+class QuotaTotal(msgspec.Struct, frozen=True, omit_defaults=True):
+    requests: Resources = Resources()
+    limits: Resources = Resources()
+    max_workers: int | None = None
+    alert_threshold_percent: float = 95.0
+
+
+class QuotaSingle(msgspec.Struct, frozen=True, omit_defaults=True):
+    max_requests: Resources = Resources()
+    max_limits: Resources = Resources()
+    max_gpu_count: int | None = None
+
+
+class QuotaSpec(msgspec.Struct, frozen=True, omit_defaults=True):
+    total: QuotaTotal = QuotaTotal()
+    single: QuotaSingle = QuotaSingle()
+    parent: str = ""  # a cohort/team quota whose unused share children may borrow
+    borrowing_limit: Resources = Resources(tflops=0.0, vram_mib=0)  # how much it may borrow
+
+
+class DeviceSelector(msgspec.Struct, frozen=True, omit_defaults=True):
+    inventory_ids: list[str] = []
+    products: list[str] = []
+    pci_vendors: list[str] = []
+    pci_devices: list[str] = []
+    mig_capable: bool | None = None
+    mig_profiles: list[str] = []
+
+
+class PoolSpec(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+    """A GPU pool (Deckhouse-style). Everything but `access_namespaces` is immutable."""
+
+    name: Name
+    provider: str = "nvidia"
+    backend: str = "device-plugin"  # device-plugin | dra
+    unit: str = "Card"  # Card | MIG
+    mig_profile: str = ""
+    slices_per_unit: Annotated[int, msgspec.Meta(ge=1, le=64)] = 1
+    max_devices_per_node: int = 0  # 0 = no limit
+    strategy: str = "BinPack"  # BinPack | Spread
+    topology_key: str = ""
+    include: DeviceSelector = DeviceSelector()
+    exclude: DeviceSelector = DeviceSelector()
+    node_selector: dict[str, str] = {}
+    access_namespaces: list[str] = []  # empty: every namespace
+    access_service_accounts: list[str] = []
+    access_groups: list[str] = []
+    resource: str = ""  # e.g. gpu.deckhouse.io/<name>
+
+
+class EndpointSpec(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+    """A serverless endpoint: workers are claims that the autoscaler adds and removes."""
+
+    name: Name
+    namespace: Name
+    gpu_groups: list[str] = msgspec.field(default_factory=lambda: ["any"])
+    cuda_versions: list[str] = []
+    gpus_per_worker: Annotated[int, msgspec.Meta(ge=1, le=8)] = 1
+    workers_min: Annotated[int, msgspec.Meta(ge=0)] = 0
+    workers_max: Annotated[int, msgspec.Meta(ge=0)] = 3
+    scaler_type: str = "QUEUE_DELAY"  # QUEUE_DELAY | REQUEST_COUNT
+    scaler_value: Annotated[int, msgspec.Meta(ge=1)] = 4
+    idle_timeout_s: Annotated[float, msgspec.Meta(ge=0)] = 5.0
+    image: str = ""
+    priority: int = 0

@@ -1,0 +1,399 @@
+"""decide(state, ctx) -> decisions: the allocator's one pure decision function.
+
+One pass: expire unrenewed leases, declare silent nodes lost, then walk the queue. Each decision
+is applied to the state through a journal as it is made (so later claims in the pass see it) and
+everything is rolled back before returning: the caller folds the decisions once they are stored.
+
+Queue rule: claims are tried in order of priority (high first), then age (submit order). A claim
+that does not fit does not block the ones behind it (backfill), except that once a claim has
+waited longer than `starvation_after_s` it holds the node where it would fit soonest: claims of
+equal or lower priority may not use that node. So small claims keep flowing and a large claim
+still gets its node when that node drains.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from schemas import events as ev
+from schemas.types import Grant, Reason
+
+from services.allocator.core.demand import Need, cost, needs_for
+from services.allocator.core.evolve import apply_decision
+from services.allocator.core.ledger import Journal
+from services.allocator.core.placement import Choice, PlacementContext, choose, reasons_for
+from services.allocator.core.pools import has_access
+from services.allocator.core.quota import Cost, single_violation, total_violation
+from services.allocator.core.scorers import DEFAULT_POLICY, get_policy
+from services.allocator.core.state import FREE, Claim, State
+
+POLICY_VERSION = "1"
+
+
+@dataclass(frozen=True)
+class DecideContext:
+    now: float
+    policy: str = DEFAULT_POLICY
+    check_timers: bool = True
+    node_timeout_s: float = 30.0
+    stale_after_s: float = 600.0
+    starvation_after_s: float = 300.0
+    max_decisions: int = 512
+    evict: bool = True
+    typical_shapes: tuple = ()
+    rng: Any = None
+
+
+@dataclass
+class _Pass:
+    """What one pass accumulates: decisions made, nodes held for starving claims."""
+
+    ctx: DecideContext
+    journal: Journal = field(default_factory=Journal)
+    decisions: list = field(default_factory=list)
+    held: dict[str, int] = field(default_factory=dict)  # node -> priority of the claim holding it
+    failed: dict[tuple, list[Reason]] = field(default_factory=dict)  # need shape -> reasons
+
+
+def decide(state: State, ctx: DecideContext) -> list:
+    """Every decision due now, in order; the state is unchanged when this returns."""
+    run = _Pass(ctx)
+    try:
+        if ctx.check_timers:
+            _expire_leases(state, run)
+            _lose_silent_nodes(state, run)
+        _walk_queue(state, run)
+    finally:
+        run.journal.rollback(state)
+    return run.decisions
+
+
+def _emit(state: State, run: _Pass, decision) -> bool:
+    run.decisions.append(decision)
+    return apply_decision(state, decision, run.journal)
+
+
+# --- timers ------------------------------------------------------------------------------------
+
+
+def _expire_leases(state: State, run: _Pass) -> None:
+    for claim_id in list(state.leased):
+        claim = state.claims[claim_id]
+        if run.ctx.now > claim.last_renewed + claim.spec.lease_seconds:
+            _emit(state, run, ev.AllocationExpired(claim_id=claim_id, last_renewed=claim.last_renewed,
+                                                   at=run.ctx.now))
+
+
+def _lose_silent_nodes(state: State, run: _Pass) -> None:
+    for node in list(state.nodes.values()):
+        if not node.lost and run.ctx.now > node.last_heartbeat + run.ctx.node_timeout_s:
+            released = [c for c in node.claims if state.claims[c].holds_devices]
+            _emit(state, run, ev.NodeLost(node=node.name, last_heartbeat=node.last_heartbeat,
+                                          released=released, at=run.ctx.now))
+
+
+# --- the queue -------------------------------------------------------------------------------
+
+
+def queue_order(state: State) -> list[Claim]:
+    """Pending claims by priority (high first), then age."""
+    claims = [state.claims[c] for c in state.pending]
+    claims.sort(key=lambda c: (-c.spec.priority, c.seq))
+    return claims
+
+
+def _walk_queue(state: State, run: _Pass) -> None:
+    done_gangs: set[str] = set()
+    for claim in queue_order(state):
+        if len(run.decisions) >= run.ctx.max_decisions:
+            return
+        if claim.status != "pending":
+            continue
+        if claim.spec.gang_id:
+            if claim.spec.gang_id not in done_gangs:
+                done_gangs.add(claim.spec.gang_id)
+                _place_gang(state, run, claim.spec.gang_id)
+            continue
+        _place_one(state, run, claim)
+
+
+def _place_one(state: State, run: _Pass, claim: Claim) -> None:
+    outcome = try_place(state, run, claim)
+    if isinstance(outcome, ev.ClaimAllocated):
+        _emit(state, run, outcome)
+    elif isinstance(outcome, ev.AllocationRejected):
+        _emit(state, run, outcome)
+    else:
+        if run.ctx.evict and _evict_for(state, run, claim):
+            return
+        _hold_node_if_starving(state, run, claim)
+        _pend(state, run, claim, outcome)
+
+
+def _pend(state: State, run: _Pass, claim: Claim, reasons: list[Reason]) -> None:
+    if reasons != claim.reasons:  # only changes are recorded: the log does not fill with repeats
+        _emit(state, run, ev.ClaimPending(claim_id=claim.claim_id, reasons=reasons, at=run.ctx.now))
+
+
+# --- one claim -----------------------------------------------------------------------------------
+
+
+def try_place(state: State, run: _Pass, claim: Claim):
+    """ClaimAllocated, AllocationRejected, or the ranked reasons it has to wait."""
+    spec = claim.spec
+    refusal = _refuse_pool(state, claim)
+    if refusal is not None:
+        return refusal
+    needs = needs_for(spec, sorted(k for k in state.groups_by_model if k))
+    if not needs:
+        return _reject(claim, run, "no-such-shape",
+                       f"no GPU model in the fleet can hold {spec.gpu_memory_gib or spec.model_memory_gib:g}Gi "
+                       "on the devices the claim allows")
+    reasons: list[Reason] = []
+    single_refusals: list[Reason] = []
+    for need in needs:
+        outcome = _try_need(state, run, claim, need, reasons, single_refusals)
+        if outcome is not None:
+            return outcome
+    if single_refusals and len(single_refusals) == len(needs):
+        return ev.AllocationRejected(claim_id=claim.claim_id, code="quota-single-exceeded",
+                                     reasons=single_refusals[:1], at=run.ctx.now)
+    return _rank(reasons)
+
+
+def _try_need(state, run, claim, need: Need, reasons, single_refusals):
+    models = _models_within_quota(state, claim, need, reasons, single_refusals)
+    if models is not None and not models:
+        return None
+    if models is not None:
+        need = need._replace(models=frozenset(models))
+    shape = (need, _excluded_key(run, claim))
+    if shape in run.failed:
+        reasons.extend(run.failed[shape])
+        return None
+    pctx = _placement_context(state, run, claim, need)
+    policy = get_policy(_policy_name(state, run, need))
+    choice = choose(state, need, policy, pctx)
+    if choice is None:
+        found = reasons_for(state, need, pctx)
+        run.failed[shape] = found
+        reasons.extend(found)
+        return None
+    return _allocated(state, run, claim, need, choice, policy.name)
+
+
+def _models_within_quota(state, claim, need, reasons, single_refusals):
+    """Models of this need whose cost the namespace can afford; None when no quota applies."""
+    namespace = claim.spec.namespace
+    if namespace not in state.quotas or need.count == 0:
+        return None
+    candidates = need.models or frozenset(m for m in state.groups_by_model if m)
+    allowed = []
+    for model in sorted(candidates):
+        memory = _model_memory(state, model, need)
+        c = _cost(claim, need, model, memory)
+        refusal = single_violation(namespace, state.quotas.get(namespace), c)
+        if refusal is not None:
+            single_refusals.append(refusal)
+            continue
+        refusal = total_violation(state, namespace, c)
+        if refusal is not None:
+            reasons.append(refusal)
+            continue
+        allowed.append(model)
+    return allowed
+
+
+def _model_memory(state: State, model: str, need: Need) -> int:
+    for view in state.groups_by_model.get(model, ()):
+        for unit in view.units:
+            if unit.model == model and unit.mig_profile == need.mig_profile:
+                return unit.memory_mib
+    from schemas.catalogue import MODELS
+
+    return MODELS[model].memory_gib * 1024 if model in MODELS else 0
+
+
+def _cost(claim: Claim, need: Need, model: str, unit_memory_mib: int) -> Cost:
+    tflops, vram = cost(need, model, unit_memory_mib)
+    limit_tflops = max(tflops, claim.spec.limit_tflops)
+    limit_vram = max(vram, int(claim.spec.limit_vram_gib * 1024))
+    return Cost(tflops, vram, limit_tflops, limit_vram, need.count)
+
+
+def _allocated(state: State, run: _Pass, claim: Claim, need: Need, choice: Choice, policy: str):
+    node = state.nodes[choice.node]
+    units = [node.units[i] for i in choice.picks]
+    grants = [Grant(node=node.name, uuid=u.uuid, index=u.index, milli=need.milli,
+                    memory_mib=u.memory_mib * need.milli // FREE, mig_index=u.mig_index) for u in units]
+    costs = [cost(need._replace(count=1), u.model, u.memory_mib) for u in units]
+    tflops, vram = sum(c[0] for c in costs), sum(c[1] for c in costs)
+    islands = sorted({u.island for u in units})
+    explain = [f"node {node.name} scored {choice.score:.0f} under {policy} ({need.label})"]
+    if len(units) > 1:
+        explain.append(f"NVLink island{'s' if len(islands) > 1 else ''} {', '.join(map(str, islands))}")
+    return ev.ClaimAllocated(
+        claim_id=claim.claim_id, namespace=claim.spec.namespace, node=node.name, grants=grants,
+        tflops=round(tflops, 3), vram_mib=int(vram),
+        limit_tflops=round(max(tflops, claim.spec.limit_tflops), 3),
+        limit_vram_mib=int(max(vram, claim.spec.limit_vram_gib * 1024)),
+        policy=f"{policy}@{POLICY_VERSION}", explain=explain, at=run.ctx.now)
+
+
+def _reject(claim: Claim, run: _Pass, code: str, message: str) -> ev.AllocationRejected:
+    return ev.AllocationRejected(claim_id=claim.claim_id, code=code, reasons=[Reason(code, message)],
+                                 at=run.ctx.now)
+
+
+def _refuse_pool(state: State, claim: Claim):
+    spec = claim.spec
+    if not spec.pool:
+        return None
+    pool = state.pools.get(spec.pool)
+    if pool is None:
+        return ev.AllocationRejected(claim_id=claim.claim_id, code="pool-not-found",
+                                     reasons=[Reason("pool-not-found", f"pool {spec.pool} does not exist")])
+    if not has_access(pool, spec.namespace, spec.service_account):
+        return ev.AllocationRejected(
+            claim_id=claim.claim_id, code="pool-access-denied",
+            reasons=[Reason("pool-access-denied",
+                            f"namespace {spec.namespace} has no access to pool {spec.pool}")])
+    return None
+
+
+def _policy_name(state: State, run: _Pass, need: Need) -> str:
+    pool = state.pools.get(need.pool) if need.pool else None
+    if pool is not None and pool.strategy == "Spread":
+        return "spread"
+    return run.ctx.policy
+
+
+def _placement_context(state: State, run: _Pass, claim: Claim, need: Need) -> PlacementContext:
+    excluded = {n for n, prio in run.held.items() if prio >= claim.spec.priority}
+    return PlacementContext(
+        cuda_versions=tuple(claim.spec.cuda_versions),
+        node_selector=tuple(sorted(claim.spec.node_selector.items())),
+        typical_shapes=run.ctx.typical_shapes, rng=run.ctx.rng, excluded=excluded)
+
+
+def _excluded_key(run: _Pass, claim: Claim) -> tuple:
+    return (claim.spec.priority, tuple(sorted(run.held)), tuple(sorted(claim.spec.cuda_versions)),
+            tuple(sorted(claim.spec.node_selector.items())))
+
+
+def _rank(reasons: list[Reason]) -> list[Reason]:
+    """Merge reasons with the same message; quota first, then by how many nodes say so."""
+    merged: dict[str, Reason] = {}
+    for r in reasons:
+        merged.setdefault(r.message, r)
+    return sorted(merged.values(), key=lambda r: (not r.code.startswith("quota"), -r.count, r.message))[:8]
+
+
+# --- gangs -----------------------------------------------------------------------------------------
+
+
+def _place_gang(state: State, run: _Pass, gang_id: str) -> None:
+    """All members or none, in this one pass (so they land in one appended batch)."""
+    members = [state.claims[c] for c in state.pending if state.claims[c].spec.gang_id == gang_id]
+    members.sort(key=lambda c: c.seq)
+    wanted = max(max(m.spec.gang_size for m in members), 1)
+    if len(members) < wanted:
+        reason = Reason("gang-incomplete", f"gang {gang_id}: {len(members)} of {wanted} members submitted")
+        for m in members:
+            _pend(state, run, m, [reason])
+        return
+    mark, placed, decisions_before = run.journal.mark(), 0, len(run.decisions)
+    failure: list[Reason] = []
+    for member in members:
+        outcome = try_place(state, run, member)
+        if not isinstance(outcome, ev.ClaimAllocated):
+            failure = outcome.reasons if isinstance(outcome, ev.AllocationRejected) else outcome
+            break
+        _emit(state, run, outcome)
+        placed += 1
+    if placed == len(members):
+        return
+    run.journal.rollback(state, mark)
+    del run.decisions[decisions_before:]
+    head = Reason("gang-unplaceable", f"gang {gang_id}: {placed} of {len(members)} placeable", placed)
+    for m in members:
+        _pend(state, run, m, [head, *failure[:4]])
+
+
+# --- starvation and eviction ----------------------------------------------------------------------
+
+
+def _hold_node_if_starving(state: State, run: _Pass, claim: Claim) -> None:
+    """A claim waiting past the threshold holds the node with most room of its kind."""
+    if run.ctx.now - claim.submitted_at < run.ctx.starvation_after_s:
+        return
+    needs = needs_for(claim.spec, sorted(k for k in state.groups_by_model if k))
+    if not needs:
+        return
+    need = needs[0]
+    best = None
+    for group in state.groups_for_models(need.models):
+        room = sum(1 for u in group.view.units if u.healthy and u.pool == need.pool
+                   and (need.models is None or u.model in need.models))
+        if room < need.count:
+            continue
+        free_units = group.view.free_units
+        first = group.first(run.held)
+        if first is not None and (best is None or (free_units, -first[0]) > best[0]):
+            best = ((free_units, -first[0]), first[1])
+    if best is not None:
+        run.held[best[1]] = claim.spec.priority
+
+
+def _victims(state: State, run: _Pass, claim: Claim) -> list[tuple[str, Claim]]:
+    """Allocations that may make room: stale ones first (stalest first), then lower priority."""
+    found = []
+    for other in state.claims.values():
+        if not other.holds_devices or other.spec.gang_id:
+            continue
+        stale = run.ctx.now - other.last_activity > run.ctx.stale_after_s
+        if stale and other.spec.priority <= claim.spec.priority:
+            found.append(((0, other.last_activity, other.seq), "stale", other))
+        elif other.spec.priority < claim.spec.priority:
+            found.append(((1, other.spec.priority, -other.seq), "priority", other))
+    found.sort(key=lambda item: item[0])
+    return [(rule, other) for _, rule, other in found]
+
+
+def _evict_for(state: State, run: _Pass, claim: Claim) -> bool:
+    """Evict the fewest, stalest victims on one node that make the claim fit there; else nothing."""
+    if claim.spec.gang_id:
+        return False
+    victims = _victims(state, run, claim)
+    if not victims:
+        return False
+    by_node: dict[str, list[tuple[str, Claim]]] = {}
+    for rule, victim in victims:
+        by_node.setdefault(victim.node, []).append((rule, victim))
+    for node_name, on_node in by_node.items():
+        if _try_evictions_on(state, run, claim, node_name, on_node):
+            return True
+    return False
+
+
+def _try_evictions_on(state, run: _Pass, claim: Claim, node_name: str, on_node) -> bool:
+    mark, before = run.journal.mark(), len(run.decisions)
+    held_before = dict(run.held)
+    run.held = {n: p for n, p in run.held.items() if n != node_name}
+    for rule, victim in on_node:
+        detail = (f"no activity for {run.ctx.now - victim.last_activity:.0f}s" if rule == "stale"
+                  else f"priority {victim.spec.priority} < {claim.spec.priority}")
+        _emit(state, run, ev.ClaimEvicted(claim_id=victim.claim_id, rule=rule,
+                                          beneficiary=claim.claim_id, detail=detail, at=run.ctx.now))
+        run.failed.clear()  # room grew: cached failures no longer hold
+        outcome = try_place(state, run, claim)
+        if isinstance(outcome, ev.ClaimAllocated) and outcome.node == node_name:
+            _emit(state, run, outcome)
+            run.held = held_before
+            return True
+    run.journal.rollback(state, mark)
+    del run.decisions[before:]
+    run.held = held_before
+    run.failed.clear()
+    return False

@@ -1,0 +1,136 @@
+"""What a claim needs, in the allocator's terms: a list of `Need`s in order of preference.
+
+A claim names whole GPUs, a milli-GPU share, a per-GPU memory need, a MIG profile, a
+tensor-parallel memory need (the allocator picks 1, 2, 4 or 8 GPUs, Helix-style) or CPU only; and
+a model list or an ordered GpuGroup list with fallback. Each `Need` is one concrete option: a unit
+count, a per-unit share and the set of models it may land on.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+from schemas.catalogue import MODELS, expand_groups, models_in_group
+from schemas.types import ClaimSpec
+
+from services.allocator.core.state import FREE
+
+TENSOR_PARALLEL_SIZES = (1, 2, 4, 8)
+
+
+class Need(NamedTuple):
+    count: int  # units on one node (0: CPU only)
+    milli: int  # share of each unit; FREE = the whole unit, exclusively
+    mig_profile: str
+    cpu: int
+    mem: int
+    pool: str
+    models: frozenset[str] | None  # None: any model
+    label: str  # how explain names this option, e.g. "2 x H100"
+
+    @property
+    def whole(self) -> bool:
+        return self.milli >= FREE and not self.mig_profile
+
+    @property
+    def shape(self) -> tuple[int, int, str, int]:
+        return (self.count, self.milli, self.mig_profile, self.cpu)
+
+
+def model_options(spec: ClaimSpec, fleet_models: list[str]) -> list[frozenset[str] | None]:
+    """Allowed model sets in preference order: explicit models, then groups, else any."""
+    if spec.models:
+        return [frozenset([m]) for m in dict.fromkeys(spec.models)]
+    if spec.gpu_groups:
+        options = []
+        for group in expand_groups(spec.gpu_groups):
+            members = frozenset(models_in_group(group))
+            if members:
+                options.append(members)
+        return options
+    if spec.gpu_memory_gib or spec.model_memory_gib:
+        # memory-sized claims need a concrete memory per option: one option per fleet model
+        return [frozenset([m]) for m in fleet_models] or [None]
+    return [None]
+
+
+def needs_for(spec: ClaimSpec, fleet_models: list[str]) -> list[Need]:
+    """Every concrete way to satisfy the claim, most preferred first."""
+    options = model_options(spec, fleet_models)
+    if spec.model_memory_gib > 0:
+        return _tensor_parallel_needs(spec, options)
+    needs = []
+    for models in options:
+        need = _single_need(spec, models)
+        if need is not None:
+            needs.append(need)
+    return needs
+
+
+def _single_need(spec: ClaimSpec, models: frozenset[str] | None) -> Need | None:
+    label_models = "/".join(sorted(models)) if models else "GPU"
+    if spec.gpus == 0:
+        return Need(0, 0, "", spec.cpu_milli, spec.memory_mib, spec.pool, models, "CPU only")
+    if spec.mig_profile:
+        return Need(spec.gpus, FREE, spec.mig_profile, spec.cpu_milli, spec.memory_mib, spec.pool,
+                    models, f"{spec.gpus} x MIG {spec.mig_profile}")
+    if spec.gpu_memory_gib > 0:
+        milli = _milli_for_memory(spec.gpu_memory_gib, models)
+        if milli is None:
+            return None
+        return Need(spec.gpus, milli, "", spec.cpu_milli, spec.memory_mib, spec.pool, models,
+                    f"{spec.gpus} x {spec.gpu_memory_gib:g}Gi of {label_models}")
+    label = (f"{spec.gpus} x {label_models}" if spec.gpu_milli >= FREE
+             else f"{spec.gpu_milli}m of {label_models}")
+    return Need(spec.gpus, spec.gpu_milli, "", spec.cpu_milli, spec.memory_mib, spec.pool, models,
+                label)
+
+
+def _tensor_parallel_needs(spec: ClaimSpec, options) -> list[Need]:
+    needs = []
+    for size in TENSOR_PARALLEL_SIZES:
+        for models in options:
+            milli = _milli_for_memory(spec.model_memory_gib / size, models)
+            if milli is None:
+                continue
+            label = "/".join(sorted(models)) if models else "GPU"
+            needs.append(Need(size, milli, "", spec.cpu_milli, spec.memory_mib, spec.pool, models,
+                              f"{size} x {spec.model_memory_gib / size:g}Gi of {label}"))
+    return needs
+
+
+def _milli_for_memory(gib: float, models: frozenset[str] | None) -> int | None:
+    """Share of a device that holds `gib`, rounded up; None if it does not fit on one device."""
+    if models is None or len(models) != 1:
+        return None
+    model = MODELS.get(next(iter(models)))
+    if model is None:
+        return None
+    milli = math.ceil(gib / model.memory_gib * FREE - 1e-9)
+    return milli if milli <= FREE else None
+
+
+def mig_slices(profile: str) -> int:
+    """'3g.40gb' -> 3 compute slices (of 7)."""
+    head = profile.split("g.", 1)[0]
+    return int(head) if head.isdigit() else 7
+
+
+def mig_memory_mib(profile: str) -> int:
+    tail = profile.split(".", 1)[1] if "." in profile else ""
+    digits = tail.lower().removesuffix("gb")
+    return int(digits) * 1024 if digits.isdigit() else 0
+
+
+def cost(need: Need, model_name: str, unit_memory_mib: int) -> tuple[float, int]:
+    """TFLOPS and VRAM (MiB) a need takes on one model: what quota counts."""
+    model = MODELS.get(model_name)
+    tflops = model.tflops if model else 0.0
+    if need.count == 0:
+        return 0.0, 0
+    if need.mig_profile:
+        return (need.count * tflops * mig_slices(need.mig_profile) / 7,
+                need.count * (mig_memory_mib(need.mig_profile) or unit_memory_mib))
+    share = need.milli / FREE
+    return need.count * tflops * share, need.count * math.ceil(unit_memory_mib * share)

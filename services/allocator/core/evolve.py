@@ -1,0 +1,325 @@
+"""evolve(state, event) -> state: the fold of the log into the allocator's projection.
+
+A decision is re-checked as it is folded: an allocation whose claim is no longer pending or whose
+units are no longer free (because an event appended between the decision and its append changed
+them) is void and changes nothing. So the state is exactly the fold of the log, in log order, and
+no unit is ever held beyond its capacity, whatever the allocators did.
+"""
+
+from __future__ import annotations
+
+from schemas import events as ev
+from schemas.types import DeviceInfo, PoolSpec
+
+from services.allocator.core.demand import needs_for
+from services.allocator.core.ledger import Journal, allocate, free, grants_fit, save_claim
+from services.allocator.core.pools import pool_for_unit
+from services.allocator.core.state import Claim, Node, State, Unit, reindex_node
+
+
+def evolve(state: State, event: ev.Event, seq: int = 0) -> State:
+    """Fold one stored event into the state (in place) and return it."""
+    handler = _HANDLERS.get(type(event))
+    if handler is not None:
+        handler(state, event, seq)
+    if seq:
+        state.last_seq = seq
+    return state
+
+
+def fold(events, state: State | None = None) -> State:
+    """Replay as a fold: `for event in events: state = evolve(state, event)`."""
+    state = state or State()
+    for seq, event in events:
+        evolve(state, event, seq)
+    return state
+
+
+# --- claims ----------------------------------------------------------------------------------
+
+
+def _claim_submitted(state: State, e: ev.ClaimSubmitted, seq: int) -> None:
+    if e.claim.claim_id in state.claims:
+        return  # a retried submit beyond the dedup window: stored twice, counted once
+    spec = e.claim
+    state.submitted += 1
+    claim = Claim(spec=spec, seq=seq or state.submitted, submitted_at=e.at, last_activity=e.at)
+    claim.history.append(f"{e.at:.3f} submitted")
+    state.claims[spec.claim_id] = claim
+    state.pending[spec.claim_id] = None
+    key = (spec.gpus, spec.gpu_milli, spec.mig_profile, spec.cpu_milli)
+    state.shape_counts[key] = state.shape_counts.get(key, 0) + 1
+
+
+def _claim_rejected(state: State, e: ev.ClaimRejected, seq: int) -> None:
+    claim = state.claims.get(e.claim_id)
+    if claim is not None and claim.status == "pending":
+        free(state, claim, "rejected", e.code)
+        claim.reasons = list(e.reasons)
+
+
+def _claim_released(state: State, e: ev.ClaimReleased, seq: int) -> None:
+    claim = state.claims.get(e.claim_id)
+    if claim is not None and claim.status in ("pending", "allocated", "bound"):
+        free(state, claim, "released", e.reason)
+        claim.history.append(f"{e.at:.3f} released: {e.reason}")
+
+
+def _lease_renewed(state: State, e: ev.LeaseRenewed, seq: int) -> None:
+    claim = state.claims.get(e.claim_id)
+    if claim is not None and claim.holds_devices:
+        claim.last_renewed = max(claim.last_renewed, e.at)
+        claim.last_activity = max(claim.last_activity, e.at)
+
+
+def _claim_activity(state: State, e: ev.ClaimActivity, seq: int) -> None:
+    claim = state.claims.get(e.claim_id)
+    if claim is not None:
+        claim.last_activity = max(claim.last_activity, e.at)
+
+
+def _claim_bound(state: State, e: ev.ClaimBound, seq: int) -> None:
+    claim = state.claims.get(e.claim_id)
+    if claim is not None and claim.status == "allocated":
+        claim.status, claim.env = "bound", dict(e.env)
+        claim.history.append(f"{e.at:.3f} bound on {e.node}")
+
+
+# --- nodes and devices -------------------------------------------------------------------------
+
+
+def _unit_from(device: DeviceInfo, node: str) -> Unit:
+    return Unit(uuid=device.uuid, node=node, index=device.index, mig_index=device.mig_index,
+                model=device.model, memory_mib=device.memory_mib, island=device.island,
+                mig_profile=device.mig_profile, health=device.health, product=device.product,
+                pci_vendor=device.pci_vendor, pci_device=device.pci_device)
+
+
+def _node_registered(state: State, e: ev.NodeRegistered, seq: int) -> None:
+    old = state.nodes.get(e.node)
+    units = [_unit_from(d, e.node) for d in e.devices if not d.mig_enabled]
+    carried = _end_claims_on_vanished_units(state, old, {u.uuid for u in units}) if old else []
+    if old is not None:
+        old.lost = True  # takes it out of the placement index before it is replaced
+        reindex_node(state, old)
+        for unit in old.units:
+            state.units.pop(unit.uuid, None)
+    else:
+        state.next_rank += 1
+    node = Node(name=e.node, rank=old.rank if old else state.next_rank - 1, units=units,
+                cpu_total=e.cpu_milli, cpu_free=e.cpu_milli, mem_total=e.memory_mib,
+                mem_free=e.memory_mib, labels=dict(e.labels), cuda=e.cuda_version,
+                condition=old.condition if old else "Ready", last_heartbeat=e.at)
+    for unit in units:
+        state.units[unit.uuid] = unit
+    for claim in carried:
+        _hold_again(node, claim)
+    state.nodes[e.node] = node
+    _assign_pools(state, node)
+    state.capacity_epoch += 1
+    reindex_node(state, node)
+
+
+def _end_claims_on_vanished_units(state: State, old: Node, kept: set[str]) -> list[Claim]:
+    """A re-registration (e.g. a MIG re-layout) ends claims whose units are gone as `lost`."""
+    carried = []
+    for claim_id in list(old.claims):
+        claim = state.claims[claim_id]
+        if all(g.uuid in kept for g in claim.grants):
+            carried.append(claim)
+        else:
+            free(state, claim, "lost", "device vanished when the node re-registered")
+    return carried
+
+
+def _hold_again(node: Node, claim: Claim) -> None:
+    by_uuid = {u.uuid: u for u in node.units}
+    for grant in claim.grants:
+        unit = by_uuid[grant.uuid]
+        unit.milli_free -= grant.milli
+        unit.holders[claim.claim_id] = grant.milli
+    node.cpu_free -= claim.spec.cpu_milli
+    node.mem_free -= claim.spec.memory_mib
+    node.claims[claim.claim_id] = None
+
+
+def _node_heartbeat(state: State, e: ev.NodeHeartbeat, seq: int) -> None:
+    node = state.nodes.get(e.node)
+    if node is None:
+        return
+    node.last_heartbeat = max(node.last_heartbeat, e.at)
+    if node.lost:  # back after being declared lost: its units were freed then
+        node.lost = False
+        state.capacity_epoch += 1
+        reindex_node(state, node)
+
+
+def _device_health(state: State, e: ev.DeviceHealthChanged, seq: int) -> None:
+    unit = state.units.get(e.uuid)
+    if unit is None or unit.node != e.node:
+        return
+    unit.health = e.health
+    if unit.healthy:
+        state.capacity_epoch += 1
+    reindex_node(state, state.nodes[e.node])
+
+
+def _node_condition(state: State, e: ev.NodeConditionChanged, seq: int) -> None:
+    node = state.nodes.get(e.node)
+    if node is not None:
+        node.condition = e.condition
+        state.capacity_epoch += 1
+        reindex_node(state, node)
+
+
+def _usage_observed(state: State, e: ev.UsageObserved, seq: int) -> None:
+    for usage in e.devices:
+        unit = state.units.get(usage.uuid)
+        if unit is None or not (usage.pids or usage.utilization_percent > 0):
+            continue
+        for claim_id in unit.holders:
+            claim = state.claims[claim_id]
+            claim.last_activity = max(claim.last_activity, e.at)
+
+
+# --- pools and quotas --------------------------------------------------------------------------
+
+
+def _assign_pools(state: State, node: Node) -> None:
+    for unit in node.units:
+        pool: PoolSpec | None = pool_for_unit(state.pools.values(), unit, node.labels)
+        unit.pool = pool.name if pool else ""
+        unit.max_holders = pool.slices_per_unit if pool else 0
+    node.static = None
+
+
+def _reassign_all_pools(state: State) -> None:
+    for node in state.nodes.values():
+        _assign_pools(state, node)
+        reindex_node(state, node)
+    state.capacity_epoch += 1
+
+
+def _pool_created(state: State, e: ev.PoolCreated, seq: int) -> None:
+    if e.pool.name not in state.pools:
+        state.pools[e.pool.name] = e.pool
+        _reassign_all_pools(state)
+
+
+def _pool_access(state: State, e: ev.PoolAccessChanged, seq: int) -> None:
+    pool = state.pools.get(e.pool)
+    if pool is not None:
+        import msgspec
+
+        state.pools[e.pool] = msgspec.structs.replace(pool, access_namespaces=list(e.namespaces))
+        state.capacity_epoch += 1
+
+
+def _pool_deleted(state: State, e: ev.PoolDeleted, seq: int) -> None:
+    if state.pools.pop(e.pool, None) is not None:
+        _reassign_all_pools(state)
+
+
+def _quota_set(state: State, e: ev.QuotaSet, seq: int) -> None:
+    state.quotas[e.namespace] = e.spec
+    state.capacity_epoch += 1
+
+
+def _quota_deleted(state: State, e: ev.QuotaDeleted, seq: int) -> None:
+    state.quotas.pop(e.namespace, None)
+    state.capacity_epoch += 1
+
+
+# --- allocator decisions -----------------------------------------------------------------------
+
+
+def apply_decision(state: State, d, journal: Journal | None = None) -> bool:
+    """Fold one decision; returns False for a void allocation (see the module docstring)."""
+    if isinstance(d, ev.ClaimAllocated):
+        return _apply_allocated(state, d, journal)
+    claim_id = getattr(d, "claim_id", None)
+    claim = state.claims.get(claim_id) if claim_id else None
+    if isinstance(d, ev.ClaimPending):
+        if claim is not None and claim.status == "pending":
+            save_claim(claim, journal)
+            claim.reasons = list(d.reasons)
+    elif isinstance(d, ev.AllocationRejected):
+        if claim is not None and claim.status == "pending":
+            free(state, claim, "rejected", d.code, journal)
+            claim.reasons = list(d.reasons)
+    elif isinstance(d, ev.ClaimEvicted):
+        if claim is not None and claim.holds_devices:
+            free(state, claim, "evicted", f"{d.rule}: {d.detail}", journal)
+            claim.history.append(f"{d.at:.3f} evicted ({d.rule}) for {d.beneficiary}")
+    elif isinstance(d, ev.AllocationExpired):
+        if claim is not None and claim.holds_devices:
+            free(state, claim, "expired", "lease not renewed", journal)
+    elif isinstance(d, ev.NodeLost):
+        _apply_node_lost(state, d, journal)
+    return True
+
+
+def _apply_allocated(state: State, d: ev.ClaimAllocated, journal: Journal | None) -> bool:
+    claim = state.claims.get(d.claim_id)
+    if claim is None or claim.status != "pending" or not grants_fit(state, claim, d.grants):
+        if claim is not None and journal is None:
+            claim.history.append(f"{d.at:.3f} allocation void: state changed before it was stored")
+        return False
+    node_name = d.node
+    node = state.nodes.get(node_name)
+    if node is None or not node.schedulable:
+        return False
+    if node.cpu_free < claim.spec.cpu_milli or node.mem_free < claim.spec.memory_mib:
+        return False
+    save_claim(claim, journal)
+    claim.tflops, claim.vram_mib = d.tflops, d.vram_mib
+    claim.limit_tflops, claim.limit_vram_mib = d.limit_tflops, d.limit_vram_mib
+    claim.borrowed_from = d.borrowed_from
+    allocate(state, claim, list(d.grants), node_name, d.at, journal)
+    claim.history.append(f"{d.at:.3f} allocated on {node_name} ({d.policy})")
+    return True
+
+
+def _apply_node_lost(state: State, d: ev.NodeLost, journal: Journal | None) -> None:
+    node = state.nodes.get(d.node)
+    if node is None or node.lost:
+        return
+    for claim_id in list(node.claims):
+        claim = state.claims[claim_id]
+        if claim.holds_devices:
+            free(state, claim, "lost", f"node {d.node} lost", journal)
+    from services.allocator.core.ledger import save_node
+
+    save_node(node, journal)
+    node.lost = True
+    reindex_node(state, node)
+
+
+def _decision_batch(state: State, e: ev.DecisionBatch, seq: int) -> None:
+    for decision in e.decisions:
+        apply_decision(state, decision)
+    if seq:
+        state.last_decision_seq = seq
+
+
+_HANDLERS = {
+    ev.ClaimSubmitted: _claim_submitted,
+    ev.ClaimRejected: _claim_rejected,
+    ev.ClaimReleased: _claim_released,
+    ev.LeaseRenewed: _lease_renewed,
+    ev.ClaimActivity: _claim_activity,
+    ev.ClaimBound: _claim_bound,
+    ev.NodeRegistered: _node_registered,
+    ev.NodeHeartbeat: _node_heartbeat,
+    ev.DeviceHealthChanged: _device_health,
+    ev.NodeConditionChanged: _node_condition,
+    ev.UsageObserved: _usage_observed,
+    ev.PoolCreated: _pool_created,
+    ev.PoolAccessChanged: _pool_access,
+    ev.PoolDeleted: _pool_deleted,
+    ev.QuotaSet: _quota_set,
+    ev.QuotaDeleted: _quota_deleted,
+    ev.DecisionBatch: _decision_batch,
+}
+
+__all__ = ["evolve", "fold", "apply_decision", "needs_for"]

@@ -1,0 +1,189 @@
+"""The only functions that change who holds what: allocate and free, with an undo journal.
+
+`evolve` calls them without a journal (a stored fact is final); `decide` calls them with one, so
+it can try placements (a gang, an eviction) and roll everything back before it returns. Using the
+same two functions for both is what makes "fold of the decisions == the state decide saw" true.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from schemas.types import Grant
+
+from services.allocator.core.state import FREE, Claim, Node, State, Unit, reindex_node
+
+_CLAIM_FIELDS = Claim.__slots__ if hasattr(Claim, "__slots__") else ()
+
+
+class Journal:
+    """Undo closures, newest last; `mark()`/`rollback(mark)` nest for gangs and evictions."""
+
+    def __init__(self) -> None:
+        self._undo: list[Callable[[], None]] = []
+        self.touched_nodes: dict[str, Node] = {}
+
+    def mark(self) -> int:
+        return len(self._undo)
+
+    def push(self, undo: Callable[[], None]) -> None:
+        self._undo.append(undo)
+
+    def rollback(self, state: State, mark: int = 0) -> None:
+        while len(self._undo) > mark:
+            self._undo.pop()()
+        for node in self.touched_nodes.values():
+            reindex_node(state, node)
+        if mark == 0:
+            self.touched_nodes.clear()
+
+
+def save_claim(claim: Claim, journal: Journal | None) -> None:
+    if journal is None:
+        return
+    saved = {name: getattr(claim, name) for name in _CLAIM_FIELDS}
+    saved["grants"] = list(claim.grants)
+    saved["reasons"] = list(claim.reasons)
+    saved["history"] = list(claim.history)
+    journal.push(lambda: [setattr(claim, k, v) for k, v in saved.items()])
+
+
+def _save_unit(unit: Unit, journal: Journal | None) -> None:
+    if journal is None:
+        return
+    milli, holders = unit.milli_free, dict(unit.holders)
+
+    def undo() -> None:
+        unit.milli_free, unit.holders = milli, holders
+
+    journal.push(undo)
+
+
+def save_node(node: Node, journal: Journal | None) -> None:
+    if journal is None:
+        return
+    cpu, mem, lost, claims = node.cpu_free, node.mem_free, node.lost, dict(node.claims)
+
+    def undo() -> None:
+        node.cpu_free, node.mem_free, node.lost, node.claims = cpu, mem, lost, claims
+
+    journal.push(undo)
+    journal.touched_nodes[node.name] = node
+
+
+def _save_usage(state: State, namespace: str, journal: Journal | None) -> None:
+    if journal is None:
+        return
+    usage = state.usage_of(namespace)
+    saved = (usage.tflops, usage.vram_mib, usage.limit_tflops, usage.limit_vram_mib, usage.workers,
+             usage.gpus)
+
+    def undo() -> None:
+        (usage.tflops, usage.vram_mib, usage.limit_tflops, usage.limit_vram_mib, usage.workers,
+         usage.gpus) = saved
+
+    journal.push(undo)
+
+
+def _save_membership(book: dict, key: str, journal: Journal | None) -> None:
+    if journal is None:
+        return
+    present = key in book
+
+    def undo() -> None:
+        if present:
+            book[key] = None
+        else:
+            book.pop(key, None)
+
+    journal.push(undo)
+
+
+def grants_fit(state: State, claim: Claim, grants: list[Grant]) -> bool:
+    """Every granted unit exists on its node, is healthy and has room: no double booking."""
+    seen: set[str] = set()
+    for grant in grants:
+        unit = state.units.get(grant.uuid)
+        if unit is None or unit.node != grant.node or grant.uuid in seen:
+            return False
+        seen.add(grant.uuid)
+        node = state.nodes.get(unit.node)
+        if node is None or not node.schedulable or not unit.healthy:
+            return False
+        if grant.milli >= FREE and (unit.holders or unit.milli_free < FREE):
+            return False
+        if unit.milli_free < grant.milli:
+            return False
+        if grant.milli < FREE and unit.max_holders and len(unit.holders) >= unit.max_holders:
+            return False
+    return True
+
+
+def allocate(state: State, claim: Claim, grants: list[Grant], node_name: str,
+             at: float, journal: Journal | None = None) -> None:
+    """Give a pending claim its units and host resources; charge its namespace."""
+    save_claim(claim, journal)
+    node = state.nodes[node_name]
+    save_node(node, journal)
+    for grant in grants:
+        unit = state.units[grant.uuid]
+        _save_unit(unit, journal)
+        unit.milli_free -= grant.milli
+        unit.holders[claim.claim_id] = grant.milli
+    node.cpu_free -= claim.spec.cpu_milli
+    node.mem_free -= claim.spec.memory_mib
+    node.claims[claim.claim_id] = None
+    claim.grants = list(grants)
+    _charge(state, claim, +1, journal)
+    _save_membership(state.pending, claim.claim_id, journal)
+    state.pending.pop(claim.claim_id, None)
+    if claim.spec.lease_seconds > 0:
+        _save_membership(state.leased, claim.claim_id, journal)
+        state.leased[claim.claim_id] = None
+    claim.status, claim.grants, claim.reasons, claim.node = "allocated", list(grants), [], node_name
+    claim.allocated_at = claim.last_renewed = claim.last_activity = at
+    reindex_node(state, node)
+
+
+def free(state: State, claim: Claim, status: str, reason: str,
+         journal: Journal | None = None) -> None:
+    """Take everything a claim holds back; it ends in `status` (released, evicted, ...)."""
+    save_claim(claim, journal)
+    if claim.holds_devices:
+        node_name = claim.node
+        for grant in claim.grants:
+            unit = state.units.get(grant.uuid)
+            if unit is not None and claim.claim_id in unit.holders:
+                _save_unit(unit, journal)
+                unit.milli_free += unit.holders.pop(claim.claim_id)
+        node = state.nodes.get(node_name) if node_name else None
+        if node is not None:
+            save_node(node, journal)
+            node.cpu_free += claim.spec.cpu_milli
+            node.mem_free += claim.spec.memory_mib
+            node.claims.pop(claim.claim_id, None)
+            reindex_node(state, node)
+        _charge(state, claim, -1, journal)
+        _save_membership(state.leased, claim.claim_id, journal)
+        state.leased.pop(claim.claim_id, None)
+        state.capacity_epoch += 1
+    else:
+        _save_membership(state.pending, claim.claim_id, journal)
+        state.pending.pop(claim.claim_id, None)
+    claim.status, claim.end_reason = status, reason
+
+
+def _charge(state: State, claim: Claim, sign: int, journal: Journal | None) -> None:
+    namespace = claim.spec.namespace
+    _save_usage(state, namespace, journal)
+    usage = state.usage_of(namespace)
+    usage.tflops += sign * claim.tflops
+    usage.vram_mib += sign * claim.vram_mib
+    usage.limit_tflops += sign * claim.limit_tflops
+    usage.limit_vram_mib += sign * claim.limit_vram_mib
+    usage.workers += sign
+    usage.gpus += sign * len(claim.grants)
+    if abs(usage.tflops) < 1e-6:
+        usage.tflops = 0.0
+    if abs(usage.limit_tflops) < 1e-6:
+        usage.limit_tflops = 0.0

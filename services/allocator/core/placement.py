@@ -1,0 +1,219 @@
+"""Placement: filter node groups with named reasons, pick units inside a node, choose the node.
+
+Filters run in order and the first that fails names the reason (Kubernetes scheduler framework
+style); reasons are counted over nodes so `explain` can say "12 nodes lack 2 x H100 free".
+Scoring is the policy's (see `scorers.py`); the best score wins, ties go to the lowest rank.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, NamedTuple
+
+from schemas.catalogue import MODELS, cuda_compatible
+from schemas.types import Reason
+
+from services.allocator.core.demand import Need
+from services.allocator.core.state import FREE, Group, NodeView, State, UnitView
+
+
+@dataclass
+class PlacementContext:
+    """What a policy may consult beyond the node: supplied by the caller, never fetched."""
+
+    cuda_versions: tuple[str, ...] = ()
+    node_selector: tuple[tuple[str, str], ...] = ()
+    typical_shapes: tuple[tuple[float, Any], ...] = ()  # (weight, shape) for fragmentation
+    rng: Any = None  # only the `random` baseline policy uses it; the caller seeds it
+    excluded: frozenset[str] | set[str] = frozenset()
+    strategy: str = ""  # a pool's BinPack | Spread
+    cache: dict = field(default_factory=dict)
+
+
+class Choice(NamedTuple):
+    node: str
+    rank: int
+    view: NodeView
+    picks: tuple[int, ...]  # indices into view.units
+    score: float
+
+
+# --- unit eligibility and picking -------------------------------------------------------------
+
+
+def eligible(unit: UnitView, need: Need) -> bool:
+    """Right model, pool and kind (card or MIG profile) for this need."""
+    if need.models is not None and unit.model not in need.models:
+        return False
+    return unit.pool == need.pool and unit.mig_profile == need.mig_profile
+
+
+def fitting_units(view: NodeView, need: Need) -> list[int]:
+    if need.milli >= FREE:
+        return [i for i, u in enumerate(view.units) if u.is_free and eligible(u, need)]
+    return [i for i, u in enumerate(view.units) if u.can_share(need.milli) and eligible(u, need)]
+
+
+def pick_contiguous(view: NodeView, need: Need) -> tuple[int, ...] | None:
+    """Whole units: all from one NVLink island if possible (the smallest island that fits, so
+    big islands stay whole for big claims), else the islands with most free units first."""
+    free = fitting_units(view, need)
+    if len(free) < need.count:
+        return None
+    by_island: dict[int, list[int]] = {}
+    for i in free:
+        by_island.setdefault(view.units[i].island, []).append(i)
+    fitting = [ids for ids in by_island.values() if len(ids) >= need.count]
+    if fitting:
+        best = min(fitting, key=lambda ids: (len(ids), ids[0]))
+        return tuple(best[: need.count])
+    ordered = sorted(by_island.values(), key=lambda ids: (-len(ids), ids[0]))
+    picked = [i for ids in ordered for i in ids][: need.count]
+    return tuple(sorted(picked))
+
+
+def pick_best_fit(view: NodeView, need: Need) -> tuple[int, ...] | None:
+    """Shares: the units with the least room that still fits (lowest index on ties)."""
+    fits = fitting_units(view, need)
+    if len(fits) < need.count:
+        return None
+    fits.sort(key=lambda i: (view.units[i].milli_free, i))
+    return tuple(sorted(fits[: need.count]))
+
+
+def default_pick(view: NodeView, need: Need) -> tuple[int, ...] | None:
+    if view.cpu_free < need.cpu or view.mem_free < need.mem:
+        return None
+    if need.count == 0:
+        return ()
+    if need.milli >= FREE:
+        return pick_contiguous(view, need)
+    return pick_best_fit(view, need)
+
+
+# --- filters with reasons ---------------------------------------------------------------------
+
+FilterFn = Callable[[NodeView, Need, PlacementContext], bool]
+
+
+def _selector_ok(view: NodeView, need: Need, ctx: PlacementContext) -> bool:
+    labels = dict(view.static.labels)
+    return all(labels.get(k) == v for k, v in ctx.node_selector)
+
+
+def _cuda_ok(view: NodeView, need: Need, ctx: PlacementContext) -> bool:
+    if not ctx.cuda_versions or need.count == 0:
+        return True
+    models = need.models or set(view.static.models)
+    return any(
+        cuda_compatible(view.static.cuda, MODELS[m].arch if m in MODELS else "", ctx.cuda_versions)
+        for m in view.static.models if m in models
+    )
+
+
+def _has_model_ok(view: NodeView, need: Need, ctx: PlacementContext) -> bool:
+    return need.count == 0 or any(eligible(u, need) for u in view.units)
+
+
+def _healthy_ok(view: NodeView, need: Need, ctx: PlacementContext) -> bool:
+    return need.count == 0 or any(u.healthy and eligible(u, need) for u in view.units)
+
+
+def _host_ok(view: NodeView, need: Need, ctx: PlacementContext) -> bool:
+    return view.cpu_free >= need.cpu and view.mem_free >= need.mem
+
+
+def _capacity_ok(view: NodeView, need: Need, ctx: PlacementContext) -> bool:
+    return need.count == 0 or len(fitting_units(view, need)) >= need.count
+
+
+FILTERS: tuple[tuple[str, FilterFn], ...] = (
+    ("node-selector", _selector_ok),
+    ("no-such-gpu", _has_model_ok),
+    ("cuda-incompatible", _cuda_ok),
+    ("gpu-unhealthy", _healthy_ok),
+    ("host-resources", _host_ok),
+    ("no-free-gpu", _capacity_ok),
+)
+
+
+def first_failing_filter(view: NodeView, need: Need, ctx: PlacementContext) -> str | None:
+    for code, ok in FILTERS:
+        if not ok(view, need, ctx):
+            return code
+    return None
+
+
+def reasons_for(state: State, need: Need, ctx: PlacementContext) -> list[Reason]:
+    """Why no node takes this need: reason codes counted over nodes, most common first."""
+    counts: Counter[str] = Counter()
+    for group in state.all_groups():
+        code = first_failing_filter(group.view, need, ctx)
+        if code is None:
+            code = "reserved" if ctx.excluded else "no-free-gpu"
+        counts[code] += len(group)
+    if not counts:
+        return [Reason("no-nodes", "no schedulable nodes are registered")]
+    return [Reason(code, _message(code, n, need, ctx), n) for code, n in counts.most_common()]
+
+
+def _message(code: str, n: int, need: Need, ctx: PlacementContext) -> str:
+    nodes = f"{n} node{'s' if n != 1 else ''}"
+    what = need.label if need.count != 1 or need.milli < FREE or need.mig_profile else (
+        f"a free {'/'.join(sorted(need.models)) if need.models else 'GPU'}")
+    pool = f" in pool {need.pool}" if need.pool else ""
+    return {
+        "node-selector": f"{nodes} do not match node selector {dict(ctx.node_selector)}",
+        "no-such-gpu": f"{nodes} have no {need.label.split(' x ')[-1]} devices{pool}",
+        "cuda-incompatible": f"{nodes} have drivers without CUDA {', '.join(ctx.cuda_versions)}",
+        "gpu-unhealthy": f"{nodes} have only Faulted or Ignored matching devices",
+        "host-resources": f"{nodes} lack {need.cpu}m CPU / {need.mem}Mi memory",
+        "no-free-gpu": f"{nodes} lack {what}{pool}",
+        "reserved": f"{nodes} are held for an older waiting claim",
+    }.get(code, f"{nodes}: {code}")
+
+
+# --- choosing the node --------------------------------------------------------------------------
+
+
+def feasible(state: State, need: Need, policy, ctx: PlacementContext):
+    """(group, picks) for each group with a node this need fits on, not excluded."""
+    for group in state.groups_for_models(need.models):
+        view = group.view
+        if ctx.node_selector and not _selector_ok(view, need, ctx):
+            continue
+        if not _cuda_ok(view, need, ctx):
+            continue
+        picks = policy.pick(view, need, ctx)
+        if picks is None:
+            continue
+        first = group.first(ctx.excluded)
+        if first is None:
+            continue
+        yield group, picks, first
+
+
+def choose(state: State, need: Need, policy, ctx: PlacementContext) -> Choice | None:
+    """The best node for a need under a policy; the lowest rank breaks ties."""
+    candidates = list(feasible(state, need, policy, ctx))
+    if not candidates:
+        return None
+    scores = [policy.score(group.view, need, picks, ctx) for group, picks, _ in candidates]
+    if getattr(policy, "normalize", False):
+        scores = _min_max(scores)
+    best: Choice | None = None
+    for (group, picks, (rank, name)), score in zip(candidates, scores):
+        if best is None or score > best.score or (score == best.score and rank < best.rank):
+            best = Choice(name, rank, group.view, picks, score)
+    return best
+
+
+def _min_max(scores: list[float]) -> list[int]:
+    low, high = min(scores), max(scores)
+    if high == low:
+        return [100] * len(scores)
+    return [int((s - low) * 100 // (high - low)) for s in scores]
+
+
+__all__ = ["Choice", "PlacementContext", "choose", "reasons_for", "default_pick", "Group"]

@@ -1,0 +1,273 @@
+"""The allocator's projection: nodes, devices, claims, quotas and pools, folded from events.
+
+The state is mutable for speed (a fold over millions of events must not copy dictionaries), but
+only `evolve` (folding a stored event) and `decide` (which rolls its tentative changes back before
+returning) touch it. Nodes are grouped by a *signature* of everything placement looks at, so a
+decision scores each distinct node shape once instead of every node of the fleet.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from schemas.types import ClaimSpec, Grant, PoolSpec, QuotaSpec, Reason
+
+FREE = 1000  # milli-GPU in one unit
+
+
+@dataclass(slots=True)
+class Unit:
+    """One allocatable device: a whole card or one MIG instance."""
+
+    uuid: str
+    node: str
+    index: int
+    mig_index: int
+    model: str
+    memory_mib: int
+    island: int
+    mig_profile: str = ""
+    health: str = "Healthy"
+    pool: str = ""
+    max_holders: int = 0  # 0: bounded only by milli
+    product: str = ""
+    pci_vendor: str = ""
+    pci_device: str = ""
+    milli_free: int = FREE
+    holders: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def healthy(self) -> bool:
+        return self.health == "Healthy"
+
+
+class UnitView(NamedTuple):
+    """What placement sees of a unit (hashable: part of a node's signature)."""
+
+    milli_free: int
+    holders: int
+    healthy: bool
+    model: str
+    island: int
+    mig_profile: str
+    pool: str
+    max_holders: int
+    memory_mib: int
+    index: int
+    mig_index: int
+
+    @property
+    def is_free(self) -> bool:
+        return self.healthy and self.holders == 0 and self.milli_free == FREE
+
+    def can_share(self, milli: int) -> bool:
+        if not self.healthy or self.milli_free < milli:
+            return False
+        return self.max_holders == 0 or self.holders < self.max_holders
+
+
+class NodeStatic(NamedTuple):
+    """The parts of a node that change only on (re-)registration or pool changes."""
+
+    models: tuple[str, ...]
+    labels: tuple[tuple[str, str], ...]
+    cuda: str
+    cpu_total: int
+    mem_total: int
+
+
+class NodeView(NamedTuple):
+    """A node as placement sees it; many nodes share one view (their signature)."""
+
+    static: NodeStatic
+    cpu_free: int
+    mem_free: int
+    units: tuple[UnitView, ...]
+
+    @property
+    def gpu_milli_free(self) -> int:
+        return sum(u.milli_free for u in self.units if u.healthy)
+
+    @property
+    def free_units(self) -> int:
+        return sum(1 for u in self.units if u.is_free)
+
+
+@dataclass(slots=True)
+class Node:
+    name: str
+    rank: int  # registration order: the deterministic tie-breaker between equal nodes
+    units: list[Unit]
+    cpu_total: int = 0
+    cpu_free: int = 0
+    mem_total: int = 0
+    mem_free: int = 0
+    labels: dict[str, str] = field(default_factory=dict)
+    cuda: str = ""
+    condition: str = "Ready"
+    last_heartbeat: float = 0.0
+    lost: bool = False
+    static: NodeStatic | None = None
+    view: NodeView | None = None
+    claims: dict[str, None] = field(default_factory=dict)  # claims holding units or host resources
+
+    @property
+    def schedulable(self) -> bool:
+        return not self.lost and self.condition == "Ready"
+
+
+@dataclass(slots=True)
+class Claim:
+    spec: ClaimSpec
+    seq: int  # submit order: the queue's age
+    submitted_at: float
+    status: str = "pending"  # pending|allocated|bound|released|rejected|evicted|expired|lost
+    grants: list[Grant] = field(default_factory=list)
+    node: str = ""
+    reasons: list[Reason] = field(default_factory=list)
+    allocated_at: float = 0.0
+    last_renewed: float = 0.0
+    last_activity: float = 0.0
+    tflops: float = 0.0
+    vram_mib: int = 0
+    limit_tflops: float = 0.0
+    limit_vram_mib: int = 0
+    borrowed_from: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    end_reason: str = ""
+    history: list[str] = field(default_factory=list)  # short lines for `claim explain`
+
+    @property
+    def claim_id(self) -> str:
+        return self.spec.claim_id
+
+    @property
+    def holds_devices(self) -> bool:
+        return self.status in ("allocated", "bound")
+
+
+@dataclass(slots=True)
+class Usage:
+    """A namespace's use, as the fold of allocation events (never a separate counter)."""
+
+    tflops: float = 0.0
+    vram_mib: int = 0
+    limit_tflops: float = 0.0
+    limit_vram_mib: int = 0
+    workers: int = 0
+    gpus: int = 0
+
+
+class Group:
+    """All schedulable nodes that share one view, ordered by rank."""
+
+    __slots__ = ("view", "ranks", "names")
+
+    def __init__(self, view: NodeView):
+        self.view = view
+        self.ranks: list[int] = []
+        self.names: dict[int, str] = {}
+
+    def add(self, rank: int, name: str) -> None:
+        bisect.insort(self.ranks, rank)
+        self.names[rank] = name
+
+    def remove(self, rank: int) -> None:
+        i = bisect.bisect_left(self.ranks, rank)
+        if i < len(self.ranks) and self.ranks[i] == rank:
+            del self.ranks[i]
+        self.names.pop(rank, None)
+
+    def first(self, excluded: frozenset[str] | set[str] = frozenset()) -> tuple[int, str] | None:
+        for rank in self.ranks:
+            name = self.names[rank]
+            if name not in excluded:
+                return rank, name
+        return None
+
+    def __len__(self) -> int:
+        return len(self.ranks)
+
+
+@dataclass
+class State:
+    nodes: dict[str, Node] = field(default_factory=dict)
+    units: dict[str, Unit] = field(default_factory=dict)
+    claims: dict[str, Claim] = field(default_factory=dict)
+    pending: dict[str, None] = field(default_factory=dict)  # insertion order = submit order
+    quotas: dict[str, QuotaSpec] = field(default_factory=dict)
+    usage: dict[str, Usage] = field(default_factory=dict)
+    pools: dict[str, PoolSpec] = field(default_factory=dict)
+    groups: dict[NodeView, Group] = field(default_factory=dict)
+    groups_by_model: dict[str, set[NodeView]] = field(default_factory=dict)
+    shape_counts: dict[tuple, int] = field(default_factory=dict)  # claim shapes seen (for FGD)
+    leased: dict[str, None] = field(default_factory=dict)  # allocated claims with a lease
+    last_seq: int = 0
+    last_decision_seq: int = 0
+    capacity_epoch: int = 0  # bumps when capacity is freed or added: pending claims retry
+    next_rank: int = 0
+    submitted: int = 0
+
+    def usage_of(self, namespace: str) -> Usage:
+        usage = self.usage.get(namespace)
+        if usage is None:
+            usage = self.usage[namespace] = Usage()
+        return usage
+
+    def all_groups(self):
+        return self.groups.values()
+
+    def groups_for_models(self, models: frozenset[str] | None):
+        if models is None:
+            return list(self.groups.values())
+        seen: dict[NodeView, Group] = {}
+        for model in sorted(models):
+            for view in self.groups_by_model.get(model, ()):
+                seen[view] = self.groups[view]
+        return list(seen.values())
+
+
+def unit_view(unit: Unit) -> UnitView:
+    return UnitView(unit.milli_free, len(unit.holders), unit.healthy, unit.model, unit.island,
+                    unit.mig_profile, unit.pool, unit.max_holders, unit.memory_mib, unit.index,
+                    unit.mig_index)
+
+
+def node_static(node: Node) -> NodeStatic:
+    models = tuple(sorted({u.model for u in node.units}))
+    return NodeStatic(models, tuple(sorted(node.labels.items())), node.cuda, node.cpu_total,
+                      node.mem_total)
+
+
+def reindex_node(state: State, node: Node) -> None:
+    """Move a node to the group of its current view (called after every change to the node)."""
+    old = node.view
+    if old is not None:
+        group = state.groups.get(old)
+        if group is not None:
+            group.remove(node.rank)
+            if not len(group):
+                _drop_group(state, old)
+    if not node.schedulable:
+        node.view = None
+        return
+    if node.static is None:
+        node.static = node_static(node)
+    view = NodeView(node.static, node.cpu_free, node.mem_free, tuple(unit_view(u) for u in node.units))
+    node.view = view
+    group = state.groups.get(view)
+    if group is None:
+        group = state.groups[view] = Group(view)
+        for model in view.static.models or ("",):
+            state.groups_by_model.setdefault(model, set()).add(view)
+    group.add(node.rank, node.name)
+
+
+def _drop_group(state: State, view: NodeView) -> None:
+    del state.groups[view]
+    for model in view.static.models or ("",):
+        members = state.groups_by_model.get(model)
+        if members is not None:
+            members.discard(view)

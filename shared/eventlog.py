@@ -1,0 +1,133 @@
+"""The event log: one append-only stream, in JetStream or in memory, with the same behaviour.
+
+Both implementations give: sequence numbers from 1, idempotent appends by message id (a retried
+append returns the first one's sequence and `duplicate=True`), optimistic appends fenced by the
+last sequence on a subject (raising `AppendConflict` with the actual sequence), reading from any
+sequence, and following the tail. `tests/service/test_eventlog_contract.py` runs one test suite
+against both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from schemas.events import Event, decode_event, encode_event
+
+MSG_ID = "Nats-Msg-Id"
+EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
+
+
+class AppendConflict(Exception):
+    """Someone else appended to the fenced subject since we last read it."""
+
+    def __init__(self, subject: str, expected: int, actual: int | None = None):
+        super().__init__(f"append to {subject} expected last sequence {expected}, actual {actual}")
+        self.subject = subject
+        self.expected = expected
+        self.actual = actual
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    seq: int
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    seq: int
+    subject: str
+    event: Event
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class EventLog(Protocol):
+    async def append(
+        self,
+        subject: str,
+        event: Event,
+        *,
+        msg_id: str | None = None,
+        expected_last_subject_seq: int | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Appended: ...
+
+    async def last_seq(self) -> int: ...
+
+    async def last_subject_seq(self, subject: str) -> int: ...
+
+    def read(self, from_seq: int = 1, until_seq: int | None = None,
+             subject: str | None = None) -> AsyncIterator[StoredEvent]: ...
+
+    def follow(self, from_seq: int = 1, subject: str | None = None) -> AsyncIterator[StoredEvent]: ...
+
+
+def subject_matches(pattern: str | None, subject: str) -> bool:
+    """NATS wildcard match: '*' one token, '>' the rest."""
+    if pattern is None or pattern == subject:
+        return True
+    p_tokens, s_tokens = pattern.split("."), subject.split(".")
+    for i, tok in enumerate(p_tokens):
+        if tok == ">":
+            return len(s_tokens) > i
+        if i >= len(s_tokens) or (tok != "*" and not fnmatch.fnmatchcase(s_tokens[i], tok)):
+            return False
+    return len(p_tokens) == len(s_tokens)
+
+
+class InMemoryEventLog:
+    """The same contract as JetStream, in one process: for unit tests and the simulator."""
+
+    def __init__(self) -> None:
+        self._entries: list[tuple[str, bytes, dict[str, str]]] = []
+        self._msg_ids: dict[str, int] = {}
+        self._subject_last: dict[str, int] = {}
+        self._grew = asyncio.Condition()
+
+    async def append(self, subject, event, *, msg_id=None, expected_last_subject_seq=None,
+                     headers=None) -> Appended:
+        if msg_id is not None and msg_id in self._msg_ids:
+            return Appended(self._msg_ids[msg_id], duplicate=True)
+        actual = self._subject_last.get(subject, 0)
+        if expected_last_subject_seq is not None and actual != expected_last_subject_seq:
+            raise AppendConflict(subject, expected_last_subject_seq, actual)
+        self._entries.append((subject, encode_event(event), dict(headers or {})))
+        seq = len(self._entries)
+        self._subject_last[subject] = seq
+        if msg_id is not None:
+            self._msg_ids[msg_id] = seq
+        async with self._grew:
+            self._grew.notify_all()
+        return Appended(seq)
+
+    async def last_seq(self) -> int:
+        return len(self._entries)
+
+    async def last_subject_seq(self, subject: str) -> int:
+        return self._subject_last.get(subject, 0)
+
+    async def read(self, from_seq=1, until_seq=None, subject=None):
+        end = len(self._entries) if until_seq is None else min(until_seq, len(self._entries))
+        for seq in range(max(from_seq, 1), end + 1):
+            stored = self._stored(seq)
+            if subject_matches(subject, stored.subject):
+                yield stored
+
+    async def follow(self, from_seq=1, subject=None):
+        seq = max(from_seq, 1)
+        while True:
+            while seq <= len(self._entries):
+                stored = self._stored(seq)
+                seq += 1
+                if subject_matches(subject, stored.subject):
+                    yield stored
+            async with self._grew:
+                await self._grew.wait_for(lambda: seq <= len(self._entries))
+
+    def _stored(self, seq: int) -> StoredEvent:
+        subject, data, headers = self._entries[seq - 1]
+        return StoredEvent(seq, subject, decode_event(data), headers)

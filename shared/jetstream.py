@@ -1,0 +1,183 @@
+"""The event log on NATS JetStream (the production implementation of `shared.eventlog`)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import nats
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js import api
+from nats.js.errors import APIError, NotFoundError
+
+from schemas import subjects
+from schemas.events import Event, decode_event, encode_event
+from shared.eventlog import (
+    EXPECTED_LAST_SUBJECT_SEQ,
+    MSG_ID,
+    AppendConflict,
+    Appended,
+    StoredEvent,
+    subject_matches,
+)
+
+WRONG_LAST_SEQUENCE = {10071, 10164}
+_ACTUAL = re.compile(r"(\d+)\s*$")
+
+
+async def connect(url: str, name: str = "gpuledger", **kwargs) -> Client:
+    """Connect with reconnects forever: a service outlives a NATS restart."""
+    return await nats.connect(url, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
+                              **kwargs)
+
+
+def stream_config(replicas: int = 1, duplicate_window_s: float = 120.0) -> api.StreamConfig:
+    return api.StreamConfig(
+        name=subjects.STREAM,
+        subjects=[subjects.EVENTS],
+        storage=api.StorageType.FILE,
+        retention=api.RetentionPolicy.LIMITS,
+        num_replicas=replicas,
+        duplicate_window=duplicate_window_s,
+        deny_delete=True,
+        deny_purge=True,
+        allow_direct=True,
+    )
+
+
+def intake_stream_config(replicas: int = 1, duplicate_window_s: float = 120.0) -> api.StreamConfig:
+    # A work queue: each raw claim is removed once the claim service has turned it into an event.
+    return api.StreamConfig(
+        name=subjects.INTAKE_STREAM,
+        subjects=["gpu.intake.>"],
+        storage=api.StorageType.FILE,
+        retention=api.RetentionPolicy.WORK_QUEUE,
+        num_replicas=replicas,
+        duplicate_window=duplicate_window_s,
+    )
+
+
+async def ensure_streams(js: JetStreamContext, replicas: int = 1) -> None:
+    """Create the streams if missing; leave an existing stream's data alone."""
+    for config in (stream_config(replicas), intake_stream_config(replicas)):
+        try:
+            await js.stream_info(config.name)
+        except NotFoundError:
+            await js.add_stream(config)
+
+
+class JetStreamEventLog:
+    def __init__(self, nc: Client, stream: str = subjects.STREAM):
+        self.nc = nc
+        self.js = nc.jetstream()
+        self.stream = stream
+
+    async def append(self, subject: str, event: Event, *, msg_id: str | None = None,
+                     expected_last_subject_seq: int | None = None,
+                     headers: dict[str, str] | None = None) -> Appended:
+        return await self.append_raw(subject, encode_event(event), msg_id=msg_id,
+                                     expected_last_subject_seq=expected_last_subject_seq,
+                                     headers=headers)
+
+    async def append_raw(self, subject: str, payload: bytes, *, msg_id: str | None = None,
+                         expected_last_subject_seq: int | None = None,
+                         headers: dict[str, str] | None = None) -> Appended:
+        hdrs = dict(headers or {})
+        if msg_id is not None:
+            hdrs[MSG_ID] = msg_id
+        if expected_last_subject_seq is not None:
+            hdrs[EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_subject_seq)
+        try:
+            ack = await self.js.publish(subject, payload, headers=hdrs or None, stream=self.stream)
+        except APIError as err:
+            if err.err_code in WRONG_LAST_SEQUENCE:
+                raise AppendConflict(subject, expected_last_subject_seq or 0,
+                                     _actual_seq(err.description)) from err
+            raise
+        return Appended(ack.seq, bool(ack.duplicate))
+
+    async def last_seq(self) -> int:
+        info = await self.js.stream_info(self.stream)
+        return info.state.last_seq
+
+    async def last_subject_seq(self, subject: str) -> int:
+        try:
+            msg = await self.js.get_last_msg(self.stream, subject)
+        except NotFoundError:
+            return 0
+        return msg.seq or 0
+
+    async def read(self, from_seq: int = 1, until_seq: int | None = None, subject: str | None = None):
+        """Events from `from_seq` up to the end as it was when the read began (or `until_seq`)."""
+        end = await self.last_seq() if until_seq is None else until_seq
+        if end < from_seq:
+            return
+        async for stored in self.follow(from_seq, subject, stop_at=end):
+            yield stored
+
+    async def follow(self, from_seq: int = 1, subject: str | None = None, stop_at: int | None = None):
+        """Every event from `from_seq` on, then the live tail (forever unless `stop_at`)."""
+        async for batch in self.follow_raw(from_seq, subject, stop_at):
+            for seq, subj, data, headers in batch:
+                yield StoredEvent(seq, subj, decode_event(data), headers)
+
+    async def follow_raw(self, from_seq: int = 1, subject: str | None = None,
+                         stop_at: int | None = None):
+        """Batches of (seq, subject, payload, headers) as they arrive, with no decoding.
+
+        An ordered push consumer is the fastest way nats-py reads a stream back (DESIGN.md);
+        batching whatever arrived between two wake-ups keeps per-event overhead low.
+        """
+        queue: asyncio.Queue = asyncio.Queue()
+
+        async def on_msg(msg) -> None:
+            queue.put_nowait(msg)
+
+        config = api.ConsumerConfig(deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
+                                    opt_start_seq=max(from_seq, 1))
+        sub = await self.js.subscribe(subject or subjects.EVENTS, cb=on_msg, ordered_consumer=True,
+                                      config=config, stream=self.stream, idle_heartbeat=5.0)
+        try:
+            if stop_at is not None and await _nothing_pending(sub):
+                return
+            while True:
+                msgs = [await queue.get()]
+                while not queue.empty():
+                    msgs.append(queue.get_nowait())
+                batch, done = [], False
+                for msg in msgs:
+                    meta = msg.metadata
+                    seq = meta.sequence.stream
+                    if stop_at is not None and seq > stop_at:
+                        done = True
+                        break
+                    batch.append((seq, msg.subject, msg.data, dict(msg.headers or {})))
+                    if stop_at is not None and (seq >= stop_at or meta.num_pending == 0):
+                        done = True
+                        break
+                if batch:
+                    yield batch
+                if done:
+                    return
+        finally:
+            try:
+                await sub.unsubscribe()
+            except Exception:  # connection closing: the consumer goes away with it
+                pass
+
+
+async def _nothing_pending(sub) -> bool:
+    try:
+        info = await sub.consumer_info()
+    except Exception:
+        return False
+    return info.num_pending == 0 and info.delivered.stream_seq == 0 and info.num_ack_pending == 0
+
+
+def _actual_seq(description: str | None) -> int | None:
+    match = _ACTUAL.search(description or "")
+    return int(match.group(1)) if match else None
+
+
+__all__ = ["JetStreamEventLog", "connect", "ensure_streams", "subject_matches"]

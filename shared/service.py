@@ -1,0 +1,80 @@
+"""Run one service process: connect (faststream broker + its nats-py client), ensure the
+streams, let the service register handlers and background loops, then serve until stopped."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from faststream.nats import NatsBroker
+from nats.aio.client import Client
+
+from shared.jetstream import JetStreamEventLog, ensure_streams
+from shared.settings import Settings
+
+log = logging.getLogger("gpuledger")
+
+
+@dataclass
+class ServiceContext:
+    name: str
+    settings: Settings
+    broker: NatsBroker
+    nc: Client | None = None
+    log: JetStreamEventLog | None = None
+    tasks: list[asyncio.Task] = field(default_factory=list)
+    on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str = "") -> asyncio.Task:
+        """A background loop that lives as long as the service; a crash in it stops the service."""
+        task = asyncio.create_task(coro, name=name or self.name)
+        self.tasks.append(task)
+        return task
+
+
+Builder = Callable[[ServiceContext], Awaitable[None]]
+
+
+async def start_service(name: str, settings: Settings, build: Builder) -> ServiceContext:
+    broker = NatsBroker(settings.nats_url, name=f"gpuledger-{name}", max_reconnect_attempts=-1,
+                        reconnect_time_wait=0.5, logger=None)
+    ctx = ServiceContext(name, settings, broker)
+    await broker.connect()
+    ctx.nc = broker.connection
+    await ensure_streams(ctx.nc.jetstream(), settings.stream_replicas)
+    ctx.log = JetStreamEventLog(ctx.nc)
+    await build(ctx)
+    await broker.start()
+    return ctx
+
+
+async def stop_service(ctx: ServiceContext) -> None:
+    for task in ctx.tasks:
+        task.cancel()
+    await asyncio.gather(*ctx.tasks, return_exceptions=True)
+    for hook in ctx.on_stop:
+        await hook()
+    await ctx.broker.stop()
+
+
+async def serve(name: str, settings: Settings, build: Builder) -> None:
+    """Serve until SIGINT/SIGTERM or until a background loop fails."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    ctx = await start_service(name, settings, build)
+    log.info("%s ready", name)
+    waiter = asyncio.create_task(stop.wait())
+    try:
+        done, _ = await asyncio.wait([waiter, *ctx.tasks], return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            if task is not waiter and task.exception() is not None:
+                raise task.exception()
+    finally:
+        waiter.cancel()
+        await stop_service(ctx)

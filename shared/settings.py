@@ -1,0 +1,36 @@
+"""Configuration from the environment (12-factor): one place lists every variable."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def _float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise SystemExit(f"{name} must be a number, got {raw!r}")
+
+
+@dataclass(frozen=True)
+class Settings:
+    nats_url: str = field(default_factory=lambda: os.environ.get("GPULEDGER_NATS_URL", "nats://127.0.0.1:4222"))
+    data_dir: Path = field(default_factory=lambda: Path(os.environ.get("GPULEDGER_DATA_DIR", ".gpuledger")))
+    db_url: str = field(default_factory=lambda: os.environ.get("GPULEDGER_DB_URL", ""))
+    stream_replicas: int = field(default_factory=lambda: int(_float("GPULEDGER_STREAM_REPLICAS", 1)))
+    policy: str = field(default_factory=lambda: os.environ.get("GPULEDGER_POLICY", ""))
+    node_timeout_s: float = field(default_factory=lambda: _float("GPULEDGER_NODE_TIMEOUT_S", 30.0))
+    heartbeat_s: float = field(default_factory=lambda: _float("GPULEDGER_HEARTBEAT_S", 5.0))
+    stale_after_s: float = field(default_factory=lambda: _float("GPULEDGER_STALE_AFTER_S", 600.0))
+    starvation_after_s: float = field(default_factory=lambda: _float("GPULEDGER_STARVATION_AFTER_S", 300.0))
+    snapshot_every: int = field(default_factory=lambda: int(_float("GPULEDGER_SNAPSHOT_EVERY", 50_000)))
+    tick_s: float = field(default_factory=lambda: _float("GPULEDGER_TICK_S", 1.0))
+
+    @property
+    def database_url(self) -> str:
+        return self.db_url or f"sqlite:///{(self.data_dir / 'readmodel.db').resolve()}"
