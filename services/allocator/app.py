@@ -1,0 +1,52 @@
+"""The allocator service: restore (snapshot + tail), then fold and decide forever."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+
+import msgspec
+
+from schemas import subjects
+from schemas.commands import ok
+from shared.service import ServiceContext
+
+from services.allocator.loop import Allocator
+from services.allocator.snapshots import load_snapshot, save_snapshot
+
+log = logging.getLogger("gpuledger.allocator")
+
+
+async def build(ctx: ServiceContext) -> None:
+    js = ctx.nc.jetstream()
+    state = await load_snapshot(js)
+    name = f"{socket.gethostname()}-{os.getpid()}"
+    allocator = Allocator(ctx.log, ctx.settings, name, state=state)
+    end = await ctx.log.last_seq()
+    if state is not None:
+        log.info("restored snapshot at seq %d; replaying %d events", state.last_seq, end - state.last_seq)
+    ctx.spawn(allocator.follow(end), "allocator-follow")
+    ctx.spawn(allocator.decide_forever(), "allocator-decide")
+    ctx.spawn(_snapshot_forever(js, allocator, ctx.settings.snapshot_every), "allocator-snapshot")
+    ctx.allocator = allocator  # type: ignore[attr-defined]  # for in-process tests
+
+    @ctx.broker.subscriber(subjects.query("allocator.status"))
+    async def status(body: bytes) -> bytes:
+        s = allocator.state
+        return msgspec.json.encode(ok({
+            "allocator": name, "last_seq": s.last_seq, "last_decision_seq": s.last_decision_seq,
+            "nodes": len(s.nodes), "groups": len(s.groups), "pending": len(s.pending),
+            "claims": len(s.claims), "batches_appended": allocator.batches_appended,
+            "conflicts": allocator.conflicts}))
+
+
+async def _snapshot_forever(js, allocator: Allocator, every: int) -> None:
+    last = allocator.state.last_seq
+    while True:
+        await asyncio.sleep(5.0)
+        if allocator.state.last_seq - last >= every:
+            size = await save_snapshot(js, allocator.state)
+            last = allocator.state.last_seq
+            log.info("snapshot at seq %d (%d bytes)", last, size)

@@ -1,0 +1,150 @@
+"""The allocator's I/O shell: fold the log, decide, append fenced decision batches.
+
+One task follows the log and folds every event into the in-memory state (the projection); another
+decides whenever something relevant changed or a timer tick is due, and appends the decisions as
+one `DecisionBatch` with `Nats-Expected-Last-Subject-Sequence` on the decision subject. It then
+waits until its own batch comes back through the log before deciding again, so the state it
+decides on is always exactly a prefix of the log. A wrong-last-sequence answer means another
+allocator decided first: catch up to that sequence, decide again. Under load the claims that
+arrive while a batch is in flight are decided together in the next one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from schemas import events as ev
+from schemas import subjects
+from shared.eventlog import AppendConflict
+from shared.settings import Settings
+from shared.telemetry import extract_context, inject_headers, tracer
+
+from services.allocator.core.decide import POLICY_VERSION, DecideContext, decide
+from services.allocator.core.evolve import evolve
+from services.allocator.core.scorers import DEFAULT_POLICY
+from services.allocator.core.state import State
+
+log = logging.getLogger("gpuledger.allocator")
+
+# Events after which a decision pass may have something new to do; heartbeats and usage reports
+# only matter to the timers, which run on the tick anyway.
+_TRIGGERS = (ev.ClaimSubmitted, ev.ClaimReleased, ev.NodeRegistered, ev.DeviceHealthChanged,
+             ev.NodeConditionChanged, ev.PoolCreated, ev.PoolDeleted, ev.PoolAccessChanged,
+             ev.QuotaSet, ev.QuotaDeleted, ev.DecisionBatch, ev.ClaimRejected)
+
+
+class Allocator:
+    def __init__(self, event_log, settings: Settings, name: str,
+                 clock: Callable[[], float] = time.time, state: State | None = None):
+        self.log = event_log
+        self.settings = settings
+        self.name = name
+        self.clock = clock
+        self.state = state or State()
+        self.dirty = asyncio.Event()
+        self.caught_up = asyncio.Event()
+        self._seen_seq = asyncio.Condition()
+        self._traces: dict[str, dict[str, str]] = {}
+        self.batches_appended = 0
+        self.conflicts = 0
+
+    # --- folding ---------------------------------------------------------------------------
+
+    async def follow(self, start_end: int) -> None:
+        """Fold the log from where the state is, forever."""
+        if start_end <= self.state.last_seq:
+            self.caught_up.set()
+        async for batch in self.log.follow_raw(self.state.last_seq + 1):
+            for seq, _subject, data, _headers in batch:
+                self.fold(seq, ev.decode_event(data))
+            if not self.caught_up.is_set() and self.state.last_seq >= start_end:
+                self.caught_up.set()
+            async with self._seen_seq:
+                self._seen_seq.notify_all()
+
+    def fold(self, seq: int, event: ev.Event) -> None:
+        evolve(self.state, event, seq)
+        if isinstance(event, ev.ClaimSubmitted) and event.trace:
+            self._traces[event.claim.claim_id] = event.trace
+        if isinstance(event, _TRIGGERS):
+            self.dirty.set()
+
+    async def wait_for_seq(self, seq: int) -> None:
+        async with self._seen_seq:
+            await self._seen_seq.wait_for(lambda: self.state.last_seq >= seq)
+
+    # --- deciding ----------------------------------------------------------------------------
+
+    async def decide_forever(self) -> None:
+        await self.caught_up.wait()
+        while True:
+            try:
+                await asyncio.wait_for(self.dirty.wait(), timeout=self.settings.tick_s)
+            except asyncio.TimeoutError:
+                pass
+            self.dirty.clear()
+            await self.decide_once()
+
+    def context(self) -> DecideContext:
+        return DecideContext(
+            now=self.clock(), policy=self.settings.policy or DEFAULT_POLICY,
+            node_timeout_s=self.settings.node_timeout_s, stale_after_s=self.settings.stale_after_s,
+            starvation_after_s=self.settings.starvation_after_s,
+            typical_shapes=typical_shapes(self.state))
+
+    async def decide_once(self) -> int:
+        """One pass: decide, append fenced, wait to see it folded. Returns decisions stored."""
+        decisions = decide(self.state, self.context())
+        if not decisions:
+            return 0
+        batch = ev.DecisionBatch(decisions=decisions, allocator=self.name,
+                                 policy_version=POLICY_VERSION, based_on_seq=self.state.last_seq,
+                                 at=decisions[0].at)
+        with tracer().start_as_current_span("allocator.decide", context=self._parent(decisions)) as span:
+            span.set_attribute("gpuledger.decisions", len(decisions))
+            try:
+                appended = await self.log.append(
+                    subjects.DECISIONS, batch, expected_last_subject_seq=self.state.last_decision_seq,
+                    headers=inject_headers())
+            except AppendConflict as conflict:
+                self.conflicts += 1
+                span.set_attribute("gpuledger.conflict", True)
+                log.info("decision fenced out (%s); catching up", conflict)
+                if conflict.actual:
+                    await self.wait_for_seq(conflict.actual)
+                self.dirty.set()
+                return 0
+        self.batches_appended += 1
+        await self.wait_for_seq(appended.seq)
+        for decision in decisions:
+            self._traces.pop(getattr(decision, "claim_id", ""), None) if isinstance(
+                decision, ev.ClaimAllocated) else None
+        return len(decisions)
+
+    def _parent(self, decisions):
+        for decision in decisions:
+            trace = self._traces.get(getattr(decision, "claim_id", ""))
+            if trace:
+                return extract_context(trace)
+        return None
+
+
+def typical_shapes(state: State, coverage: float = 0.95) -> tuple:
+    """The most common claim shapes covering `coverage` of claims seen, with their weights.
+
+    Folded from the log (`state.shape_counts`), so it is the same on every replica and replay.
+    """
+    items = sorted(state.shape_counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    total = sum(count for _, count in items)
+    if not total:
+        return ()
+    kept, covered = [], 0
+    for shape, count in items:
+        kept.append((shape, count))
+        covered += count
+        if covered >= coverage * total:
+            break
+    return tuple((count / covered, shape) for shape, count in kept)

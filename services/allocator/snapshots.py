@@ -1,0 +1,42 @@
+"""Allocator snapshots in the NATS object store: load at start, save every N events."""
+
+from __future__ import annotations
+
+import logging
+
+from nats.js.errors import NotFoundError, ObjectNotFoundError
+
+from schemas import subjects
+from services.allocator.core.snapshot import from_snapshot, to_snapshot
+from services.allocator.core.state import State
+
+log = logging.getLogger("gpuledger.allocator")
+SNAPSHOT_NAME = "allocator-state"
+
+
+async def _bucket(js):
+    try:
+        return await js.object_store(subjects.SNAPSHOT_BUCKET)
+    except (NotFoundError, Exception):
+        return await js.create_object_store(subjects.SNAPSHOT_BUCKET)
+
+
+async def load_snapshot(js) -> State | None:
+    """The last snapshot, or None (then the whole log is replayed)."""
+    store = await _bucket(js)
+    try:
+        result = await store.get(SNAPSHOT_NAME)
+    except (ObjectNotFoundError, NotFoundError):
+        return None
+    try:
+        return from_snapshot(result.data)
+    except Exception as err:  # an unreadable snapshot only costs a full replay
+        log.warning("ignoring unreadable snapshot: %s", err)
+        return None
+
+
+async def save_snapshot(js, state: State) -> int:
+    store = await _bucket(js)
+    data = to_snapshot(state)
+    await store.put(SNAPSHOT_NAME, data)
+    return len(data)

@@ -1,0 +1,61 @@
+"""OpenTelemetry: one claim's path (intake -> decision -> binding) is one trace.
+
+The W3C trace context travels in NATS headers and inside `ClaimSubmitted.trace`, so the allocator,
+which decides on events it folds rather than on messages it receives, can still join the trace.
+Export is configured by the standard variables (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME,
+OTEL_TRACES_EXPORTER=none|otlp|console); with none set, spans are created but not exported.
+"""
+
+from __future__ import annotations
+
+import os
+
+from opentelemetry import propagate, trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+
+_configured = False
+
+
+def setup_tracing(service_name: str, exporter=None) -> TracerProvider:
+    """Install a tracer provider once per process; `exporter` lets tests pass an in-memory one."""
+    global _configured
+    provider = TracerProvider(resource=Resource.create(
+        {"service.name": os.environ.get("OTEL_SERVICE_NAME", f"gpuledger-{service_name}")}))
+    chosen = exporter or _exporter_from_env()
+    if chosen is not None:
+        provider.add_span_processor(BatchSpanProcessor(chosen))
+    if not _configured:
+        trace.set_tracer_provider(provider)
+        _configured = True
+    return provider
+
+
+def _exporter_from_env():
+    kind = os.environ.get("OTEL_TRACES_EXPORTER", "").lower()
+    if kind == "console":
+        return ConsoleSpanExporter()
+    if kind == "none":
+        return None
+    if kind == "otlp" or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get(
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        return OTLPSpanExporter()
+    return None
+
+
+def tracer():
+    return trace.get_tracer("gpuledger")
+
+
+def inject_headers(headers: dict[str, str] | None = None) -> dict[str, str]:
+    """The current trace context as NATS headers (traceparent, tracestate)."""
+    carrier = dict(headers or {})
+    propagate.inject(carrier)
+    return carrier
+
+
+def extract_context(carrier: dict[str, str] | None):
+    return propagate.extract(dict(carrier or {}))
