@@ -156,6 +156,43 @@ class DriftDetected(Event, tag=True):
     detail: str = ""
 
 
+class DriftCleared(Event, tag=True):
+    """A mismatch reported by `DriftDetected` is gone (the process ended, the device is busy again,
+    the allocation ended)."""
+
+    node: str
+    kind: str
+    uuid: str = ""
+    claim_id: str = ""
+
+
+class QuotaBorrowed(Event, tag=True):
+    """A claim took its namespace above its own quota with the unused quota of its cohort.
+
+    Stored in the same DecisionBatch as the ClaimAllocated it explains."""
+
+    claim_id: str
+    namespace: str  # the borrower
+    parent: str  # the team/cohort quota it borrowed through
+    lenders: list[str] = []  # siblings with unused quota (and the parent for its unassigned share)
+    tflops: float = 0.0  # the part of the claim above the borrower's own quota
+    vram_mib: int = 0
+
+
+class QuotaReclaimed(Event, tag=True):
+    """A lender took its quota back: the borrower's claim `claim_id` was evicted for `beneficiary`.
+
+    Stored in the same DecisionBatch as the ClaimEvicted(rule="quota-reclaim") it explains."""
+
+    claim_id: str
+    borrower: str
+    lender: str
+    parent: str
+    beneficiary: str = ""
+    tflops: float = 0.0
+    vram_mib: int = 0
+
+
 # --- serverless endpoints (claim service) --------------------------------------------------------
 
 
@@ -236,6 +273,7 @@ class DecisionBatch(Event, tag=True):
 
     decisions: list[
         ClaimAllocated | ClaimPending | AllocationRejected | ClaimEvicted | AllocationExpired | NodeLost
+        | QuotaBorrowed | QuotaReclaimed
     ]
     allocator: str = ""
     policy_version: str = ""
@@ -262,6 +300,9 @@ AnyEvent = (
     | QuotaAlertRaised
     | QuotaAlertCleared
     | DriftDetected
+    | DriftCleared
+    | QuotaBorrowed
+    | QuotaReclaimed
     | EndpointCreated
     | EndpointDeleted
     | EndpointLoadReported
@@ -275,7 +316,8 @@ AnyEvent = (
     | NodeLost
 )
 
-DECISION_TYPES = (ClaimAllocated, ClaimPending, AllocationRejected, ClaimEvicted, AllocationExpired, NodeLost)
+DECISION_TYPES = (ClaimAllocated, ClaimPending, AllocationRejected, ClaimEvicted, AllocationExpired, NodeLost,
+                  QuotaBorrowed, QuotaReclaimed)
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(AnyEvent)
