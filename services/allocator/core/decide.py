@@ -24,7 +24,9 @@ from services.allocator.core.evolve import apply_decision
 from services.allocator.core.ledger import Journal
 from services.allocator.core.placement import Choice, PlacementContext, choose, reasons_for
 from services.allocator.core.pools import has_access
-from services.allocator.core.quota import Cost, single_violation, total_violation
+from services.allocator.core.quota import (Cost, borrow_event, quota_check, reclaim_event,
+                                           reclaim_victims, reclaims, single_violation,
+                                           total_violation)
 from services.allocator.core.scorers import DEFAULT_POLICY, get_policy
 from services.allocator.core.state import FREE, Claim, State
 
@@ -70,8 +72,18 @@ def decide(state: State, ctx: DecideContext) -> list:
 
 
 def _emit(state: State, run: _Pass, decision) -> bool:
+    borrowed = _borrow_event(state, decision)
     run.decisions.append(decision)
-    return apply_decision(state, decision, run.journal)
+    applied = apply_decision(state, decision, run.journal)
+    if borrowed is not None and applied:
+        run.decisions.append(borrowed)  # who lent to whom, in the same batch as the grant
+    return applied
+
+
+def _borrow_event(state: State, decision):
+    if isinstance(decision, ev.ClaimAllocated) and decision.borrowed_from:
+        return borrow_event(state, decision)
+    return None
 
 
 # --- timers ------------------------------------------------------------------------------------
@@ -125,6 +137,8 @@ def _place_one(state: State, run: _Pass, claim: Claim) -> None:
     elif isinstance(outcome, ev.AllocationRejected):
         _emit(state, run, outcome)
     else:
+        if run.ctx.evict and reclaims(outcome) and _reclaim_for(state, run, claim):
+            return
         if run.ctx.evict and _evict_for(state, run, claim):
             return
         _hold_node_if_starving(state, run, claim)
@@ -229,6 +243,11 @@ def _allocated(state: State, run: _Pass, claim: Claim, need: Need, choice: Choic
                     memory_mib=u.memory_mib * need.milli // FREE, mig_index=u.mig_index) for u in units]
     costs = [cost(need._replace(count=1), u.model, u.memory_mib) for u in units]
     tflops, vram = sum(c[0] for c in costs), sum(c[1] for c in costs)
+    check = quota_check(state, claim.spec.namespace, Cost(
+        tflops, vram, max(tflops, claim.spec.limit_tflops),
+        max(vram, int(claim.spec.limit_vram_gib * 1024)), len(units)))
+    if check.refusal is not None:  # the devices chosen cost more than the model estimate
+        return [check.refusal]
     islands = sorted({u.island for u in units})
     explain = [f"node {node.name} scored {choice.score:.0f} under {policy} ({need.label})"]
     if len(units) > 1:
@@ -238,7 +257,7 @@ def _allocated(state: State, run: _Pass, claim: Claim, need: Need, choice: Choic
         tflops=round(tflops, 3), vram_mib=int(vram),
         limit_tflops=round(max(tflops, claim.spec.limit_tflops), 3),
         limit_vram_mib=int(max(vram, claim.spec.limit_vram_gib * 1024)),
-        policy=f"{policy}@{POLICY_VERSION}", explain=explain, at=run.ctx.now)
+        borrowed_from=check.borrowed_from, policy=f"{policy}@{POLICY_VERSION}", explain=explain, at=run.ctx.now)
 
 
 def _reject(claim: Claim, run: _Pass, code: str, message: str) -> ev.AllocationRejected:
@@ -395,5 +414,31 @@ def _try_evictions_on(state, run: _Pass, claim: Claim, node_name: str, on_node) 
     run.journal.rollback(state, mark)
     del run.decisions[before:]
     run.held = held_before
+    run.failed.clear()
+    return False
+
+
+def _reclaim_for(state: State, run: _Pass, claim: Claim) -> bool:
+    """A claim within its own quota, blocked by siblings that borrowed from the cohort, takes the
+    quota back: evict borrowers' claims one at a time until it is placed; else nothing."""
+    parent = state.quotas[claim.spec.namespace].parent
+    mark, before = run.journal.mark(), len(run.decisions)
+    for _ in range(len(reclaim_victims(state, claim))):
+        victims = reclaim_victims(state, claim)  # again: a borrower back within its quota is spared
+        if not victims:
+            break
+        victim = victims[0]
+        _emit(state, run, ev.ClaimEvicted(
+            claim_id=victim.claim_id, rule="quota-reclaim", beneficiary=claim.claim_id,
+            detail=f"{claim.spec.namespace} reclaims quota {victim.spec.namespace} borrowed through {parent}",
+            at=run.ctx.now))
+        _emit(state, run, reclaim_event(victim, claim, parent, run.ctx.now))
+        run.failed.clear()
+        outcome = try_place(state, run, claim)
+        if isinstance(outcome, ev.ClaimAllocated):
+            _emit(state, run, outcome)
+            return True
+    run.journal.rollback(state, mark)
+    del run.decisions[before:]
     run.failed.clear()
     return False
