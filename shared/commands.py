@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from schemas.commands import Reply, fail
+from shared.telemetry import extract_context, tracer
 
 log = logging.getLogger("gpuledger")
 _AT = re.compile(r"at `\$\.?([^`]*)`")
@@ -28,9 +29,9 @@ class DomainError(Exception):
         self.code, self.message, self.field = code, message, field
 
 
-async def raw_body(msg) -> bytes:
+async def raw_body(msg) -> tuple[bytes, dict]:
     # faststream's default decoder would parse JSON first; we decode once, typed, with msgspec.
-    return msg.body
+    return msg.body, dict(msg.headers or {})
 
 
 def field_of(error: Exception) -> str:
@@ -54,7 +55,12 @@ def command(broker, subject: str, command_type: type,
     decoder = msgspec.json.Decoder(command_type)
 
     @broker.subscriber(subject, decoder=raw_body, **subscriber_kwargs)
-    async def _handle(body: bytes) -> bytes:
+    async def _handle(raw: Any) -> bytes:
+        body, headers = raw
+        with tracer().start_as_current_span(subject, context=extract_context(headers)):
+            return await _answer(body)
+
+    async def _answer(body: bytes) -> bytes:
         try:
             cmd = decoder.decode(body)
         except (msgspec.ValidationError, msgspec.DecodeError) as err:

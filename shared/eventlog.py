@@ -128,6 +128,21 @@ class InMemoryEventLog:
             async with self._grew:
                 await self._grew.wait_for(lambda: seq <= len(self._entries))
 
+    async def follow_raw(self, from_seq=1, subject=None, stop_at=None):
+        """Batches of (seq, subject, payload, headers), like the JetStream log's read path."""
+        seq = max(from_seq, 1)
+        while stop_at is None or seq <= stop_at:
+            end = len(self._entries) if stop_at is None else min(stop_at, len(self._entries))
+            batch = [(i, *self._entries[i - 1]) for i in range(seq, end + 1)
+                     if subject_matches(subject, self._entries[i - 1][0])]
+            seq = end + 1
+            if batch:
+                yield [(i, subj, data, dict(h)) for i, subj, data, h in batch]
+            if stop_at is not None and seq > stop_at:
+                return
+            async with self._grew:
+                await self._grew.wait_for(lambda: seq <= len(self._entries))
+
     def _stored(self, seq: int) -> StoredEvent:
         subject, data, headers = self._entries[seq - 1]
         return StoredEvent(seq, subject, decode_event(data), headers)

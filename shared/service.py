@@ -17,6 +17,7 @@ from shared.jetstream import JetStreamEventLog, ensure_streams
 from shared.settings import Settings
 
 log = logging.getLogger("gpuledger")
+READY_SUBJECT = "gpu.sys.ready"
 
 
 @dataclass
@@ -69,6 +70,7 @@ async def serve(name: str, settings: Settings, build: Builder) -> None:
         loop.add_signal_handler(sig, stop.set)
     ctx = await start_service(name, settings, build)
     log.info("%s ready", name)
+    await ctx.nc.publish(f"{READY_SUBJECT}.{name}", b"")  # `gpuledger up` waits for these
     waiter = asyncio.create_task(stop.wait())
     try:
         done, _ = await asyncio.wait([waiter, *ctx.tasks], return_when=asyncio.FIRST_COMPLETED)

@@ -1,0 +1,136 @@
+"""`gpuledger claim ...`: submit, release, renew, get, list, explain."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from gpuledger_cli.client import NatsUrl, die, nats_url, print_json, request, run
+from schemas import subjects
+
+claim_app = typer.Typer(help="Submit and manage GPU claims.", no_args_is_help=True)
+
+
+def _kv(pairs: list[str], option: str) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        if "=" not in pair:
+            die(f"{option} takes KEY=VALUE, got {pair!r}")
+        key, value = pair.split("=", 1)
+        out[key] = value
+    return out
+
+
+@claim_app.command("submit")
+def submit(
+    namespace: str = typer.Option(..., "--namespace", "-n", help="namespace the claim is charged to"),
+    gpus: int = typer.Option(1, help="whole GPUs (1 with --gpu-milli for a share; 0 = CPU only or "
+                                     "tensor-parallel)"),
+    model: list[str] = typer.Option([], "--model", help="allowed GPU model, e.g. H100 (repeat, in order)"),
+    group: list[str] = typer.Option([], "--group", help="GpuGroup in preference order, e.g. HOPPER_141 "
+                                                        "(repeat), or 'any'"),
+    gpu_milli: int = typer.Option(1000, help="share of one GPU in thousandths (time-sliced)"),
+    gpu_memory: float = typer.Option(0.0, "--gpu-memory", help="GiB of memory on each GPU (a fraction by memory)"),
+    model_memory: float = typer.Option(0.0, "--model-memory", help="GiB a model needs; the allocator picks "
+                                                                    "1, 2, 4 or 8 GPUs (tensor parallel)"),
+    mig: str = typer.Option("", "--mig", help="MIG profile, e.g. 3g.40gb"),
+    cuda: list[str] = typer.Option([], "--cuda", help="allowed CUDA version, e.g. 12.4 (repeat)"),
+    pool: str = typer.Option("", help="GPU pool"),
+    selector: list[str] = typer.Option([], "--selector", help="node selector KEY=VALUE (repeat)"),
+    priority: int = typer.Option(0, help="higher goes first and may preempt lower"),
+    gang: str = typer.Option("", "--gang", help="gang id: members are placed all-or-nothing"),
+    gang_size: int = typer.Option(0, "--gang-size", help="members the gang needs"),
+    lease: float = typer.Option(0.0, "--lease", help="seconds; the claim expires unless renewed"),
+    cpu_milli: int = typer.Option(0, "--cpu-milli"),
+    memory_mib: int = typer.Option(0, "--memory-mib"),
+    claim_id: Optional[str] = typer.Option(None, "--id", help="claim id (default: a new uuid); "
+                                                              "resubmitting an id is idempotent"),
+    wait: float = typer.Option(0.0, "--wait", help="seconds to wait for the decision"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+    url: Optional[str] = NatsUrl,
+) -> None:
+    """Submit a claim; with --wait, print where it was placed (or why it waits)."""
+    spec = {"claim_id": claim_id or str(uuid.uuid4()), "namespace": namespace, "gpus": gpus,
+            "gpu_milli": gpu_milli, "gpu_memory_gib": gpu_memory, "model_memory_gib": model_memory,
+            "mig_profile": mig, "models": model, "gpu_groups": group, "cuda_versions": cuda,
+            "pool": pool, "node_selector": _kv(selector, "--selector"), "priority": priority,
+            "gang_id": gang, "gang_size": gang_size, "lease_seconds": lease, "cpu_milli": cpu_milli,
+            "memory_mib": memory_mib}
+    data = run(request(nats_url(url), subjects.command("claim.submit"),
+                       {"claim": spec, "wait_seconds": wait}, timeout=wait + 10))
+    _show(data, as_json)
+
+
+@claim_app.command("release")
+def release(claim_id: str, reason: str = typer.Option("released by holder", help="why"),
+            as_json: bool = typer.Option(False, "--json"), url: Optional[str] = NatsUrl) -> None:
+    """Release a claim (pending or allocated): its GPUs and quota are free again."""
+    _show(run(request(nats_url(url), subjects.command("claim.release"),
+                      {"claim_id": claim_id, "reason": reason})), as_json)
+
+
+@claim_app.command("renew")
+def renew(claim_id: str, as_json: bool = typer.Option(False, "--json"), url: Optional[str] = NatsUrl) -> None:
+    """Renew a claim's lease."""
+    _show(run(request(nats_url(url), subjects.command("claim.renew"), {"claim_id": claim_id})), as_json)
+
+
+@claim_app.command("get")
+def get(claim_id: str, as_json: bool = typer.Option(False, "--json"), url: Optional[str] = NatsUrl) -> None:
+    """Show one claim."""
+    _show(run(request(nats_url(url), subjects.query("claim.get"), {"claim_id": claim_id})), as_json)
+
+
+@claim_app.command("explain")
+def explain(claim_id: str, as_json: bool = typer.Option(False, "--json"), url: Optional[str] = NatsUrl) -> None:
+    """Why a claim waits, was refused, or was placed where it is: ranked reasons and history."""
+    data = run(request(nats_url(url), subjects.query("claim.explain"), {"claim_id": claim_id}))
+    if as_json:
+        print_json(data)
+        return
+    _show(data, False)
+    for line in data.get("history", []):
+        typer.echo(f"  {line}")
+
+
+@claim_app.command("list")
+def list_claims(namespace: str = typer.Option("", "--namespace", "-n"),
+                status: str = typer.Option("", help="pending, allocated, bound, released, ..."),
+                limit: int = typer.Option(1000), as_json: bool = typer.Option(False, "--json"),
+                url: Optional[str] = NatsUrl) -> None:
+    """List claims (newest last)."""
+    data = run(request(nats_url(url), subjects.query("claim.list"),
+                       {"namespace": namespace, "status": status, "limit": limit}))
+    if as_json:
+        print_json(data)
+        return
+    table = Table("claim", "namespace", "status", "shape", "node", "devices", "why")
+    for c in data:
+        devices = ",".join(str(d["index"]) for d in c.get("devices", []))
+        why = c.get("reasons", [{}])[0].get("message", "") if c.get("reasons") else c.get("end_reason", "")
+        table.add_row(c["claim_id"], c["namespace"], c["status"], c["shape"], c.get("node", ""), devices, why)
+    Console().print(table)
+
+
+def _show(data: dict, as_json: bool) -> None:
+    if as_json:
+        print_json(data)
+        return
+    typer.echo(f"{data['claim_id']}  {data['status']}  {data.get('shape', '')}")
+    if data.get("node"):
+        devices = ", ".join(f"{d['index']} ({d['uuid']})" for d in data.get("devices", []))
+        typer.echo(f"  node {data['node']}: {devices}")
+    for key, value in data.get("env", {}).items():
+        typer.echo(f"  {key}={value}")
+    for reason in data.get("reasons", []):
+        typer.echo(f"  - {reason['message']}")
+    if data.get("end_reason"):
+        typer.echo(f"  ended: {data['end_reason']}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(claim_app, name="claim")

@@ -1,0 +1,67 @@
+"""What every client command shares: the NATS URL option, requests with clear errors, output."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from typing import Any
+
+import msgspec
+import typer
+
+from shared.telemetry import inject_headers, setup_tracing, tracer
+
+NatsUrl = typer.Option(None, "--nats-url", envvar="GPULEDGER_NATS_URL",
+                       help="NATS server URL (default nats://127.0.0.1:4222; env GPULEDGER_NATS_URL)")
+
+
+def nats_url(value: str | None) -> str:
+    return value or os.environ.get("GPULEDGER_NATS_URL") or "nats://127.0.0.1:4222"
+
+
+def die(message: str, code: int = 1) -> None:
+    typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
+    raise typer.Exit(code)
+
+
+async def connect_or_die(url: str):
+    import nats
+
+    try:
+        return await nats.connect(url, connect_timeout=3, max_reconnect_attempts=0, allow_reconnect=False)
+    except Exception as err:
+        die(f"cannot reach NATS at {url} ({type(err).__name__}: {err}). Is `gpuledger up` running? "
+            "Set --nats-url or GPULEDGER_NATS_URL.")
+
+
+async def request(url: str, subject: str, payload: Any, timeout: float = 10.0) -> Any:
+    """Send a command; return its data, or exit with the service's error message."""
+    setup_tracing("cli")
+    nc = await connect_or_die(url)
+    try:
+        body = payload if isinstance(payload, bytes) else msgspec.json.encode(payload)
+        with tracer().start_as_current_span(f"cli {subject}"):
+            try:
+                msg = await nc.request(subject, body, timeout=timeout, headers=inject_headers())
+            except Exception as err:
+                die(f"no answer on {subject} within {timeout:g}s ({type(err).__name__}). "
+                    "Is the service running?")
+        reply = msgspec.json.decode(msg.data)
+    finally:
+        await nc.close()
+    if not reply.get("ok"):
+        error = reply.get("error") or {}
+        field = f" (field {error['field']})" if error.get("field") else ""
+        die(f"{error.get('code', 'error')}: {error.get('message', reply)}{field}")
+    return reply.get("data")
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=None, sort_keys=False, default=str) + "\n")
+    sys.stdout.flush()

@@ -1,0 +1,100 @@
+"""`gpuledger events tail|replay`: read the log, filtered by subject, as text or JSON lines."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Optional
+
+import msgspec
+import typer
+from rich.progress import Progress
+
+from gpuledger_cli.client import NatsUrl, connect_or_die, nats_url
+from schemas import subjects
+from shared.jetstream import JetStreamEventLog
+
+events_app = typer.Typer(help="Read the event log.", no_args_is_help=True)
+
+
+def summarise(event) -> str:
+    """One line per event: the fields that matter, not the whole payload."""
+    data = msgspec.to_builtins(event)
+    data.pop("type", None)
+    data.pop("v", None)
+    if "decisions" in data:
+        kinds: dict[str, int] = {}
+        for d in data["decisions"]:
+            kinds[d["type"]] = kinds.get(d["type"], 0) + 1
+        return ", ".join(f"{n} {k}" for k, n in kinds.items())
+    if "claim" in data:
+        c = data["claim"]
+        return f"{c['claim_id']} ns={c['namespace']} gpus={c.get('gpus', 1)}"
+    if "devices" in data and "node" in data:
+        return f"{data['node']} devices={len(data['devices'])}"
+    return " ".join(f"{k}={v}" for k, v in data.items() if k != "at" and not isinstance(v, (list, dict)))
+
+
+def _line(stored, as_json: bool) -> str:
+    if as_json:
+        return msgspec.json.encode({"seq": stored.seq, "subject": stored.subject,
+                                    "event": stored.event}).decode()
+    return (f"{stored.seq:>8} {stored.subject:<36} {type(stored.event).__name__:<22} "
+            f"{summarise(stored.event)}")
+
+
+async def _replay(url: str, from_seq: int, until_seq: Optional[int], subject: Optional[str],
+                  as_json: bool, progress: bool) -> int:
+    nc = await connect_or_die(url)
+    log = JetStreamEventLog(nc)
+    end = until_seq or await log.last_seq()
+    count = 0
+    out = sys.stdout
+    with Progress(transient=True, disable=not progress or not sys.stderr.isatty()) as bar:
+        task = bar.add_task("replaying", total=max(end - from_seq + 1, 1))
+        async for stored in log.read(from_seq, end, subject):
+            out.write(_line(stored, as_json) + "\n")
+            count += 1
+            bar.update(task, completed=stored.seq - from_seq + 1)
+    out.flush()
+    await nc.close()
+    return count
+
+
+async def _tail(url: str, from_seq: Optional[int], last: int, subject: Optional[str], as_json: bool) -> None:
+    nc = await connect_or_die(url)
+    log = JetStreamEventLog(nc)
+    start = from_seq if from_seq is not None else max(await log.last_seq() - last + 1, 1)
+    try:
+        async for stored in log.follow(start, subject):
+            sys.stdout.write(_line(stored, as_json) + "\n")
+            sys.stdout.flush()
+    finally:
+        await nc.close()
+
+
+@events_app.command("replay")
+def replay(from_seq: int = typer.Option(1, "--from-seq", help="first sequence to print"),
+           until_seq: Optional[int] = typer.Option(None, "--until-seq", help="last sequence to print"),
+           subject: Optional[str] = typer.Option(None, "--subject", help=f"filter, e.g. gpu.evt.claim.> "
+                                                 f"or {subjects.DECISIONS}"),
+           as_json: bool = typer.Option(False, "--json", help="one JSON object per line"),
+           url: Optional[str] = NatsUrl) -> None:
+    """Print the log from a sequence to its current end (with a progress bar on a terminal)."""
+    asyncio.run(_replay(nats_url(url), from_seq, until_seq, subject, as_json, progress=True))
+
+
+@events_app.command("tail")
+def tail(from_seq: Optional[int] = typer.Option(None, "--from-seq"),
+         last: int = typer.Option(10, "--last", help="events before now to show first"),
+         subject: Optional[str] = typer.Option(None, "--subject"),
+         as_json: bool = typer.Option(False, "--json"), url: Optional[str] = NatsUrl) -> None:
+    """Follow the log live (Ctrl-C to stop)."""
+    try:
+        asyncio.run(_tail(nats_url(url), from_seq, last, subject, as_json))
+    except KeyboardInterrupt:
+        pass
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(events_app, name="events")

@@ -1,0 +1,196 @@
+"""`gpuledger up`: the whole system on one machine, for a demo or development.
+
+A real nats-server (unless --nats-url), the streams, every service as its own process, and
+simulated node agents with --demo. Prints `GPULEDGER_NATS_URL=...` on stdout when ready; SIGINT or
+SIGTERM stops everything it started. Data stays in the data folder for the next start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from gpuledger_cli.services_cmd import SERVICES
+from shared.natsserver import NatsServerError, start_nats_server
+from shared.service import READY_SUBJECT
+
+DEFAULT_FLEET = "4xH100x8:islands=2,1xA100x4:mig"
+
+
+def _say(message: str) -> None:
+    sys.stderr.write(f"gpuledger: {message}\n")
+    sys.stderr.flush()
+
+
+class Child:
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path):
+        self.name, self.argv, self.env, self.log_path = name, argv, env, log_dir / f"{name}.log"
+        self.process: subprocess.Popen | None = None
+        self.restarts = 0
+
+    def start(self) -> None:
+        log = open(self.log_path, "ab")
+        self.process = subprocess.Popen(self.argv, env=self.env, stdin=subprocess.DEVNULL, stdout=log,
+                                        stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+
+    def wait(self, deadline: float) -> None:
+        if self.process is None:
+            return
+        try:
+            self.process.wait(max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def _available_services() -> list[str]:
+    return [name for name, module in SERVICES.items() if importlib.util.find_spec(module) is not None]
+
+
+def _children(services: list[str], env: dict[str, str], log_dir: Path, fleet: str | None) -> list[Child]:
+    exe = sys.executable
+    children = [Child(s, [exe, "-m", "gpuledger_cli.main", "service", s], env, log_dir) for s in services]
+    if fleet:
+        children.append(Child("node-agents", [exe, "-m", "services.node_agent", "--fleet", fleet], env, log_dir))
+    return children
+
+
+async def _start_and_wait(children: list[Child], url: str, names: list[str], want_nodes: int,
+                          timeout: float) -> None:
+    """Start the children, then wait until every service announced itself and, for a demo, the
+    claim service sees the simulated nodes."""
+    import msgspec
+    import nats
+
+    nc = await nats.connect(url)
+    ready: set[str] = set()
+
+    async def on_ready(msg) -> None:
+        ready.add(msg.subject.rsplit(".", 1)[-1])
+
+    await nc.subscribe(f"{READY_SUBJECT}.*", cb=on_ready)
+    await nc.flush()
+    for child in children:
+        child.start()
+    deadline = asyncio.get_running_loop().time() + timeout
+    nodes = 0
+    try:
+        while asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.2)
+            if not set(names) <= ready:
+                continue
+            try:
+                reply = await nc.request("gpu.qry.cluster.summary", b"{}", timeout=1)
+                nodes = (msgspec.json.decode(reply.data).get("data") or {}).get("nodes_ready", 0)
+            except Exception:
+                continue
+            if nodes >= want_nodes:
+                return
+        missing = sorted(set(names) - ready)
+        raise TimeoutError(f"not ready after {timeout:g}s: services not up: {missing or 'none'}; "
+                           f"nodes ready {nodes} of {want_nodes}")
+    finally:
+        await nc.close()
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("up")
+    def up(demo: bool = typer.Option(False, "--demo", help="also run simulated node agents"),
+           data_dir: Path = typer.Option(Path(".gpuledger"), "--data-dir", help="where NATS data, the "
+                                         "read-model database and logs live"),
+           nats_url: Optional[str] = typer.Option(None, "--nats-url", help="use this NATS server instead "
+                                                  "of starting one"),
+           fleet: str = typer.Option(DEFAULT_FLEET, "--fleet", help="simulated fleet for --demo"),
+           port: int = typer.Option(0, "--port", help="port for the embedded nats-server (0: a free one)"),
+           ready_timeout: float = typer.Option(90.0, "--ready-timeout")) -> None:
+        """Run NATS (embedded by default), all five services and, with --demo, simulated nodes."""
+        _run_up(demo, data_dir, nats_url, fleet, port or None, ready_timeout)
+
+
+def _expected_nodes(fleet: str) -> int:
+    total = 0
+    for part in fleet.split(","):
+        head = part.split(":", 1)[0]
+        count = head.split("x", 1)[0]
+        total += int(count) if count.isdigit() else 1
+    return total
+
+
+def _run_up(demo: bool, data_dir: Path, nats_url: str | None, fleet: str, port: int | None,
+            ready_timeout: float) -> None:
+    data_dir = data_dir.resolve()
+    log_dir = data_dir / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    server = None
+    if nats_url is None:
+        try:
+            server = start_nats_server(data_dir / "nats", port=port)
+        except NatsServerError as err:
+            _say(f"cannot start nats-server: {err}")
+            raise typer.Exit(1)
+        nats_url = server.url
+        _say(f"nats-server with JetStream at {nats_url}, data in {data_dir / 'nats'}")
+    env = dict(os.environ, GPULEDGER_NATS_URL=nats_url, GPULEDGER_DATA_DIR=str(data_dir),
+               PYTHONUNBUFFERED="1")
+    services = _available_services()
+    children = _children(services, env, log_dir, fleet if demo else None)
+    stop = {"now": False}
+
+    def on_signal(signum, frame) -> None:
+        stop["now"] = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        _say(f"starting {', '.join(c.name for c in children)}; logs in {log_dir}")
+        want = _expected_nodes(fleet) if demo else 0
+        try:
+            asyncio.run(_start_and_wait(children, nats_url, services, want, ready_timeout))
+        except Exception as err:
+            _say(f"{err}; see the logs in {log_dir}")
+            raise typer.Exit(1)
+        sys.stdout.write(f"GPULEDGER_NATS_URL={nats_url}\n")
+        sys.stdout.flush()
+        _supervise(children, stop)
+    finally:
+        _say("stopping")
+        for child in children:
+            child.stop()
+        deadline = time.monotonic() + 15
+        for child in children:
+            child.wait(deadline)
+        if server is not None:
+            server.stop()
+        _say("stopped")
+
+
+def _supervise(children: list[Child], stop: dict) -> None:
+    """Restart a service that dies (a few times, with a pause) until asked to stop."""
+    while not stop["now"]:
+        time.sleep(0.3)
+        for child in children:
+            code = child.process.poll() if child.process else None
+            if code is None or stop["now"]:
+                continue
+            if child.restarts >= 5:
+                _say(f"{child.name} keeps exiting (code {code}); giving up, see {child.log_path}")
+                stop["now"] = True
+                break
+            child.restarts += 1
+            _say(f"{child.name} exited with code {code}; restarting ({child.restarts}/5)")
+            time.sleep(1.0)
+            child.start()

@@ -1,0 +1,53 @@
+"""Follow the log and keep a folded core State current: read-your-writes for any service."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from schemas import events as ev
+
+from services.allocator.core.evolve import evolve
+from services.allocator.core.state import State
+
+
+class StateFollower:
+    """Folds every event into `state`; `wait_for_seq` lets a handler answer after its own write."""
+
+    def __init__(self, event_log, state: State | None = None):
+        self.log = event_log
+        self.state = state or State()
+        self.listeners: list[Callable[[int, str, ev.Event], None]] = []
+        self._advanced = asyncio.Condition()
+
+    async def run(self) -> None:
+        async for batch in self.log.follow_raw(self.state.last_seq + 1):
+            for seq, subject, data, _headers in batch:
+                event = ev.decode_event(data)
+                evolve(self.state, event, seq)
+                for listener in self.listeners:
+                    listener(seq, subject, event)
+            async with self._advanced:
+                self._advanced.notify_all()
+
+    async def wait_for_seq(self, seq: int, timeout: float = 10.0) -> bool:
+        async def reached() -> None:
+            async with self._advanced:
+                await self._advanced.wait_for(lambda: self.state.last_seq >= seq)
+
+        try:
+            await asyncio.wait_for(reached(), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+    async def wait_until(self, predicate: Callable[[], bool], timeout: float) -> bool:
+        async def holds() -> None:
+            async with self._advanced:
+                await self._advanced.wait_for(predicate)
+
+        try:
+            await asyncio.wait_for(holds(), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return predicate()

@@ -1,0 +1,181 @@
+"""The claim service: intake (request/reply and the durable intake subject), release, leases,
+and the claim queries (get, list, explain), answered from its own fold of the log."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from schemas import commands as cmd
+from schemas import events as ev
+from schemas import subjects
+from schemas.types import ClaimSpec
+from shared.commands import DomainError, command
+from shared.service import ServiceContext
+from shared.telemetry import inject_headers
+
+from services.allocator.follower import StateFollower
+from services.claim.intake import consume_intake
+from services.claim.validation import ClaimInvalid, validate_claim
+from services.claim.views import claim_view, explain_view
+
+log = logging.getLogger("gpuledger.claim")
+SETTLED = ("allocated", "bound", "rejected", "released", "evicted", "expired", "lost")
+
+
+class ClaimService:
+    def __init__(self, event_log, clock=time.time):
+        self.log = event_log
+        self.clock = clock
+        self.follower = StateFollower(event_log)
+        self.rejected: dict[str, ev.ClaimRejected] = {}  # intake refusals, by claim id
+        self.follower.listeners.append(self._remember_rejections)
+
+    def _remember_rejections(self, seq: int, subject: str, event: ev.Event) -> None:
+        if isinstance(event, ev.ClaimRejected) and event.claim_id:
+            self.rejected[event.claim_id] = event
+
+    @property
+    def state(self):
+        return self.follower.state
+
+    # --- commands ------------------------------------------------------------------------------
+
+    async def submit(self, spec: ClaimSpec, wait_seconds: float = 0.0, trace: dict | None = None) -> dict:
+        try:
+            spec = validate_claim(spec)
+        except ClaimInvalid as err:
+            raise DomainError("invalid", err.message, f"claim.{err.field}")
+        existing = self.state.claims.get(spec.claim_id)
+        if existing is not None and existing.spec != spec:
+            raise DomainError("conflict", f"claim id {spec.claim_id} is already used by a different claim",
+                              "claim.claim_id")
+        if existing is None:
+            event = ev.ClaimSubmitted(claim=spec, trace=trace or inject_headers(), at=self.clock())
+            appended = await self.log.append(subjects.claim(spec.claim_id), event, msg_id=spec.claim_id,
+                                             headers=inject_headers())
+            await self.follower.wait_for_seq(appended.seq)
+        if wait_seconds > 0:
+            await self.follower.wait_until(lambda: self._settled(spec.claim_id), wait_seconds)
+        return self.view(spec.claim_id) | {"duplicate": existing is not None}
+
+    def _settled(self, claim_id: str) -> bool:
+        claim = self.state.claims.get(claim_id)
+        return claim is not None and claim.status in SETTLED
+
+    async def release(self, claim_id: str, reason: str) -> dict:
+        claim = self._claim(claim_id)
+        if claim.status not in ("pending", "allocated", "bound"):
+            return self.view(claim_id) | {"already": claim.status}
+        appended = await self.log.append(subjects.claim(claim_id), ev.ClaimReleased(
+            claim_id=claim_id, reason=reason, at=self.clock()), msg_id=f"release-{claim_id}")
+        await self.follower.wait_for_seq(appended.seq)
+        return self.view(claim_id)
+
+    async def renew(self, claim_id: str) -> dict:
+        claim = self._claim(claim_id)
+        if not claim.holds_devices:
+            raise DomainError("conflict", f"claim {claim_id} is {claim.status}: only an allocated claim "
+                                          "can renew its lease", "claim_id")
+        appended = await self.log.append(subjects.claim(claim_id),
+                                         ev.LeaseRenewed(claim_id=claim_id, at=self.clock()))
+        await self.follower.wait_for_seq(appended.seq)
+        return self.view(claim_id)
+
+    async def activity(self, claim_id: str) -> dict:
+        self._claim(claim_id)
+        await self.log.append(subjects.claim(claim_id), ev.ClaimActivity(claim_id=claim_id, at=self.clock()))
+        return {"claim_id": claim_id}
+
+    # --- queries -------------------------------------------------------------------------------
+
+    def _claim(self, claim_id: str):
+        claim = self.state.claims.get(claim_id)
+        if claim is None:
+            raise DomainError("not-found", f"no claim {claim_id!r}", "claim_id")
+        return claim
+
+    def view(self, claim_id: str) -> dict:
+        claim = self.state.claims.get(claim_id)
+        if claim is not None:
+            return claim_view(claim)
+        rejected = self.rejected.get(claim_id)
+        if rejected is not None:
+            return {"claim_id": claim_id, "status": "rejected", "end_reason": rejected.code,
+                    "reasons": [{"code": r.code, "message": r.message} for r in rejected.reasons]}
+        raise DomainError("not-found", f"no claim {claim_id!r}", "claim_id")
+
+    def explain(self, claim_id: str) -> dict:
+        if claim_id in self.rejected and claim_id not in self.state.claims:
+            return self.view(claim_id)
+        return explain_view(self._claim(claim_id))
+
+    def list(self, namespace: str, status: str, limit: int) -> list[dict]:
+        found = []
+        for claim in reversed(self.state.claims.values()):
+            if (namespace and claim.spec.namespace != namespace) or (status and claim.status != status):
+                continue
+            found.append(claim_view(claim))
+            if len(found) >= limit:
+                break
+        return found[::-1]
+
+
+def register_handlers(ctx: ServiceContext, service: ClaimService) -> None:
+    b = ctx.broker
+
+    async def submit(c: cmd.SubmitClaim):
+        return cmd.ok(await service.submit(c.claim, c.wait_seconds))
+
+    async def release(c: cmd.ReleaseClaim):
+        return cmd.ok(await service.release(c.claim_id, c.reason))
+
+    async def renew(c: cmd.RenewLease):
+        return cmd.ok(await service.renew(c.claim_id))
+
+    async def activity(c: cmd.ReportActivity):
+        return cmd.ok(await service.activity(c.claim_id))
+
+    async def get(c: cmd.GetClaim):
+        return cmd.ok(service.view(c.claim_id))
+
+    async def explain(c: cmd.GetClaim):
+        return cmd.ok(service.explain(c.claim_id))
+
+    async def list_claims(c: cmd.ListClaims):
+        return cmd.ok(service.list(c.namespace, c.status, c.limit))
+
+    command(b, subjects.command("claim.submit"), cmd.SubmitClaim, submit)
+    command(b, subjects.command("claim.release"), cmd.ReleaseClaim, release)
+    command(b, subjects.command("claim.renew"), cmd.RenewLease, renew)
+    command(b, subjects.command("claim.activity"), cmd.ReportActivity, activity)
+    command(b, subjects.query("claim.get"), cmd.GetClaim, get)
+    command(b, subjects.query("claim.explain"), cmd.GetClaim, explain)
+    command(b, subjects.query("claim.list"), cmd.ListClaims, list_claims)
+    command(b, subjects.query("cluster.summary"), cmd.ListClaims,
+            lambda c: _summary(service))
+
+
+async def _summary(service: ClaimService):
+    s = service.state
+    by_status: dict[str, int] = {}
+    for claim in s.claims.values():
+        by_status[claim.status] = by_status.get(claim.status, 0) + 1
+    return cmd.ok({"last_seq": s.last_seq, "nodes": len(s.nodes),
+                   "nodes_ready": sum(1 for n in s.nodes.values() if n.schedulable),
+                   "devices": len(s.units), "claims": by_status, "pending": len(s.pending)})
+
+
+async def build(ctx: ServiceContext) -> None:
+    service = ClaimService(ctx.log)
+    ctx.claims = service  # type: ignore[attr-defined]  # for in-process tests
+    register_handlers(ctx, service)
+    try:
+        from services.claim.endpoints import register_endpoints
+    except ImportError:  # serverless endpoints are optional in a trimmed build
+        register_endpoints = None
+    if register_endpoints is not None:
+        await register_endpoints(ctx)
+    ctx.spawn(service.follower.run(), "claim-follow")
+    ctx.spawn(consume_intake(ctx.nc.jetstream(), service), "claim-intake")
+

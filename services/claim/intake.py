@@ -1,0 +1,82 @@
+"""The durable intake: other systems publish a JSON ClaimSpec to `gpu.intake.claim`.
+
+The subject belongs to a JetStream work-queue stream, so a claim the publisher got an ack for is
+stored before anyone looks at it. The claim service drains it with a durable pull consumer: a
+valid claim becomes `ClaimSubmitted` (message id = claim id, so a retried publish is stored once);
+an invalid one becomes `ClaimRejected` naming the field, on the claim's subject when the id is
+readable and on the dead-letter subject always. Either way the intake message is acked only after
+its outcome is in the log, so nothing accepted is lost and nothing bad blocks what follows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import msgspec
+from nats.errors import TimeoutError as NatsTimeout
+from nats.js import api
+
+from schemas import events as ev
+from schemas import subjects
+from schemas.types import ClaimSpec, Reason
+from shared.commands import DomainError, field_of
+from shared.telemetry import extract_context, tracer
+
+log = logging.getLogger("gpuledger.claim")
+DURABLE = "claim-intake"
+_spec_decoder = msgspec.json.Decoder(ClaimSpec)
+
+
+async def consume_intake(js, service, batch: int = 256) -> None:
+    sub = await js.pull_subscribe(subjects.INTAKE_CLAIMS, durable=DURABLE, stream=subjects.INTAKE_STREAM,
+                                  config=api.ConsumerConfig(ack_wait=30, max_deliver=-1))
+    while True:
+        try:
+            msgs = await sub.fetch(batch, timeout=1.0)
+        except (NatsTimeout, asyncio.TimeoutError):
+            continue
+        for msg in msgs:
+            await handle_intake(service, msg.data, dict(msg.headers or {}))
+            await msg.ack()
+
+
+async def handle_intake(service, data: bytes, headers: dict[str, str]) -> None:
+    with tracer().start_as_current_span("claim.intake", context=extract_context(headers)):
+        try:
+            spec = _spec_decoder.decode(data)
+        except (msgspec.ValidationError, msgspec.DecodeError) as err:
+            field = field_of(err)
+            await _reject(service, _readable_id(data, headers), "invalid", str(err), field, data)
+            return
+        try:
+            await service.submit(spec, trace=headers and {k: v for k, v in headers.items()
+                                                          if k in ("traceparent", "tracestate")})
+        except DomainError as err:
+            await _reject(service, spec.claim_id, err.code, err.message, err.field, data)
+
+
+async def _reject(service, claim_id: str, code: str, message: str, field: str, data: bytes) -> None:
+    detail = {"field": field, "payload": data[:1024].decode("utf-8", "replace")}
+    event = ev.ClaimRejected(claim_id=claim_id, code=code,
+                             reasons=[Reason(code, message, detail=detail)], at=service.clock())
+    log.info("intake rejected claim %r: %s", claim_id, message)
+    if claim_id:
+        await service.log.append(subjects.claim(claim_id), event, msg_id=f"rejected-{claim_id}")
+    await service.log.append(subjects.DEAD_LETTER + ".intake", event)
+
+
+def _readable_id(data: bytes, headers: dict[str, str]) -> str:
+    """The claim id if the payload has a valid one (so the sender can look its refusal up)."""
+    try:
+        raw = msgspec.json.decode(data)
+    except msgspec.DecodeError:
+        raw = None
+    claim_id = raw.get("claim_id") if isinstance(raw, dict) else None
+    if isinstance(claim_id, str):
+        try:
+            msgspec.convert({"claim_id": claim_id, "namespace": "x"}, ClaimSpec)
+            return claim_id
+        except msgspec.ValidationError:
+            return ""
+    return headers.get("Nats-Msg-Id", "") if headers else ""

@@ -1,0 +1,70 @@
+"""How a claim is shown to clients (replies of get, list, submit --wait, explain)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from services.allocator.core.state import FREE, Claim
+
+
+def visible_devices_env(claim: Claim) -> dict[str, str]:
+    """The binding a workload gets: card indices, or MIG UUIDs, as CUDA_VISIBLE_DEVICES.
+
+    The node agent's ClaimBound carries the authoritative env; until it arrives this is what the
+    allocation implies.
+    """
+    if claim.env:
+        return dict(claim.env)
+    if not claim.grants:
+        return {}
+    ids = sorted(claim.grants, key=lambda g: (g.index, g.mig_index))
+    visible = ",".join(g.uuid if g.mig_index >= 0 else str(g.index) for g in ids)
+    return {"CUDA_VISIBLE_DEVICES": visible, "NVIDIA_VISIBLE_DEVICES": ",".join(g.uuid for g in ids),
+            "GPULEDGER_CLAIM_ID": claim.claim_id}
+
+
+def claim_view(claim: Claim) -> dict[str, Any]:
+    spec = claim.spec
+    view: dict[str, Any] = {
+        "claim_id": claim.claim_id, "namespace": spec.namespace, "status": claim.status,
+        "priority": spec.priority, "shape": shape_label(claim), "submitted_at": claim.submitted_at,
+    }
+    if claim.grants or claim.node:
+        view.update(node=claim.node, allocated_at=claim.allocated_at, tflops=claim.tflops,
+                    vram_mib=claim.vram_mib)
+        view["devices"] = [{"index": g.index, "uuid": g.uuid, "milli": g.milli,
+                            **({"mig_index": g.mig_index} if g.mig_index >= 0 else {})}
+                           for g in claim.grants]
+    if claim.holds_devices:
+        view["env"] = visible_devices_env(claim)
+    if claim.reasons:
+        view["reasons"] = [{"code": r.code, "message": r.message, "count": r.count} for r in claim.reasons]
+    if claim.end_reason:
+        view["end_reason"] = claim.end_reason
+    if spec.gang_id:
+        view["gang"] = {"id": spec.gang_id, "size": spec.gang_size}
+    if spec.lease_seconds:
+        view["lease"] = {"seconds": spec.lease_seconds, "last_renewed": claim.last_renewed}
+    return view
+
+
+def explain_view(claim: Claim) -> dict[str, Any]:
+    view = claim_view(claim)
+    view["history"] = list(claim.history)
+    return view
+
+
+def shape_label(claim: Claim) -> str:
+    spec = claim.spec
+    where = "/".join(spec.models) or "/".join(spec.gpu_groups) or "any GPU"
+    if spec.model_memory_gib:
+        return f"{spec.model_memory_gib:g}Gi model, tensor-parallel on {where}"
+    if spec.mig_profile:
+        return f"{spec.gpus} x MIG {spec.mig_profile}"
+    if spec.gpu_memory_gib:
+        return f"{spec.gpus} x {spec.gpu_memory_gib:g}Gi of {where}"
+    if spec.gpus == 0:
+        return f"CPU only ({spec.cpu_milli}m, {spec.memory_mib}Mi)"
+    if spec.gpu_milli < FREE:
+        return f"{spec.gpu_milli}m of one {where}"
+    return f"{spec.gpus} x {where}"
