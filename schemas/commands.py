@@ -69,6 +69,16 @@ class GetQuota(Command):
     namespace: str
 
 
+class ListQuotas(Command):
+    parent: str = ""  # only the children of this team/cohort
+
+
+class GetQuotaStatus(Command):
+    """Status (use, conditions, borrowing) of one namespace, or of all when empty, plus drift."""
+
+    namespace: str = ""
+
+
 class CreatePool(Command):
     pool: PoolSpec
 
