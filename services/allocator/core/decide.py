@@ -21,6 +21,7 @@ from schemas.types import Grant, Reason
 
 from services.allocator.core.demand import Need, cost, needs_for
 from services.allocator.core.evolve import apply_decision
+from services.allocator.core.fragmentation import shapes_from_counts
 from services.allocator.core.ledger import Journal
 from services.allocator.core.placement import Choice, PlacementContext, choose, reasons_for
 from services.allocator.core.pools import has_access
@@ -43,8 +44,10 @@ class DecideContext:
     starvation_after_s: float = 300.0
     max_decisions: int = 512
     evict: bool = True
-    typical_shapes: tuple = ()
+    typical_shapes: tuple = ()  # (weight, TypicalShape); empty: learned from the claims seen
     rng: Any = None
+    memo: dict | None = field(default=None, compare=False)  # caller-owned score memo (placement)
+    explain_failures: bool = True  # False: skip counting reasons over every node (simulations)
 
 
 @dataclass
@@ -56,6 +59,7 @@ class _Pass:
     decisions: list = field(default_factory=list)
     held: dict[str, int] = field(default_factory=dict)  # node -> priority of the claim holding it
     failed: dict[tuple, list[Reason]] = field(default_factory=dict)  # need shape -> reasons
+    shapes: tuple | None = None  # typical shapes for this pass
 
 
 def decide(state: State, ctx: DecideContext) -> list:
@@ -190,7 +194,8 @@ def _try_need(state, run, claim, need: Need, reasons, single_refusals):
     policy = get_policy(_policy_name(state, run, need))
     choice = choose(state, need, policy, pctx)
     if choice is None:
-        found = reasons_for(state, need, pctx)
+        found = (reasons_for(state, need, pctx) if run.ctx.explain_failures
+                 else [Reason("no-free-gpu", f"no node has room for {need.label}")])
         run.failed[shape] = found
         reasons.extend(found)
         return None
@@ -293,7 +298,17 @@ def _placement_context(state: State, run: _Pass, claim: Claim, need: Need) -> Pl
     return PlacementContext(
         cuda_versions=tuple(claim.spec.cuda_versions),
         node_selector=tuple(sorted(claim.spec.node_selector.items())),
-        typical_shapes=run.ctx.typical_shapes, rng=run.ctx.rng, excluded=excluded)
+        typical_shapes=_typical_shapes(state, run), rng=run.ctx.rng, excluded=excluded,
+        memo=run.ctx.memo)
+
+
+def _typical_shapes(state: State, run: _Pass) -> tuple:
+    """The caller's typical shapes, else those of the claims folded so far (deterministic)."""
+    if run.ctx.typical_shapes:
+        return run.ctx.typical_shapes
+    if run.shapes is None:
+        run.shapes = shapes_from_counts(state.shape_counts)
+    return run.shapes
 
 
 def _excluded_key(run: _Pass, claim: Claim) -> tuple:

@@ -29,6 +29,7 @@ class PlacementContext:
     excluded: frozenset[str] | set[str] = frozenset()
     strategy: str = ""  # a pool's BinPack | Spread
     cache: dict = field(default_factory=dict)
+    memo: dict | None = None  # caller-owned, lives across decisions: (picks, score) per node view
 
 
 class Choice(NamedTuple):
@@ -196,17 +197,74 @@ def feasible(state: State, need: Need, policy, ctx: PlacementContext):
 
 def choose(state: State, need: Need, policy, ctx: PlacementContext) -> Choice | None:
     """The best node for a need under a policy; the lowest rank breaks ties."""
-    candidates = list(feasible(state, need, policy, ctx))
+    candidates = _candidates(state, need, policy, ctx)
     if not candidates:
         return None
-    scores = [policy.score(group.view, need, picks, ctx) for group, picks, _ in candidates]
+    scores = [c.score for c in candidates]
     if getattr(policy, "normalize", False):
         scores = _min_max(scores)
     best: Choice | None = None
-    for (group, picks, (rank, name)), score in zip(candidates, scores):
-        if best is None or score > best.score or (score == best.score and rank < best.rank):
-            best = Choice(name, rank, group.view, picks, score)
-    return best
+    for candidate, score in zip(candidates, scores):
+        if best is None or score > best.score or (score == best.score and candidate.rank < best.rank):
+            best = candidate._replace(score=score)
+    refine = getattr(policy, "refine", None)  # e.g. `random` draws the unit inside the node
+    return best._replace(picks=refine(best.view, need, best.picks, ctx)) if refine else best
+
+
+def _candidates(state: State, need: Need, policy, ctx: PlacementContext) -> list[Choice]:
+    """Every feasible group's (first node, picks, score); memoised per view when the caller
+    keeps a memo, since a decision changes one node and the others' scores stay the same."""
+    memo = _memo_for(state, need, policy, ctx)
+    per_node = getattr(policy, "score_group", None)  # scores that depend on how many nodes share a view
+    out: list[Choice] = []
+    for group in state.groups_for_models(need.models):
+        view = group.view
+        if memo is None:
+            picks, score = _evaluate(view, need, policy, ctx)
+        else:
+            hit = memo.get(id(view))
+            if hit is None or hit[0] is not view:  # the view object is kept, so its id is not reused
+                hit = memo[id(view)] = (view, *_evaluate(view, need, policy, ctx))
+            picks, score = hit[1], hit[2]
+        if picks is None:
+            continue
+        first = group.first(ctx.excluded) if ctx.excluded else (group.ranks[0], group.names[group.ranks[0]])
+        if first is None:
+            continue
+        if per_node is not None:
+            score = per_node(view, need, picks, ctx, len(group))
+        out.append(Choice(first[1], first[0], view, picks, score))
+    return out
+
+
+def _evaluate(view: NodeView, need: Need, policy, ctx: PlacementContext):
+    if ctx.node_selector and not _selector_ok(view, need, ctx):
+        return None, 0
+    if not _cuda_ok(view, need, ctx):
+        return None, 0
+    picks = policy.pick(view, need, ctx)
+    if picks is None:
+        return None, 0
+    return picks, policy.score(view, need, picks, ctx)
+
+
+def _memo_for(state: State, need: Need, policy, ctx: PlacementContext) -> dict | None:
+    """The memo of (policy, need, filters) or None when the policy's scores are not pure."""
+    root = ctx.memo
+    if root is None or not getattr(policy, "cacheable", False):
+        return None
+    if root.get("shapes") is not ctx.typical_shapes or len(root) > 4096:  # shapes changed: all scores do
+        root.clear()
+        root["shapes"] = ctx.typical_shapes
+    key = (policy.name, need, ctx.node_selector, ctx.cuda_versions)
+    memo = root.get(key)
+    if memo is None:
+        memo = root[key] = {}
+    elif len(memo) > 4 * len(state.groups) + 256:  # drop entries of views no node has any more
+        live = {id(view) for view in state.groups}
+        for dead in [k for k in memo if k not in live]:
+            del memo[dead]
+    return memo
 
 
 def _min_max(scores: list[float]) -> list[int]:
