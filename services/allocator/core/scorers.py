@@ -3,12 +3,20 @@
 A policy is a small object with `pick(view, need, ctx)` (which units inside the node, or None
 if it does not fit) and `score(view, need, picks, ctx)`. Policies are registered by name; the
 simulator runs the very same objects (`gpuledger simulate --policy NAME`).
+
+`cacheable = True` says the score is a pure function of (view, need, the context's typical shapes
+and filters), so placement may memoise it per node view. The published baselines of the FGD paper
+(random, dotprod, gpu-packing, gpu-clustering, bestfit, fgd) are here as the paper's simulator
+computes them, integer scores included: integer truncation decides ties, and ties decide results.
 """
 
 from __future__ import annotations
 
+import math
+
 from services.allocator.core.demand import Need
-from services.allocator.core.placement import PlacementContext, default_pick
+from services.allocator.core.fragmentation import after, card_fragmentation, card_of
+from services.allocator.core.placement import PlacementContext, default_pick, eligible, fitting_units
 from services.allocator.core.state import FREE, NodeView
 
 CPU_SCALE = 128_000  # the openb paper's normalisation constants (128 cores, 8 GPUs)
@@ -20,6 +28,7 @@ class BinPack:
 
     name = "binpack"
     normalize = False
+    cacheable = True
 
     def pick(self, view: NodeView, need: Need, ctx: PlacementContext):
         return default_pick(view, need)
@@ -35,12 +44,150 @@ class Spread:
 
     name = "spread"
     normalize = False
+    cacheable = True
 
     def pick(self, view: NodeView, need: Need, ctx: PlacementContext):
         return default_pick(view, need)
 
     def score(self, view: NodeView, need: Need, picks, ctx: PlacementContext) -> float:
         return view.gpu_milli_free / GPU_SCALE * 50 + view.cpu_free / CPU_SCALE * 50
+
+
+# --- the published baselines (FGD paper, ATC'23) ------------------------------------------------
+
+
+def _requested(need: Need) -> int:
+    return need.count * need.milli
+
+
+class BestFit(BinPack):
+    """Least CPU and GPU left after placing, as an integer, min-max normalised over feasible nodes."""
+
+    name = "bestfit"
+    normalize = True
+
+    def score(self, view: NodeView, need: Need, picks, ctx: PlacementContext) -> int:
+        s = 0.5 * float(view.cpu_free - need.cpu) / CPU_SCALE
+        s += 0.5 * float(view.gpu_milli_free - _requested(need)) / GPU_SCALE
+        return int((1 - s) * 100)
+
+
+class DotProd(BinPack):
+    """The smallest dot product of the node's free (CPU, GPU) and the pod's request."""
+
+    name = "dotprod"
+
+    def score(self, view: NodeView, need: Need, picks, ctx: PlacementContext) -> int:
+        dot = (view.cpu_free / CPU_SCALE) * (need.cpu / CPU_SCALE)
+        dot += (view.gpu_milli_free / GPU_SCALE) * (_requested(need) / GPU_SCALE)
+        return int(100 * (1 - dot / 2))
+
+
+def _gpu_units(view: NodeView) -> list:
+    return [u for u in view.units if u.healthy and not u.mig_profile]
+
+
+class GpuPacking(BinPack):
+    """Shared GPUs first, then free GPUs of used nodes, then whole free nodes (small first)."""
+
+    name = "gpu-packing"
+
+    def score(self, view: NodeView, need: Need, picks, ctx: PlacementContext) -> int:
+        if need.count == 0:
+            return 0
+        units = _gpu_units(view)
+        if all(u.is_free for u in units):
+            return 33 - len(units)
+        if all(not view.units[i].is_free for i in picks):  # lands on already shared GPUs only
+            return max(50, 100 - sum(u.milli_free for u in units) // 100)
+        return max(33, 50 - sum(1 for i in picks if view.units[i].is_free))
+
+
+def _gpu_tags(view: NodeView) -> set[str]:
+    """Which kinds of GPU pods a node holds: a unit with one holder and nothing left is a whole
+    card's (k-gpu); any other held unit is shared (sharing pods ask for less than a card)."""
+    tags = set()
+    for u in view.units:
+        if u.holders:
+            tags.add("k-gpu" if u.holders == 1 and u.milli_free == 0 else "share-gpu")
+    return tags
+
+
+class GpuClustering(BinPack):
+    """Keep sharing pods with sharing pods and whole-GPU pods with whole-GPU pods."""
+
+    name = "gpu-clustering"
+
+    def score(self, view: NodeView, need: Need, picks, ctx: PlacementContext) -> int:
+        if need.count == 0:
+            return 0
+        base = 25 * (GPU_SCALE - view.gpu_milli_free) // GPU_SCALE
+        tag = "share-gpu" if need.milli < FREE else "k-gpu"
+        tags = _gpu_tags(view)
+        if not tags:
+            return base + 25
+        if tags == {tag}:
+            return base + 75
+        return base + 50 if tag in tags else base
+
+
+def _sigmoid(x: float) -> float:
+    return 1 / (1 + math.exp(-x))
+
+
+def frag_drop(view: NodeView, need: Need, picks, ctx: PlacementContext) -> float:
+    """How much the node's fragmentation falls (milli) if the need takes `picks` there."""
+    card = card_of(view)
+    before = card_fragmentation(card, ctx.typical_shapes)
+    placed = after(card, need.cpu, [(i, need.milli) for i in picks])
+    return before - card_fragmentation(placed, ctx.typical_shapes)
+
+
+class FGD(BinPack):
+    """Fragmentation gradient descent: the node (and card) whose fragmentation grows least."""
+
+    name = "fgd"
+
+    def pick(self, view: NodeView, need: Need, ctx: PlacementContext):
+        picks = default_pick(view, need)
+        if picks is None or need.count != 1 or need.milli >= FREE:
+            return picks
+        best, best_score = None, -1
+        for i in fitting_units(view, need):  # a share: the card with the best score, first on ties
+            score = self._int_score(view, need, (i,), ctx)
+            if score > best_score:
+                best, best_score = (i,), score
+        return best
+
+    def score(self, view: NodeView, need: Need, picks, ctx: PlacementContext) -> int:
+        return self._int_score(view, need, picks, ctx)
+
+    @staticmethod
+    def _int_score(view, need, picks, ctx) -> int:
+        return int(_sigmoid(frag_drop(view, need, picks, ctx) / 1000) * 100)
+
+
+class Random:
+    """One feasible node uniformly at random, and a random fitting card in it (the worst case)."""
+
+    name = "random"
+    normalize = False
+    cacheable = True  # feasibility and picks are pure; the draw happens in score_group/refine
+
+    def pick(self, view: NodeView, need: Need, ctx: PlacementContext):
+        return default_pick(view, need)
+
+    def score(self, view: NodeView, need: Need, picks, ctx: PlacementContext) -> float:
+        return 0.0
+
+    def score_group(self, view: NodeView, need: Need, picks, ctx: PlacementContext, nodes: int) -> float:
+        # the largest of `nodes` uniform draws: the group wins in proportion to its node count
+        return ctx.rng.random() ** (1 / nodes)
+
+    def refine(self, view: NodeView, need: Need, picks, ctx: PlacementContext):
+        if need.count != 1 or need.milli >= FREE:
+            return picks
+        return (ctx.rng.choice(fitting_units(view, need)),)
 
 
 POLICIES: dict[str, object] = {}
@@ -57,6 +204,7 @@ def get_policy(name: str):
         raise ValueError(f"unknown placement policy {name!r}; known: {', '.join(sorted(POLICIES))}")
 
 
-register(BinPack())
-register(Spread())
+for _policy in (BinPack(), Spread(), BestFit(), DotProd(), GpuPacking(), GpuClustering(), FGD(),
+                Random()):
+    register(_policy)
 DEFAULT_POLICY = "binpack"
