@@ -93,12 +93,28 @@ class DeletePool(Command):
     name: str
 
 
+class GetPool(Command):
+    name: str
+
+
+class ListPools(Command):
+    pass
+
+
 class CreateEndpoint(Command):
     endpoint: EndpointSpec
 
 
 class DeleteEndpoint(Command):
     name: str
+
+
+class GetEndpoint(Command):
+    name: str
+
+
+class ListEndpoints(Command):
+    namespace: str = ""
 
 
 class ReportEndpointLoad(Command):

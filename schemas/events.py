@@ -116,6 +116,8 @@ class PoolAccessChanged(Event, tag=True):
 
     pool: str
     namespaces: list[str]
+    service_accounts: list[str] | None = None  # None: unchanged (events written before v1.1)
+    groups: list[str] | None = None
 
 
 class PoolDeleted(Event, tag=True):

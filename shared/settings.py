@@ -17,6 +17,17 @@ def _float(name: str, default: float) -> float:
         raise SystemExit(f"{name} must be a number, got {raw!r}")
 
 
+def _bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name, "").strip().lower()
+    if raw == "":
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise SystemExit(f"{name} must be true or false, got {raw!r}")
+
+
 @dataclass(frozen=True)
 class Settings:
     nats_url: str = field(default_factory=lambda: os.environ.get("GPULEDGER_NATS_URL", "nats://127.0.0.1:4222"))
@@ -30,6 +41,17 @@ class Settings:
     starvation_after_s: float = field(default_factory=lambda: _float("GPULEDGER_STARVATION_AFTER_S", 300.0))
     snapshot_every: int = field(default_factory=lambda: int(_float("GPULEDGER_SNAPSHOT_EVERY", 50_000)))
     tick_s: float = field(default_factory=lambda: _float("GPULEDGER_TICK_S", 1.0))
+    # Cluster facts the pool controller validates `backend: dra` against (seed 004).
+    k8s_version: str = field(default_factory=lambda: os.environ.get("GPULEDGER_K8S_VERSION", ""))
+    dra_enabled: bool = field(default_factory=lambda: _bool("GPULEDGER_DRA_ENABLED", False))
+    # Pod admission webhook of the pool controller: 0 = not served.
+    admission_port: int = field(default_factory=lambda: int(_float("GPULEDGER_ADMISSION_PORT", 0)))
+    admission_host: str = field(default_factory=lambda: os.environ.get("GPULEDGER_ADMISSION_HOST", "0.0.0.0"))
+    admission_tls_cert: str = field(default_factory=lambda: os.environ.get("GPULEDGER_ADMISSION_TLS_CERT", ""))
+    admission_tls_key: str = field(default_factory=lambda: os.environ.get("GPULEDGER_ADMISSION_TLS_KEY", ""))
+    pool_resource_prefix: str = field(
+        default_factory=lambda: os.environ.get("GPULEDGER_POOL_RESOURCE_PREFIX", "gpu.gpuledger.io"))
+    endpoint_tick_s: float = field(default_factory=lambda: _float("GPULEDGER_ENDPOINT_TICK_S", 1.0))
 
     @property
     def database_url(self) -> str:

@@ -211,7 +211,12 @@ def _pool_access(state: State, e: ev.PoolAccessChanged, seq: int) -> None:
     if pool is not None:
         import msgspec
 
-        state.pools[e.pool] = msgspec.structs.replace(pool, access_namespaces=list(e.namespaces))
+        changes = {"access_namespaces": list(e.namespaces)}
+        if e.service_accounts is not None:
+            changes["access_service_accounts"] = list(e.service_accounts)
+        if e.groups is not None:
+            changes["access_groups"] = list(e.groups)
+        state.pools[e.pool] = msgspec.structs.replace(pool, **changes)
         state.capacity_epoch += 1
 
 
