@@ -1,0 +1,94 @@
+"""`gpuledger pool create|get|list|update|delete`: GPU pools through the pool controller."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from gpuledger_cli.command_client import nats_url_option, read_document, send, show
+from schemas import subjects
+from schemas.commands import CreatePool, DeletePool, GetPool, ListPools, UpdatePool
+from services.pool_controller.manifest import ManifestError, pool_from_document
+
+SERVICE = "pool-controller"
+pool_app = typer.Typer(help="GPU pools (Deckhouse-style): validated, immutable but for access.",
+                       no_args_is_help=True)
+
+FILE = typer.Option(..., "-f", "--file", help="Pool as JSON (or YAML with PyYAML): a GPUPool "
+                    "manifest or a flat PoolSpec; '-' reads stdin.")
+JSON = typer.Option(False, "--json", help="Print the reply as JSON.")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(pool_app, name="pool")
+
+
+def _load(path: Path):
+    try:
+        return pool_from_document(read_document(path))
+    except ManifestError as err:
+        typer.echo(f"error: {path}: {err}", err=True)
+        raise typer.Exit(1)
+
+
+@pool_app.command("create")
+def create(file: Path = FILE, as_json: bool = JSON, nats_url: str = nats_url_option()) -> None:
+    """Create a pool (re-creating an identical one is a no-op)."""
+    data = send(nats_url, subjects.command("pool.create"), CreatePool(pool=_load(file)), SERVICE)
+    show(data, as_json, lambda d: f"pool {d['pool']} {'created' if d['created'] else 'exists, unchanged'}")
+
+
+@pool_app.command("update")
+def update(file: Path = FILE, as_json: bool = JSON, nats_url: str = nats_url_option()) -> None:
+    """Change a pool's access; any other changed field is refused (immutable)."""
+    data = send(nats_url, subjects.command("pool.update"), UpdatePool(pool=_load(file)), SERVICE)
+    show(data, as_json, lambda d: f"pool {d['pool']} {'access updated' if d['changed'] else 'unchanged'}")
+
+
+@pool_app.command("delete")
+def delete(name: str, as_json: bool = JSON, nats_url: str = nats_url_option()) -> None:
+    """Delete a pool; refused while any of its devices is allocated."""
+    data = send(nats_url, subjects.command("pool.delete"), DeletePool(name=name), SERVICE)
+    show(data, as_json, lambda d: f"pool {d['pool']} deleted")
+
+
+@pool_app.command("get")
+def get(name: str, as_json: bool = JSON, nats_url: str = nats_url_option()) -> None:
+    """A pool's spec, the devices it selects and its allocations."""
+    show(send(nats_url, subjects.query("pool.get"), GetPool(name=name), SERVICE), as_json, _render_pool)
+
+
+@pool_app.command("list")
+def list_pools(as_json: bool = JSON, nats_url: str = nats_url_option()) -> None:
+    """Every pool with its device and node counts."""
+    show(send(nats_url, subjects.query("pool.list"), ListPools(), SERVICE), as_json, _render_list)
+
+
+def _render_list(pools: list[dict]) -> str:
+    if not pools:
+        return "no pools"
+    rows = [("NAME", "BACKEND", "UNIT", "SLICES", "STRATEGY", "DEVICES", "NODES", "ALLOCATED")]
+    rows += [(p["name"], p["backend"], p["unit"], str(p["slices_per_unit"]), p["strategy"],
+              str(p["devices"]), str(p["nodes"]), str(p["allocated_devices"])) for p in pools]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def _render_pool(status: dict) -> str:
+    spec = status["spec"]
+    lines = [f"pool {spec['name']}: backend {spec.get('backend', 'device-plugin')}, unit "
+             f"{spec.get('unit', 'Card')}{' ' + spec['mig_profile'] if spec.get('mig_profile') else ''}, "
+             f"{spec.get('slices_per_unit', 1)} slice(s) per unit, {spec.get('strategy', 'BinPack')}"]
+    access = [f"{k.removeprefix('access_')}={','.join(spec[k])}" for k in
+              ("access_namespaces", "access_service_accounts", "access_groups") if spec.get(k)]
+    lines.append(f"access: {'; '.join(access) or 'everyone'}")
+    lines.append(f"devices: {len(status['devices'])} on {len(status['nodes'])} node(s), "
+                 f"{status['capacity_slots']} healthy slot(s)")
+    for d in status["devices"]:
+        extra = " ".join(x for x in (d.get("mig_profile", ""), d["health"] if d["health"] != "Healthy"
+                                     else "", d.get("node_condition", "")) if x)
+        holders = f" held by {', '.join(d['holders'])}" if d["holders"] else ""
+        lines.append(f"  {d['node']}/{d['index']} {d['model']} {d['uuid']} {extra}".rstrip() + holders)
+    lines.append(f"allocations: {', '.join(status['allocations']) or 'none'}")
+    return "\n".join(lines)

@@ -1,0 +1,172 @@
+"""The pool-controller service: pool commands and queries, the fold of the log, admission.
+
+Every command first waits until the fold has read the whole log (so it decides on the latest
+state), then appends with the pool subject's last sequence as the fence: of two writers racing on
+one pool only the first append lands; the other catches up and decides again (and then sees,
+say, that the pool already exists).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from schemas import subjects
+from schemas.commands import CreatePool, DeletePool, GetPool, ListPools, Reply, UpdatePool, fail, ok
+from schemas.events import decode_event
+from services.allocator.core.state import State
+from services.pool_controller.admission import AdmissionConfig, PoolPlacement, review
+from services.pool_controller.decisions import Append, Outcome, decide_create, decide_delete, decide_update
+from services.pool_controller.projection import PoolProjection, pool_nodes, pool_status, pool_units
+from services.pool_controller.validation import ClusterFacts
+from services.pool_controller.webhook import start_webhook, tls_context
+from shared import rpc
+from shared.eventlog import AppendConflict
+from shared.service import ServiceContext, serve
+from shared.settings import Settings
+
+log = logging.getLogger("gpuledger.pool_controller")
+MAX_ATTEMPTS = 5
+QUEUE = "pool-controller"
+
+
+class PoolController:
+    def __init__(self, event_log, facts: ClusterFacts, admission: AdmissionConfig,
+                 clock: Callable[[], float] = time.time):
+        self.log = event_log
+        self.facts = facts
+        self.admission = admission
+        self.clock = clock
+        self.projection = PoolProjection()
+        self._progress = asyncio.Condition()
+        self._writing = asyncio.Lock()
+
+    @property
+    def state(self) -> State:
+        return self.projection.state
+
+    # --- the fold ------------------------------------------------------------------------------
+
+    async def run_fold(self) -> None:
+        """Fold the log from the start, then its tail, for as long as the service runs."""
+        async for batch in self.log.follow_raw(1):
+            for seq, subject, data, _headers in batch:
+                try:
+                    event = decode_event(data)
+                except Exception as err:  # not an event (e.g. a dead letter): skip, never stop
+                    log.debug("skipping seq %d on %s: %s", seq, subject, err)
+                    self.projection.state.last_seq = seq
+                    continue
+                self.projection.apply(seq, subject, event)
+            async with self._progress:
+                self._progress.notify_all()
+
+    async def wait_for(self, seq: int) -> None:
+        async with self._progress:
+            await self._progress.wait_for(lambda: self.projection.last_seq >= seq)
+
+    async def catch_up(self) -> None:
+        await self.wait_for(await self.log.last_seq())
+
+    # --- commands ----------------------------------------------------------------------------
+
+    async def execute(self, decide: Callable[[State], Outcome]) -> Reply:
+        """Decide on the caught-up state and append fenced; on a lost race, decide again."""
+        async with self._writing:
+            for _ in range(MAX_ATTEMPTS):
+                await self.catch_up()
+                outcome = decide(self.state)
+                if not isinstance(outcome, Append):
+                    return outcome
+                expected = self.projection.subject_seqs.get(outcome.subject, 0)
+                try:
+                    appended = await self.log.append(
+                        outcome.subject, outcome.event, expected_last_subject_seq=expected,
+                        msg_id=f"{outcome.subject}:{expected}:{outcome.key}")
+                except AppendConflict:
+                    continue
+                await self.wait_for(appended.seq)  # the caller reads its own write
+                return outcome.reply
+        return fail("conflict", "the pool kept changing while this command ran; retry")
+
+    async def create(self, cmd: CreatePool) -> Reply:
+        return await self.execute(lambda s: decide_create(s, cmd, self.facts, self.clock()))
+
+    async def update(self, cmd: UpdatePool) -> Reply:
+        return await self.execute(lambda s: decide_update(s, cmd, self.clock()))
+
+    async def delete(self, cmd: DeletePool) -> Reply:
+        return await self.execute(lambda s: decide_delete(s, cmd, self.clock()))
+
+    # --- queries -----------------------------------------------------------------------------
+
+    async def get(self, cmd: GetPool) -> Reply:
+        await self.catch_up()
+        if cmd.name not in self.state.pools:
+            return fail("not-found", f"pool {cmd.name} does not exist", "name")
+        return ok(pool_status(self.state, cmd.name))
+
+    async def list(self, cmd: ListPools) -> Reply:
+        await self.catch_up()
+        return ok([self._summary(name) for name in self.state.pools])
+
+    def _summary(self, name: str) -> dict:
+        spec, units = self.state.pools[name], pool_units(self.state, name)
+        return {"name": name, "backend": spec.backend, "unit": spec.unit,
+                "slices_per_unit": spec.slices_per_unit, "strategy": spec.strategy,
+                "devices": len(units), "nodes": len({u.node for u in units}),
+                "allocated_devices": sum(1 for u in units if u.holders)}
+
+    # --- admission ---------------------------------------------------------------------------
+
+    def placements(self) -> dict[str, PoolPlacement]:
+        return {name: PoolPlacement(spec, pool_nodes(self.state, name))
+                for name, spec in self.state.pools.items()}
+
+    def admit(self, path: str, admission_review: dict) -> dict:
+        return review(admission_review, self.placements(), self.admission, mutate=path == "/mutate")
+
+
+def controller_for(ctx: ServiceContext) -> PoolController:
+    settings = ctx.settings
+    return PoolController(ctx.log, ClusterFacts(settings.k8s_version, settings.dra_enabled),
+                          AdmissionConfig(settings.pool_resource_prefix))
+
+
+async def build(ctx: ServiceContext) -> PoolController:
+    """Register the pool handlers, start the fold and, when configured, the admission webhook."""
+    controller = controller_for(ctx)
+    broker = ctx.broker
+    rpc.serve(broker, subjects.command("pool.create"), CreatePool, controller.create, QUEUE)
+    rpc.serve(broker, subjects.command("pool.update"), UpdatePool, controller.update, QUEUE)
+    rpc.serve(broker, subjects.command("pool.delete"), DeletePool, controller.delete, QUEUE)
+    rpc.serve(broker, subjects.query("pool.get"), GetPool, controller.get, QUEUE)
+    rpc.serve(broker, subjects.query("pool.list"), ListPools, controller.list, QUEUE)
+    ctx.spawn(controller.run_fold(), name="pool-controller-fold")
+    if ctx.settings.admission_port:
+        await _start_admission(ctx, controller)
+    return controller
+
+
+async def _start_admission(ctx: ServiceContext, controller: PoolController) -> None:
+    settings = ctx.settings
+    tls = tls_context(settings.admission_tls_cert, settings.admission_tls_key)
+    server = await start_webhook(controller.admit, settings.admission_host, settings.admission_port, tls)
+    log.info("admission webhook on %s:%d (%s)", settings.admission_host, settings.admission_port,
+             "https" if tls else "http")
+
+    async def close() -> None:
+        server.close()
+        await server.wait_closed()
+
+    ctx.on_stop.append(close)
+
+
+def main() -> None:
+    asyncio.run(serve("pool-controller", Settings(), build))
+
+
+if __name__ == "__main__":
+    main()

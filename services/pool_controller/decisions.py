@@ -1,0 +1,99 @@
+"""Pool commands as pure functions: (state, command, facts) -> the event to append, or a refusal.
+
+The service appends the event fenced on the pool's subject, so two racing writers cannot both
+act on the same view; the loser catches up and asks these functions again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import msgspec
+
+from schemas import subjects
+from schemas.commands import CreatePool, DeletePool, Reply, UpdatePool, fail, ok
+from schemas.events import Event, PoolAccessChanged, PoolCreated, PoolDeleted
+from services.allocator.core.state import State
+from services.pool_controller.projection import allocations_in_pool
+from services.pool_controller.validation import (
+    MUTABLE_FIELDS,
+    ClusterFacts,
+    immutable_changes,
+    validate_access,
+    validate_pool,
+)
+
+
+@dataclass(frozen=True)
+class Append:
+    """Append `event` to `subject`; `key` makes the append idempotent (with the fence seq)."""
+
+    subject: str
+    event: Event
+    key: str
+    reply: Reply
+
+
+Outcome = Append | Reply
+
+
+def decide_create(state: State, cmd: CreatePool, facts: ClusterFacts, now: float) -> Outcome:
+    """A new, valid pool whose name is free; re-creating an identical pool is a no-op."""
+    pool = cmd.pool
+    stored = state.pools.get(pool.name)
+    if stored is not None:
+        if stored == pool:
+            return ok({"pool": pool.name, "created": False})
+        return fail("conflict", f"pool {pool.name} already exists; only access may change "
+                    "(pool update)", "pool.name")
+    problems = validate_pool(pool, facts)
+    if problems:
+        return _invalid(problems)
+    return Append(subjects.pool(pool.name), PoolCreated(pool=pool, at=now),
+                  "create:" + _digest(pool), ok({"pool": pool.name, "created": True}))
+
+
+def decide_update(state: State, cmd: UpdatePool, now: float) -> Outcome:
+    """Only access (namespaces, service accounts, groups) may change after creation."""
+    wanted = cmd.pool
+    stored = state.pools.get(wanted.name)
+    if stored is None:
+        return fail("not-found", f"pool {wanted.name} does not exist", "pool.name")
+    changed = immutable_changes(stored, wanted)
+    if changed:
+        return fail("invalid", f"immutable after creation: {', '.join(changed)} (only "
+                    f"{', '.join(MUTABLE_FIELDS)} may change; delete and re-create the pool "
+                    "to change the rest)", f"pool.{changed[0]}")
+    problems = validate_access(wanted)
+    if problems:
+        return _invalid(problems)
+    if stored == wanted:
+        return ok({"pool": wanted.name, "changed": False})
+    event = PoolAccessChanged(pool=wanted.name, namespaces=list(wanted.access_namespaces),
+                              service_accounts=list(wanted.access_service_accounts),
+                              groups=list(wanted.access_groups), at=now)
+    access = (wanted.access_namespaces, wanted.access_service_accounts, wanted.access_groups)
+    return Append(subjects.pool(wanted.name), event, "access:" + _digest(access),
+                  ok({"pool": wanted.name, "changed": True}))
+
+
+def decide_delete(state: State, cmd: DeletePool, now: float) -> Outcome:
+    """A pool whose devices hold allocations stays: deleting it would orphan running work."""
+    if cmd.name not in state.pools:
+        return fail("not-found", f"pool {cmd.name} does not exist", "name")
+    held = allocations_in_pool(state, cmd.name)
+    if held:
+        shown = ", ".join(held[:5]) + (f" and {len(held) - 5} more" if len(held) > 5 else "")
+        return fail("conflict", f"pool {cmd.name} has {len(held)} active allocation(s) ({shown}); "
+                    "release them before deleting the pool", "name")
+    return Append(subjects.pool(cmd.name), PoolDeleted(pool=cmd.name, at=now), "delete",
+                  ok({"pool": cmd.name, "deleted": True}))
+
+
+def _invalid(problems) -> Reply:
+    return fail("invalid", "; ".join(str(p) for p in problems), f"pool.{problems[0].field}")
+
+
+def _digest(value) -> str:
+    return hashlib.sha256(msgspec.json.encode(value)).hexdigest()[:16]

@@ -1,0 +1,108 @@
+"""A small HTTP/1.1 (HTTPS with a cert and key) server for the admission webhook, stdlib only.
+
+POST /mutate and POST /validate take an AdmissionReview JSON body and answer one; GET /healthz
+answers 200. The Kubernetes API server sends Content-Length bodies over keep-alive connections,
+which is all this needs to speak.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import ssl
+from collections.abc import Callable
+
+log = logging.getLogger("gpuledger.admission")
+
+MAX_BODY = 8 * 1024 * 1024
+Handler = Callable[[str, dict], dict]  # (path, AdmissionReview) -> AdmissionReview
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+            411: "Length Required", 413: "Payload Too Large"}
+
+
+def tls_context(cert_file: str, key_file: str) -> ssl.SSLContext | None:
+    """A server TLS context when both files are given; None serves plain HTTP."""
+    if not cert_file and not key_file:
+        return None
+    if not (cert_file and key_file):
+        raise SystemExit("GPULEDGER_ADMISSION_TLS_CERT and GPULEDGER_ADMISSION_TLS_KEY go together")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert_file, key_file)
+    return context
+
+
+async def start_webhook(handler: Handler, host: str, port: int,
+                        tls: ssl.SSLContext | None = None) -> asyncio.Server:
+    """Listen on host:port (port 0 picks a free one: read it from `server.sockets`)."""
+
+    async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while await _serve_one(reader, writer, handler):
+                pass
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+            pass
+        finally:
+            writer.close()
+
+    return await asyncio.start_server(on_connection, host, port, ssl=tls, limit=64 * 1024)
+
+
+async def _serve_one(reader, writer, handler: Handler) -> bool:
+    """Answer one request; False when the connection should close."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    method, path, headers = _parse_head(head)
+    keep_alive = headers.get("connection", "").lower() != "close"
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        await _send(writer, 411, {"error": "send a Content-Length body"}, False)
+        return False
+    length = int(headers.get("content-length", "0") or 0)
+    if length > MAX_BODY:
+        await _send(writer, 413, {"error": f"body over {MAX_BODY} bytes"}, False)
+        return False
+    body = await reader.readexactly(length) if length else b""
+    status, answer = _route(method, path, body, handler)
+    await _send(writer, status, answer, keep_alive)
+    return keep_alive
+
+
+def _parse_head(head: bytes) -> tuple[str, str, dict[str, str]]:
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ")
+    method, target = (parts[0], parts[1]) if len(parts) >= 2 else ("", "")
+    headers = {}
+    for line in lines[1:]:
+        if ":" in line:
+            key, value = line.split(":", 1)
+            headers[key.strip().lower()] = value.strip()
+    return method, target.split("?", 1)[0], headers
+
+
+def _route(method: str, path: str, body: bytes, handler: Handler) -> tuple[int, dict]:
+    if path in ("/healthz", "/readyz"):
+        return 200, {"status": "ok"}
+    if path not in ("/mutate", "/validate"):
+        return 404, {"error": f"no such path {path}; use /mutate or /validate"}
+    if method != "POST":
+        return 405, {"error": "POST an AdmissionReview"}
+    try:
+        review = json.loads(body)
+    except ValueError as err:
+        return 400, {"error": f"body is not JSON: {err}"}
+    try:
+        return 200, handler(path, review)
+    except Exception as err:  # a bug answers 500-style denial rather than dropping the API call
+        log.exception("admission failed")
+        uid = (review.get("request") or {}).get("uid", "") if isinstance(review, dict) else ""
+        return 200, {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                     "response": {"uid": uid, "allowed": False,
+                                  "status": {"code": 500, "message": f"internal error: {err}"}}}
+
+
+async def _send(writer, status: int, answer: dict, keep_alive: bool) -> None:
+    body = json.dumps(answer).encode()
+    head = (f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+            f"Connection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n")
+    writer.write(head.encode() + body)
+    await writer.drain()
