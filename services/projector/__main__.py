@@ -1,0 +1,3 @@
+from services.projector.app import main
+
+main()

@@ -1,0 +1,111 @@
+"""Which rows an event may change: marked before the fold (what a claim or node held) and after
+it (what it holds now), so a batch rewrites exactly the rows its events touched, once each."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from schemas import events as ev
+from services.allocator.core.state import State
+
+
+@dataclass
+class Dirty:
+    claims: set[str] = field(default_factory=set)
+    nodes: set[str] = field(default_factory=set)
+    devices: set[str] = field(default_factory=set)
+    namespaces: set[str] = field(default_factory=set)
+    pools: bool = False  # pool rows (their specs and device counts)
+    all_devices: bool = False  # pool membership of every device may have changed
+
+    def __bool__(self) -> bool:
+        return bool(self.claims or self.nodes or self.devices or self.namespaces or self.pools
+                     or self.all_devices)
+
+
+def mark_claim(state: State, dirty: Dirty, claim_id: str) -> None:
+    """A claim's row, its allocations, the devices and node it holds and its namespace's use."""
+    dirty.claims.add(claim_id)
+    claim = state.claims.get(claim_id)
+    if claim is None:
+        return
+    dirty.namespaces.add(claim.spec.namespace)
+    if claim.node:
+        dirty.nodes.add(claim.node)
+    dirty.devices.update(g.uuid for g in claim.grants)
+
+
+def mark_node(state: State, dirty: Dirty, name: str, with_claims: bool = True) -> None:
+    dirty.nodes.add(name)
+    node = state.nodes.get(name)
+    if node is None:
+        return
+    dirty.devices.update(u.uuid for u in node.units)
+    if with_claims:
+        for claim_id in node.claims:
+            mark_claim(state, dirty, claim_id)
+
+
+def mark_event(state: State, dirty: Dirty, event: ev.Event) -> None:
+    """Mark what `event` names; called once before and once after it is folded."""
+    for claim_id in claims_named(event):
+        mark_claim(state, dirty, claim_id)
+    marker = _MARKERS.get(type(event))
+    if marker is not None:
+        marker(state, dirty, event)
+
+
+def claims_named(event: ev.Event) -> list[str]:
+    """Every claim id an event names, decisions inside a DecisionBatch included."""
+    if isinstance(event, ev.DecisionBatch):
+        return [c for d in event.decisions for c in claims_named(d)]
+    if isinstance(event, ev.ClaimSubmitted):
+        return [event.claim.claim_id]
+    if isinstance(event, ev.NodeLost):
+        return list(event.released)
+    claim_id = getattr(event, "claim_id", "")
+    return [claim_id] if claim_id else []
+
+
+def _node_only(state: State, dirty: Dirty, e) -> None:
+    dirty.nodes.add(e.node)
+
+
+def _device(state: State, dirty: Dirty, e: ev.DeviceHealthChanged) -> None:
+    dirty.devices.add(e.uuid)
+
+
+def _node_registered(state: State, dirty: Dirty, e: ev.NodeRegistered) -> None:
+    mark_node(state, dirty, e.node)
+    dirty.pools = True  # the pools' device counts
+
+
+def _pools(state: State, dirty: Dirty, e) -> None:
+    dirty.pools = dirty.all_devices = True
+
+
+def _quota(state: State, dirty: Dirty, e) -> None:
+    dirty.namespaces.add(e.namespace)
+
+
+def _decisions(state: State, dirty: Dirty, e: ev.DecisionBatch) -> None:
+    for decision in e.decisions:
+        if isinstance(decision, ev.NodeLost):
+            mark_node(state, dirty, decision.node)
+        elif isinstance(decision, ev.ClaimAllocated):
+            dirty.nodes.add(decision.node)
+            dirty.devices.update(g.uuid for g in decision.grants)
+
+
+_MARKERS = {
+    ev.NodeRegistered: _node_registered,
+    ev.NodeHeartbeat: _node_only,  # the most frequent event: it changes the node row only
+    ev.NodeConditionChanged: _node_only,
+    ev.DeviceHealthChanged: _device,
+    ev.PoolCreated: _pools,
+    ev.PoolAccessChanged: _pools,
+    ev.PoolDeleted: _pools,
+    ev.QuotaSet: _quota,
+    ev.QuotaDeleted: _quota,
+    ev.DecisionBatch: _decisions,
+}

@@ -1,0 +1,86 @@
+"""The per-claim event index: one row per (claim, event), with a one-line summary for
+`claim explain` and history. A decision the fold found void says so."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from schemas import events as ev
+
+
+def index_rows(seq: int, event: ev.Event, applied: list[bool] | None = None) -> list[dict[str, Any]]:
+    """Rows for every claim `event` names; `applied[i]` is False for a void i-th decision."""
+    if isinstance(event, ev.DecisionBatch):
+        rows = []
+        for part, decision in enumerate(event.decisions):
+            void = applied is not None and part < len(applied) and not applied[part]
+            at = decision.at or event.at
+            rows += _rows(seq, part, decision, at, void)
+        return rows
+    return _rows(seq, 0, event, event.at, False)
+
+
+def _rows(seq: int, part: int, event: ev.Event, at: float, void: bool) -> list[dict[str, Any]]:
+    summary = summarize(event) + (" [void: the state changed before it was stored]" if void else "")
+    kind = type(event).__name__
+    rows = [{"claim_id": claim_id, "seq": seq, "part": part, "type": kind, "at": at,
+             "summary": summary[:2000]} for claim_id in _claims(event)]
+    if isinstance(event, ev.ClaimEvicted) and event.beneficiary not in ("", event.claim_id):
+        rows.append({"claim_id": event.beneficiary, "seq": seq, "part": part, "type": kind, "at": at,
+                     "summary": f"{event.claim_id} evicted ({event.rule}) to make room for this claim"})
+    return rows
+
+
+def _claims(event: ev.Event) -> list[str]:
+    if isinstance(event, ev.ClaimSubmitted):
+        return [event.claim.claim_id]
+    if isinstance(event, ev.NodeLost):
+        return list(dict.fromkeys(event.released))
+    claim_id = getattr(event, "claim_id", "")
+    return [claim_id] if claim_id else []
+
+
+def summarize(event: ev.Event) -> str:
+    describe = _SUMMARIES.get(type(event))
+    return describe(event) if describe else type(event).__name__
+
+
+def _reasons(reasons) -> str:
+    return "; ".join(f"{r.code}: {r.message}" for r in reasons[:3])
+
+
+def _submitted(e: ev.ClaimSubmitted) -> str:
+    from services.projector.rows import shape_of
+
+    return f"submitted in {e.claim.namespace}: {shape_of(e.claim)}, priority {e.claim.priority}"
+
+
+def _allocated(e: ev.ClaimAllocated) -> str:
+    devices = ", ".join(f"{g.uuid}({g.milli}m)" if g.milli < 1000 else g.uuid for g in e.grants)
+    text = f"allocated on {e.node}: {devices or 'no gpu'}"
+    if e.borrowed_from:
+        text += f", borrowing from {e.borrowed_from}"
+    return text + (f" (policy {e.policy})" if e.policy else "")
+
+
+_SUMMARIES = {
+    ev.ClaimSubmitted: _submitted,
+    ev.ClaimRejected: lambda e: f"rejected at intake ({e.code}) {_reasons(e.reasons)}".rstrip(),
+    ev.ClaimReleased: lambda e: f"released: {e.reason}" + (f" by {e.by}" if e.by else ""),
+    ev.LeaseRenewed: lambda e: "lease renewed",
+    ev.ClaimActivity: lambda e: "activity reported",
+    ev.ClaimBound: lambda e: f"bound on {e.node}",
+    ev.DriftDetected: lambda e: f"drift on {e.node}: {e.kind} {e.detail}".rstrip(),
+    ev.ClaimAllocated: _allocated,
+    ev.ClaimPending: lambda e: f"pending: {_reasons(e.reasons)}",
+    ev.AllocationRejected: lambda e: f"rejected ({e.code}): {_reasons(e.reasons)}",
+    ev.ClaimEvicted: lambda e: f"evicted ({e.rule})" + (f" for {e.beneficiary}" if e.beneficiary else "")
+    + (f": {e.detail}" if e.detail else ""),
+    ev.AllocationExpired: lambda e: f"lease expired (last renewed {e.last_renewed:.3f})",
+    ev.NodeLost: lambda e: f"node {e.node} lost (last heartbeat {e.last_heartbeat:.3f})",
+    ev.DriftCleared: lambda e: f"drift on {e.node} cleared: {e.kind}",
+    ev.QuotaBorrowed: lambda e: f"{e.namespace} borrowed through {e.parent} from "
+    f"{', '.join(e.lenders) or 'the parent'}: {e.tflops:g} TFLOPS, {e.vram_mib} MiB",
+    ev.QuotaReclaimed: lambda e: f"{e.lender} reclaimed quota lent to {e.borrower}"
+    + (f" for {e.beneficiary}" if e.beneficiary else ""),
+}

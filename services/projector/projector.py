@@ -1,0 +1,203 @@
+"""The projector: the pure core's fold, plus the rows each batch of events changed.
+
+It keeps the allocator's own state (services.allocator.core) in memory, so the tables say exactly
+what the allocator believes (a void allocation changes nothing here either). A batch is staged
+event by event (fold, mark the rows it touched, index the claims it names), then written with its
+position in one transaction (store.commit). On start it refolds the log up to the stored position
+in memory without writing, then goes on from there: a crash never applies an event twice or skips
+one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from schemas import events as ev
+from services.allocator.core.evolve import apply_decision, evolve
+from services.allocator.core.state import State
+from services.projector import rows
+from services.projector.dirty import Dirty, claims_named, mark_event
+from services.projector.index import index_rows
+from services.projector.models import ClaimRow, DeviceRow, NodeRow, PoolRow, QuotaRow
+from services.projector.store import Changes, commit, read_position
+
+log = logging.getLogger("gpuledger.projector")
+
+ACTIVE = ("pending", "allocated", "bound")
+DEFAULT_NAME = "readmodel"
+
+
+class Projector:
+    def __init__(self, engine, name: str = DEFAULT_NAME):
+        self.engine = engine
+        self.name = name
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget everything folded: the next run refolds from the stored position."""
+        self.state = State()
+        self.position = 0  # the last sequence folded into `state`
+        self.ended_at: dict[str, float] = {}
+        self.claim_seq: dict[str, int] = {}
+        self._dirty = Dirty()
+        self._index: list[dict] = []
+        self._base = 0
+        self._staged = 0
+
+    # --- the fold ------------------------------------------------------------------------------
+
+    def stored_position(self) -> int:
+        return read_position(self.engine, self.name)
+
+    def fold(self, seq: int, event: ev.Event | None) -> list[bool] | None:
+        """Fold one event into the state (and the end times and last sequences of its claims)."""
+        if event is None:  # undecodable: skipped, but the position still moves past it
+            self.position = seq
+            return None
+        affected = self._affected(event)
+        before = {c: self.state.claims[c].status for c in affected if c in self.state.claims}
+        applied = self._evolve(seq, event)
+        for claim_id in affected:
+            claim = self.state.claims.get(claim_id)
+            if claim is None:
+                continue
+            self.claim_seq[claim_id] = seq
+            if before.get(claim_id, "pending") in ACTIVE and claim.status not in ACTIVE:
+                self.ended_at[claim_id] = _when(event, claim_id)
+        self.position = seq
+        return applied
+
+    def _affected(self, event: ev.Event) -> list[str]:
+        claims = claims_named(event)
+        for name in _nodes_that_end_claims(event):
+            node = self.state.nodes.get(name)
+            if node is not None:
+                claims.extend(node.claims)
+        return claims
+
+    def _evolve(self, seq: int, event: ev.Event) -> list[bool] | None:
+        if not isinstance(event, ev.DecisionBatch):
+            evolve(self.state, event, seq)
+            return None
+        # What core.evolve does for a batch, keeping each decision's outcome for the index.
+        applied = [apply_decision(self.state, decision) for decision in event.decisions]
+        self.state.last_decision_seq = self.state.last_seq = seq
+        return applied
+
+    # --- batches -------------------------------------------------------------------------------
+
+    def stage(self, seq: int, event: ev.Event | None) -> None:
+        """Fold one event and remember what it changed, for the next `flush`."""
+        if seq <= self.position:
+            return  # already folded (a replay that overlaps): never applied twice
+        if self._staged == 0:
+            self._base = self.position
+        self._staged += 1
+        if event is not None:
+            mark_event(self.state, self._dirty, event)
+        applied = self.fold(seq, event)
+        if event is not None:
+            mark_event(self.state, self._dirty, event)
+            self._index.extend(index_rows(seq, event, applied))
+
+    def changes(self) -> Changes:
+        """The rows the staged events changed, read from the state as it is now."""
+        changes = Changes(base_seq=self._base, last_seq=self.position, events=self._staged,
+                          index=self._index)
+        self._claims(changes)
+        self._nodes_and_devices(changes)
+        self._pools_and_quotas(changes)
+        return changes
+
+    @property
+    def staged(self) -> int:
+        return self._staged
+
+    def take(self) -> Changes | None:
+        """The staged batch as rows to commit (the caller commits it); None when nothing is staged."""
+        if not self._staged:
+            return None
+        changes = self.changes()
+        self.discard()
+        return changes
+
+    def flush(self) -> Changes | None:
+        """Commit the staged batch with its position; None when nothing was staged."""
+        changes = self.take()
+        if changes is not None:
+            commit(self.engine, self.name, changes)
+        return changes
+
+    def project(self, events: Iterable[tuple[int, ev.Event | None]], batch: int = 2000) -> int:
+        """Stage and commit `events` in batches of `batch`; returns how many were projected."""
+        count = 0
+        for seq, event in events:
+            self.stage(seq, event)
+            count += 1
+            if self._staged >= batch:
+                self.flush()
+        self.flush()
+        return count
+
+    def discard(self) -> None:
+        """Forget staged work after a failed commit: the caller refolds from the stored position."""
+        self._dirty, self._index, self._staged = Dirty(), [], 0
+
+    # --- rows ----------------------------------------------------------------------------------
+
+    def _claims(self, changes: Changes) -> None:
+        claim_rows = []
+        for claim_id in self._dirty.claims:
+            claim = self.state.claims.get(claim_id)
+            if claim is None:  # refused at intake, never submitted: only the index knows it
+                continue
+            claim_rows.append(rows.claim_row(claim, self.ended_at.get(claim_id),
+                                             self.claim_seq.get(claim_id, 0)))
+            changes.allocations.extend(rows.allocation_rows(claim))
+        changes.allocations_of = set(self._dirty.claims)
+        changes.replace[ClaimRow] = claim_rows
+
+    def _nodes_and_devices(self, changes: Changes) -> None:
+        state, dirty = self.state, self._dirty
+        changes.replace[NodeRow] = [rows.node_row(state.nodes[n]) for n in dirty.nodes
+                                    if n in state.nodes]
+        changes.remove[NodeRow] = {n for n in dirty.nodes if n not in state.nodes}
+        uuids = state.units.keys() if dirty.all_devices else dirty.devices
+        changes.replace[DeviceRow] = [rows.device_row(state.units[u]) for u in uuids
+                                      if u in state.units]
+        changes.remove[DeviceRow] = {u for u in dirty.devices if u not in state.units}
+
+    def _pools_and_quotas(self, changes: Changes) -> None:
+        state, dirty = self.state, self._dirty
+        if dirty.pools or dirty.all_devices:
+            counts = rows.pool_device_counts(state)
+            changes.all_pools = True
+            changes.replace[PoolRow] = [rows.pool_row(p, counts.get(p.name, 0))
+                                        for p in state.pools.values()]
+        quota_rows, gone = [], set()
+        for namespace in dirty.namespaces:
+            spec, usage = state.quotas.get(namespace), state.usage.get(namespace)
+            if spec is None and usage is None:
+                gone.add(namespace)
+            else:
+                quota_rows.append(rows.quota_row(namespace, spec, usage))
+        changes.replace[QuotaRow] = quota_rows
+        changes.remove[QuotaRow] = gone
+
+
+def _nodes_that_end_claims(event: ev.Event) -> list[str]:
+    if isinstance(event, ev.NodeRegistered):
+        return [event.node]  # a re-registration ends claims on devices that vanished
+    if isinstance(event, ev.DecisionBatch):
+        return [d.node for d in event.decisions if isinstance(d, ev.NodeLost)]
+    return []
+
+
+def _when(event: ev.Event, claim_id: str) -> float:
+    """The time of the decision that ended the claim (a batch carries one per decision)."""
+    if isinstance(event, ev.DecisionBatch):
+        for decision in event.decisions:
+            if claim_id in claims_named(decision) and decision.at:
+                return decision.at
+    return event.at

@@ -1,0 +1,77 @@
+"""Reading the log for projections: raw batches decoded here, and "up to when" as a sequence.
+
+A time is resolved against the stream's own store timestamps (monotonic, set by the server), not
+the writers' `at` fields, so "the state at 10:00" means "what the log held at 10:00".
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from datetime import datetime, timezone
+
+import msgspec
+from nats.js.errors import NotFoundError
+
+from schemas.events import Event, decode_event
+
+log = logging.getLogger("gpuledger.projector")
+
+
+def decode_or_none(seq: int, subject: str, data: bytes) -> Event | None:
+    """A malformed message is skipped with a warning; it must not stop the projection."""
+    try:
+        return decode_event(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as err:
+        log.warning("seq %d on %s is not a valid event, skipped: %s", seq, subject, err)
+        return None
+
+
+async def batches(log_, from_seq: int = 1, stop_at: int | None = None
+                  ) -> AsyncIterator[list[tuple[int, Event | None]]]:
+    """Decoded batches of (seq, event) from `from_seq` (forever unless `stop_at`)."""
+    if stop_at is not None and stop_at < from_seq:
+        return
+    if hasattr(log_, "follow_raw"):
+        async for raw in log_.follow_raw(from_seq, stop_at=stop_at):
+            yield [(seq, decode_or_none(seq, subject, data)) for seq, subject, data, _h in raw]
+        return
+    source = log_.read(from_seq, stop_at) if stop_at is not None else log_.follow(from_seq)
+    async for stored in source:  # the in-memory log: one event at a time is fine there
+        yield [(stored.seq, stored.event)]
+
+
+def parse_time(value: str) -> float:
+    """Unix seconds, or ISO 8601 (a time without a zone is UTC)."""
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"time {value!r} is neither unix seconds nor ISO 8601 "
+                         f"(e.g. 2026-01-31T12:00:00Z)") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.timestamp()
+
+
+async def seq_at_time(js, stream: str, last_seq: int, when: float) -> int:
+    """The last sequence stored at or before `when` (0 if none): a binary search on store times."""
+    low, high = 0, last_seq  # invariant: time(low) <= when (seq 0 is "before everything")
+    while low < high:
+        mid = (low + high + 1) // 2
+        if await _stored_at(js, stream, mid) <= when:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+async def _stored_at(js, stream: str, seq: int) -> float:
+    try:
+        msg = await js.get_msg(stream, seq)
+    except NotFoundError:
+        return float("-inf")  # a gap (never expected: the stream denies deletes)
+    return msg.time.timestamp() if msg.time else float("-inf")

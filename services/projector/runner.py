@@ -1,0 +1,88 @@
+"""The projector's loop: refold up to the stored position, then follow the log and commit
+batches. Reading goes on while a batch commits (in a thread), so the database write and the
+network read overlap."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+
+from services.projector.projector import Projector
+from services.projector.replay import batches
+from services.projector.store import Changes, PositionMoved, commit
+
+log = logging.getLogger("gpuledger.projector")
+
+MAX_BATCH = 5000  # events per transaction: big enough to amortise the commit, small enough to
+                  # keep each transaction short
+RETRY_S = (0.2, 0.5, 1.0, 2.0, 5.0)
+
+
+async def catch_up_in_memory(projector: Projector, event_log) -> int:
+    """Fold the log up to the stored position without writing: where the last run stopped."""
+    position = projector.stored_position()
+    async for batch in batches(event_log, 1, position):
+        for seq, event in batch:
+            projector.fold(seq, event)
+    if projector.position < position:
+        log.warning("the log ends at %d but the projection is at %d", projector.position, position)
+        projector.position = position
+    return position
+
+
+async def run(projector: Projector, event_log, max_batch: int = MAX_BATCH,
+              on_commit=None) -> None:
+    """Project forever; a moved position (a rebuild, a second projector) restarts from the DB."""
+    while True:
+        try:
+            await _project(projector, event_log, max_batch, on_commit)
+        except PositionMoved as moved:
+            log.warning("%s; refolding from the stored position", moved)
+            projector.reset()
+
+
+async def _project(projector: Projector, event_log, max_batch: int, on_commit) -> None:
+    await catch_up_in_memory(projector, event_log)
+    queue: asyncio.Queue = asyncio.Queue(maxsize=64)
+    reader = asyncio.create_task(_read(event_log, projector.position + 1, queue))
+    try:
+        while True:
+            await _stage_available(projector, queue, max_batch)
+            changes = projector.take()
+            if changes is not None:
+                await commit_with_retry(projector, changes)
+                if on_commit is not None:
+                    on_commit(changes)
+    finally:
+        reader.cancel()
+        await asyncio.gather(reader, return_exceptions=True)
+
+
+async def _read(event_log, from_seq: int, queue: asyncio.Queue) -> None:
+    async for batch in batches(event_log, from_seq):
+        await queue.put(batch)
+
+
+async def _stage_available(projector: Projector, queue: asyncio.Queue, max_batch: int) -> None:
+    """Wait for events, then take everything already read, up to `max_batch`."""
+    for seq, event in await queue.get():
+        projector.stage(seq, event)
+    while projector.staged < max_batch and not queue.empty():
+        for seq, event in queue.get_nowait():
+            projector.stage(seq, event)
+
+
+async def commit_with_retry(projector: Projector, changes: Changes) -> None:
+    """An unreachable database is waited for; the rows are already built, the commit is idempotent."""
+    for attempt in itertools.count():
+        try:
+            await asyncio.to_thread(commit, projector.engine, projector.name, changes)
+            return
+        except PositionMoved:
+            raise
+        except Exception as err:  # infrastructure errors: the database restarts, a lock times out
+            delay = RETRY_S[min(attempt, len(RETRY_S) - 1)]
+            log.warning("commit of %d..%d failed (%s); retrying in %.1fs", changes.base_seq + 1,
+                        changes.last_seq, err, delay)
+            await asyncio.sleep(delay)

@@ -1,0 +1,114 @@
+"""Writing one batch: every changed row and the new position in one transaction.
+
+The position row is also the fence: a batch commits only on top of the position it was built
+from. A batch already committed (a retry after a lost commit acknowledgement) is skipped; a
+position moved by someone else (a second projector, a rebuild) raises `PositionMoved`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection, Engine, delete, insert, select, update
+
+from services.projector.db import writer
+from services.projector.models import (
+    AllocationRow,
+    ClaimEventRow,
+    ClaimRow,
+    DeviceRow,
+    NodeRow,
+    PoolRow,
+    PositionRow,
+    QuotaRow,
+)
+
+CHUNK = 500  # keys per DELETE ... IN (...): under every driver's parameter limit
+
+
+class PositionMoved(RuntimeError):
+    def __init__(self, name: str, expected: int, actual: int):
+        super().__init__(f"projection {name!r} is at {actual}, this batch was built on {expected}")
+        self.expected, self.actual = expected, actual
+
+
+@dataclass
+class Changes:
+    """What one batch writes: rows replaced by key, rows deleted, index rows appended."""
+
+    base_seq: int  # the position the batch was built on
+    last_seq: int  # the position it reaches
+    events: int = 0
+    replace: dict[type, list[dict[str, Any]]] = field(default_factory=dict)
+    remove: dict[type, set[str]] = field(default_factory=dict)
+    allocations_of: set[str] = field(default_factory=set)  # claims whose grants are rewritten
+    allocations: list[dict[str, Any]] = field(default_factory=list)
+    all_pools: bool = False  # pools are few: the table is rewritten whole when one changes
+    index: list[dict[str, Any]] = field(default_factory=list)
+
+
+_KEYS = {ClaimRow: ClaimRow.id, NodeRow: NodeRow.name, DeviceRow: DeviceRow.uuid,
+         PoolRow: PoolRow.name, QuotaRow: QuotaRow.namespace}
+
+
+def read_position(engine: Engine, name: str) -> int:
+    with engine.connect() as conn:
+        return _position(conn, name, lock=False) or 0
+
+
+def commit(engine: Engine, name: str, changes: Changes) -> bool:
+    """Write the batch and its position atomically; False when it was already written."""
+    with writer(engine).begin() as conn:
+        current = _position(conn, name, lock=True)
+        if current == changes.last_seq > changes.base_seq:
+            return False  # our own earlier attempt committed; its acknowledgement was lost
+        if (current or 0) != changes.base_seq:
+            raise PositionMoved(name, changes.base_seq, current or 0)
+        _write_rows(conn, changes)
+        _write_position(conn, name, changes.last_seq, exists=current is not None)
+    return True
+
+
+def _position(conn: Connection, name: str, lock: bool) -> int | None:
+    query = select(PositionRow.last_seq).where(PositionRow.name == name)
+    if lock:
+        query = query.with_for_update()  # PostgreSQL: one writer per projection at a time
+    return conn.execute(query).scalar()
+
+
+def _write_rows(conn: Connection, changes: Changes) -> None:
+    if changes.all_pools:
+        conn.execute(delete(PoolRow))
+    for table, keys in changes.remove.items():
+        _delete_keys(conn, table, keys)
+    for table, rows in changes.replace.items():
+        if table is not PoolRow or not changes.all_pools:
+            _delete_keys(conn, table, {row[_KEYS[table].key] for row in rows})
+        if rows:
+            conn.execute(insert(table), rows)
+    if changes.allocations_of:
+        _delete_in(conn, AllocationRow, AllocationRow.claim_id, changes.allocations_of)
+    if changes.allocations:
+        conn.execute(insert(AllocationRow), changes.allocations)
+    if changes.index:
+        conn.execute(insert(ClaimEventRow), changes.index)
+
+
+def _delete_keys(conn: Connection, table: type, keys: set[str]) -> None:
+    _delete_in(conn, table, _KEYS[table], keys)
+
+
+def _delete_in(conn: Connection, table: type, column, keys: set[str]) -> None:
+    ordered = sorted(keys)
+    for start in range(0, len(ordered), CHUNK):
+        conn.execute(delete(table).where(column.in_(ordered[start:start + CHUNK])))
+
+
+def _write_position(conn: Connection, name: str, seq: int, exists: bool) -> None:
+    values = {"last_seq": seq, "updated_at": time.time()}
+    if exists:
+        conn.execute(update(PositionRow).where(PositionRow.name == name).values(**values))
+    else:
+        conn.execute(insert(PositionRow).values(name=name, **values))
