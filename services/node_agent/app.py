@@ -1,0 +1,235 @@
+"""Wiring: the node-agent service process, on real NVML or on a simulated fleet.
+
+    python -m services.node_agent [--fleet SPEC] [--nats-url URL] [--node NAME]
+    build_real(settings)            -> a builder for shared.service.serve (this machine's GPUs)
+    build_simulated(fleet_spec)     -> a builder that runs every node of a simulated fleet
+    agent_argv(fleet_spec, url)     -> the argv to run it as a subprocess (gpuledger up --demo)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import re
+import socket
+import sys
+from typing import Any
+
+from schemas import subjects
+from schemas.events import ClaimReleased
+from shared.service import Builder, ServiceContext, serve
+from shared.settings import Settings
+from services.node_agent.agent import AgentConfig, NodeAgent
+from services.node_agent.fakenvml import FakeNvml
+from services.node_agent.fleet import DEFAULT_FLEET, FleetSpecError, SimNodeSpec, parse_fleet
+from services.node_agent.health import APPLICATION_XIDS
+from services.node_agent.nvmlcalls import error_text
+from services.node_agent.simulation import SimulatedFleet
+
+SERVICE = "node-agent"
+CLAIM_EVENTS = subjects.claim("x").rsplit(".", 1)[0] + ".*"  # gpu.evt.claim.*
+log = logging.getLogger("gpuledger.node_agent")
+
+
+class AgentSetupError(RuntimeError):
+    """The agent cannot start (no NVML, bad configuration); the message says what to do."""
+
+
+# --- configuration --------------------------------------------------------------------------
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name, "")
+    try:
+        return float(raw) if raw else default
+    except ValueError:
+        raise AgentSetupError(f"{name} must be a number, got {raw!r}") from None
+
+
+def xid_ignore_from_env() -> frozenset[int]:
+    raw = os.environ.get("GPULEDGER_XID_IGNORE", "")
+    if not raw:
+        return APPLICATION_XIDS
+    try:
+        return frozenset(int(x) for x in raw.split(",") if x.strip())
+    except ValueError:
+        raise AgentSetupError(f"GPULEDGER_XID_IGNORE must be comma-separated XID numbers, got {raw!r}") from None
+
+
+def agent_config(node: str, settings: Settings, **fields: Any) -> AgentConfig:
+    """Intervals from the environment; `fields` (labels, cpu, ...) describe the node."""
+    return AgentConfig(
+        node=node, heartbeat_s=settings.heartbeat_s,
+        watch_s=_env_float("GPULEDGER_AGENT_WATCH_S", 3.0),
+        usage_every_s=_env_float("GPULEDGER_AGENT_USAGE_EVERY_S", 60.0),
+        rescan_s=_env_float("GPULEDGER_AGENT_RESCAN_S", 60.0),
+        xid_hold_s=_env_float("GPULEDGER_XID_HOLD_S", 300.0),
+        xid_ignore=xid_ignore_from_env(),
+        fault_drains_node=os.environ.get("GPULEDGER_FAULT_DRAINS_NODE", "1") not in ("0", "false", "no"),
+        **fields)
+
+
+def local_node_name() -> str:
+    """GPULEDGER_NODE_NAME, else the host name made a valid node name."""
+    raw = os.environ.get("GPULEDGER_NODE_NAME") or socket.gethostname().split(".")[0]
+    name = re.sub(r"[^a-z0-9-]+", "-", raw.lower()).strip("-")[:63]
+    if not name:
+        raise AgentSetupError(f"cannot make a node name from {raw!r}; set GPULEDGER_NODE_NAME")
+    return name
+
+
+def local_labels() -> dict[str, str]:
+    """GPULEDGER_NODE_LABELS='zone=a,rack=r7' (gpu-model, gpu-count and mig are added from NVML)."""
+    labels = {}
+    for item in filter(None, (p.strip() for p in os.environ.get("GPULEDGER_NODE_LABELS", "").split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise AgentSetupError(f"GPULEDGER_NODE_LABELS: {item!r} is not key=value")
+        labels[key.strip()] = value.strip()
+    return labels
+
+
+def local_resources() -> tuple[int, int]:
+    """(cpu_milli, memory_mib) of this machine."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 0)
+    try:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // (1024 * 1024)
+    except (ValueError, OSError, AttributeError):
+        memory = 0
+    return cpus * 1000, int(memory)
+
+
+def real_nvml() -> Any:
+    """The real pynvml module, initialised; a clear error when the driver is missing."""
+    try:
+        import pynvml
+    except ImportError as err:
+        raise AgentSetupError("pynvml is missing: pip install nvidia-ml-py") from err
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as err:
+        raise AgentSetupError(f"NVML is not available ({error_text(err)}): is the NVIDIA driver "
+                              "installed and libnvidia-ml.so on the library path? For a simulated "
+                              "fleet use --fleet SPEC") from None
+    return pynvml
+
+
+# --- builders ---------------------------------------------------------------------------------
+
+
+async def _start_agent(ctx: ServiceContext, agent: NodeAgent) -> None:
+    await agent.register()
+    ctx.spawn(agent.heartbeat_loop(), f"heartbeat-{agent.node}")
+    ctx.spawn(agent.watch_loop(), f"watch-{agent.node}")
+    ctx.spawn(agent.bind_loop(), f"bind-{agent.node}")
+
+
+def build_real(settings: Settings | None = None, node: str | None = None) -> Builder:
+    """A builder for this machine's GPUs through the real NVML."""
+    settings = settings or Settings()
+    name = node or local_node_name()
+    cpu, memory = local_resources()
+    config = agent_config(name, settings, labels=local_labels(), cpu_milli=cpu, memory_mib=memory)
+    nvml = real_nvml()  # now, so a machine without a driver fails before connecting anywhere
+
+    async def build(ctx: ServiceContext) -> None:
+        await _start_agent(ctx, NodeAgent(nvml, config, ctx.log, ctx.nc, offload=True))
+        ctx.on_stop.append(lambda: asyncio.to_thread(nvml.nvmlShutdown))
+    return build
+
+
+def simulated_agents(nodes: list[SimNodeSpec], settings: Settings, event_log: Any, nc: Any,
+                     **config: Any) -> tuple[list[NodeAgent], dict[str, FakeNvml]]:
+    fakes = {spec.name: FakeNvml.from_node_spec(spec) for spec in nodes}
+    agents = []
+    for spec in nodes:
+        fakes[spec.name].nvmlInit()
+        cfg = agent_config(spec.name, settings, labels=dict(spec.labels), cpu_milli=spec.cpu_milli,
+                           memory_mib=spec.memory_mib, simulated=True)
+        for key, value in config.items():
+            setattr(cfg, key, value)
+        agents.append(NodeAgent(fakes[spec.name], cfg, event_log, nc))
+    return agents, fakes
+
+
+def build_simulated(fleet_spec: str = DEFAULT_FLEET, settings: Settings | None = None,
+                    workloads: bool = True, **config: Any) -> Builder:
+    """A builder running every node of `fleet_spec` in this process. The spec is checked now, so
+    a bad one fails before anything connects (FleetSpecError). `config` overrides AgentConfig
+    fields (e.g. watch_s=0.2 in tests)."""
+    nodes = parse_fleet(fleet_spec)
+    settings = settings or Settings()
+
+    async def build(ctx: ServiceContext) -> None:
+        agents, fakes = simulated_agents(nodes, settings, ctx.log, ctx.nc, **config)
+        fleet = SimulatedFleet(agents, fakes)
+        ctx.sim_fleet = fleet  # for tests and the demo: faults and processes in-process
+        await fleet.subscribe(ctx.nc)
+        if workloads:
+            _wire_workloads(ctx, fleet, agents)
+        for agent in agents:
+            await _start_agent(ctx, agent)
+    return build
+
+
+def _wire_workloads(ctx: ServiceContext, fleet: SimulatedFleet, agents: list[NodeAgent]) -> None:
+    for agent in agents:
+        agent.on_bound.append(lambda allocation, node=agent.node: fleet.start_workload(node, allocation))
+        agent.on_ended.append(fleet.end_workload)
+    ctx.spawn(_follow_releases(ctx, fleet), "sim-releases")
+
+
+async def _follow_releases(ctx: ServiceContext, fleet: SimulatedFleet) -> None:
+    """Released claims stop their fake processes (releases are on claim subjects, not decisions)."""
+    start = await ctx.log.last_seq() + 1
+    async for stored in ctx.log.follow(start, subject=CLAIM_EVENTS):
+        if isinstance(stored.event, ClaimReleased):
+            fleet.claim_released(stored.event.claim_id)
+
+
+def agent_argv(fleet_spec: str | None = DEFAULT_FLEET, nats_url: str | None = None) -> list[str]:
+    """How `gpuledger up --demo` starts the simulated agents as a subprocess."""
+    argv = [sys.executable, "-m", "services.node_agent"]
+    if fleet_spec:
+        argv += ["--fleet", fleet_spec]
+    if nats_url:
+        argv += ["--nats-url", nats_url]
+    return argv
+
+
+# --- entry point --------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m services.node_agent",
+                                     description="gpuledger node agent (real NVML, or --fleet)")
+    parser.add_argument("--fleet", default="", help=f"simulate a fleet, e.g. {DEFAULT_FLEET!r}")
+    parser.add_argument("--nats-url", default="", help="NATS URL (default GPULEDGER_NATS_URL)")
+    parser.add_argument("--node", default="", help="node name on real NVML (default: host name)")
+    parser.add_argument("--no-workloads", action="store_true",
+                        help="simulated fleet: no fake process per bound claim")
+    return parser.parse_args(argv)
+
+
+def builder_for(args: argparse.Namespace, settings: Settings) -> Builder:
+    if args.fleet:
+        return build_simulated(args.fleet, settings, workloads=not args.no_workloads)
+    return build_real(settings, args.node or None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=os.environ.get("GPULEDGER_LOG_LEVEL", "INFO"),
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    settings = Settings(nats_url=args.nats_url) if args.nats_url else Settings()
+    try:
+        build = builder_for(args, settings)
+        asyncio.run(serve(SERVICE, settings, build))
+    except (FleetSpecError, AgentSetupError) as err:
+        print(f"node-agent: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        pass
+    return 0
