@@ -1,0 +1,192 @@
+"""The quota service: quota definitions (validated), status, threshold alerts and drift reports.
+
+It folds the whole log (the allocator's own fold for use, plus alerts, drift and observations;
+see `view.py`), answers commands and the status query from that fold, and after each change
+appends the alert and drift events the pure rules call for. Enforcement is not here: the
+allocator checks quota in the same decision that grants the GPUs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from schemas import commands as cmd
+from schemas import events as ev
+from schemas import subjects
+from shared.commands import DomainError, command
+from shared.service import ServiceContext
+from shared.settings import Settings
+
+from services.allocator.follower import StateFollower
+from services.quota.alerts import alert_changes
+from services.quota.drift import drift_changes
+from services.quota.quantities import QuantityError
+from services.quota.status import QuotaStatus, all_statuses, namespace_status
+from services.quota.validation import spec_from_command
+from services.quota.view import QuotaView, fold_own
+
+log = logging.getLogger("gpuledger.quota")
+
+
+class QuotaService:
+    def __init__(self, event_log, settings: Settings, clock=time.time):
+        self.log = event_log
+        self.settings = settings
+        self.clock = clock
+        self.view = QuotaView()
+        self.follower = StateFollower(event_log, self.view.state)
+        self.follower.listeners.append(self._folded)
+        self.changed = asyncio.Event()
+        self.dirty_nodes: set[str] = set()
+        self.events_appended = 0
+
+    # --- the fold and the rules that append ----------------------------------------------------
+
+    def _folded(self, seq: int, subject: str, event: ev.Event) -> None:
+        fold_own(self.view, event)
+        if isinstance(event, ev.UsageObserved):
+            self.dirty_nodes.add(event.node)
+        elif isinstance(event, ev.DecisionBatch):
+            self.dirty_nodes.update(d.node for d in event.decisions if isinstance(d, ev.ClaimAllocated))
+        self.changed.set()
+
+    async def reconcile_forever(self, start_seq: int) -> None:
+        """After catching up with the log as it was at start, keep alerts and drift current."""
+        await self.follower.wait_until(lambda: self.view.last_seq >= start_seq, timeout=None)
+        self.dirty_nodes.update(self.view.observed.node_devices)
+        self.changed.set()
+        while True:
+            await self.changed.wait()
+            self.changed.clear()
+            await self.reconcile_once()
+
+    async def reconcile_once(self) -> int:
+        """Append what the rules call for now; wait until it is folded back. Returns events appended."""
+        view, now = self.view, self.clock()
+        namespaces = set(view.state.quotas) | {ns for ns, _ in view.alerts}
+        nodes, self.dirty_nodes = self.dirty_nodes, set()
+        changes = alert_changes(view, namespaces, now) + drift_changes(
+            view, nodes, self.settings.stale_after_s, now)
+        last = 0
+        for event in changes:
+            appended = await self.log.append(_subject_of(event), event, msg_id=_msg_id(event, view.last_seq))
+            last = max(last, appended.seq)
+        if last:
+            self.events_appended += len(changes)
+            await self.follower.wait_for_seq(last)
+        return len(changes)
+
+    # --- commands --------------------------------------------------------------------------------
+
+    async def set_quota(self, c: cmd.SetQuota) -> dict:
+        try:
+            spec = spec_from_command(c, self.view.state.quotas)
+        except QuantityError as err:
+            raise DomainError("invalid", err.message, err.field)
+        appended = await self.log.append(subjects.quota(c.namespace),
+                                         ev.QuotaSet(namespace=c.namespace, spec=spec, at=self.clock()))
+        await self.follower.wait_for_seq(appended.seq)
+        status = namespace_status(self.view, c.namespace)
+        return {"namespace": c.namespace, "seq": appended.seq, "status": status,
+                "warnings": _warnings(status)}
+
+    async def delete_quota(self, c: cmd.DeleteQuota) -> dict:
+        self._quota_status(c.namespace)
+        children = [ns for ns, q in self.view.state.quotas.items() if q.parent == c.namespace]
+        appended = await self.log.append(subjects.quota(c.namespace),
+                                         ev.QuotaDeleted(namespace=c.namespace, at=self.clock()))
+        await self.follower.wait_for_seq(appended.seq)
+        warnings = ([f"{', '.join(sorted(children))} still name {c.namespace} as parent: their cohort "
+                     "is now bounded by the sum of their own quotas"] if children else [])
+        return {"namespace": c.namespace, "deleted": True, "seq": appended.seq, "warnings": warnings}
+
+    def _quota_status(self, namespace: str) -> QuotaStatus:
+        status = namespace_status(self.view, namespace)
+        if status is None:
+            raise DomainError("not-found", f"no quota for namespace {namespace!r}", "namespace")
+        return status
+
+    def get(self, namespace: str) -> QuotaStatus:
+        return self._quota_status(namespace)
+
+    def list(self, parent: str = "") -> list[QuotaStatus]:
+        return [s for s in all_statuses(self.view) if not parent or s.parent == parent or s.namespace == parent]
+
+    def status(self, namespace: str = "") -> dict:
+        quotas = [self._quota_status(namespace)] if namespace else all_statuses(self.view)
+        drift = sorted(self.view.drifts.values(), key=lambda d: (d.node, d.kind, d.uuid, d.claim_id))
+        if namespace:
+            drift = [d for d in drift if self._drift_namespace(d) in (namespace, "")]
+        recent = [e for e in self.view.recent if not namespace or namespace in _namespaces_of(e)]
+        return {"as_of_seq": self.view.last_seq, "quotas": quotas, "drift": drift, "recent": recent,
+                "stale_after_s": self.settings.stale_after_s}
+
+    def _drift_namespace(self, drift: ev.DriftDetected) -> str:
+        claim = self.view.state.claims.get(drift.claim_id) if drift.claim_id else None
+        return claim.spec.namespace if claim is not None else ""
+
+
+def _warnings(status: QuotaStatus | None) -> list[str]:
+    if status is None:
+        return []
+    return [c.message for c in status.conditions if c.type == "Exceeded" and c.reason == "OverQuota"]
+
+
+def _namespaces_of(event) -> tuple[str, ...]:
+    if isinstance(event, ev.QuotaBorrowed):
+        return (event.namespace, event.parent, *event.lenders)
+    if isinstance(event, ev.QuotaReclaimed):
+        return (event.borrower, event.lender, event.parent)
+    return ()
+
+
+def _subject_of(event: ev.Event) -> str:
+    if isinstance(event, (ev.DriftDetected, ev.DriftCleared)):
+        return subjects.drift(event.node)
+    return subjects.quota(event.namespace)
+
+
+def _msg_id(event: ev.Event, based_on_seq: int) -> str:
+    """Deterministic: two replicas (or a restart) deciding the same change at the same point of
+    the log append it once (JetStream dedup)."""
+    if isinstance(event, (ev.DriftDetected, ev.DriftCleared)):
+        key = f"{event.kind}:{event.node}:{event.uuid}:{event.claim_id}"
+    else:
+        key = f"{event.namespace}:{event.resource}"
+    return f"quota:{type(event).__name__}:{key}:{based_on_seq}"
+
+
+def register_handlers(ctx: ServiceContext, service: QuotaService) -> None:
+    b = ctx.broker
+
+    async def set_quota(c: cmd.SetQuota):
+        return cmd.ok(await service.set_quota(c))
+
+    async def delete_quota(c: cmd.DeleteQuota):
+        return cmd.ok(await service.delete_quota(c))
+
+    async def get_quota(c: cmd.GetQuota):
+        return cmd.ok(service.get(c.namespace))
+
+    async def list_quotas(c: cmd.ListQuotas):
+        return cmd.ok(service.list(c.parent))
+
+    async def quota_status(c: cmd.GetQuotaStatus):
+        return cmd.ok(service.status(c.namespace))
+
+    command(b, subjects.command("quota.set"), cmd.SetQuota, set_quota)
+    command(b, subjects.command("quota.delete"), cmd.DeleteQuota, delete_quota)
+    command(b, subjects.command("quota.get"), cmd.GetQuota, get_quota)
+    command(b, subjects.command("quota.list"), cmd.ListQuotas, list_quotas)
+    command(b, subjects.query("quota.status"), cmd.GetQuotaStatus, quota_status)
+
+
+async def build(ctx: ServiceContext) -> None:
+    service = QuotaService(ctx.log, ctx.settings)
+    ctx.quota = service  # type: ignore[attr-defined]  # for in-process tests
+    register_handlers(ctx, service)
+    start_seq = await ctx.log.last_seq()
+    ctx.spawn(service.follower.run(), "quota-follow")
+    ctx.spawn(service.reconcile_forever(start_seq), "quota-reconcile")

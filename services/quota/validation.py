@@ -1,0 +1,127 @@
+"""SetQuota -> QuotaSpec, or a QuantityError naming the field and the problem (pure).
+
+Rules: quantities parse; requests are not above limits; a per-workload (`single`) amount is not
+above the namespace total; the alert threshold is a percentage; a parent (team or cohort) is one
+level deep, so a quota is either a parent or a child, never both; borrowing needs a parent.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from schemas.commands import SetQuota
+from schemas.types import QuotaSingle, QuotaSpec, QuotaTotal, Resources
+
+from services.quota.quantities import QuantityError, is_unlimited, optional_tflops, optional_vram
+
+NAME = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
+
+
+def check_name(value: str, field: str) -> str:
+    if not isinstance(value, str) or not NAME.match(value):
+        raise QuantityError(field, f"{value!r} is not a valid name (lower-case letters, digits, '.', "
+                                   "'_' or '-', 1 to 63 characters, starting and ending alphanumeric)")
+    return value
+
+
+def spec_from_command(cmd: SetQuota, quotas: Mapping[str, QuotaSpec]) -> QuotaSpec:
+    """The validated spec a SetQuota asks for, given the quotas that exist now."""
+    check_name(cmd.namespace, "namespace")
+    total = QuotaTotal(
+        requests=Resources(optional_tflops(cmd.requests_tflops, "requests_tflops"),
+                           optional_vram(cmd.requests_vram, "requests_vram")),
+        limits=Resources(optional_tflops(cmd.limits_tflops, "limits_tflops"),
+                         optional_vram(cmd.limits_vram, "limits_vram")),
+        max_workers=_count(cmd.max_workers, "max_workers"),
+        alert_threshold_percent=_percent(cmd.alert_threshold_percent, "alert_threshold_percent"),
+    )
+    single = QuotaSingle(
+        max_requests=Resources(optional_tflops(cmd.single_max_requests_tflops, "single_max_requests_tflops"),
+                               optional_vram(cmd.single_max_requests_vram, "single_max_requests_vram")),
+        max_limits=Resources(optional_tflops(cmd.single_max_limits_tflops, "single_max_limits_tflops"),
+                             optional_vram(cmd.single_max_limits_vram, "single_max_limits_vram")),
+        max_gpu_count=_count(cmd.single_max_gpu_count, "single_max_gpu_count"),
+    )
+    spec = QuotaSpec(total=total, single=single, parent=cmd.parent,
+                     borrowing_limit=_borrowing_limit(cmd))
+    check_consistent(spec)
+    check_hierarchy(cmd.namespace, spec, quotas)
+    return spec
+
+
+def check_consistent(spec: QuotaSpec) -> None:
+    """Requests <= limits, single <= total, for every resource both sides set."""
+    t, s = spec.total, spec.single
+    pairs = (
+        ("requests_tflops", t.requests.tflops, "limits_tflops", t.limits.tflops),
+        ("requests_vram", t.requests.vram_mib, "limits_vram", t.limits.vram_mib),
+        ("single_max_requests_tflops", s.max_requests.tflops, "single_max_limits_tflops", s.max_limits.tflops),
+        ("single_max_requests_vram", s.max_requests.vram_mib, "single_max_limits_vram", s.max_limits.vram_mib),
+        ("single_max_requests_tflops", s.max_requests.tflops, "requests_tflops", t.requests.tflops),
+        ("single_max_requests_vram", s.max_requests.vram_mib, "requests_vram", t.requests.vram_mib),
+        ("single_max_limits_tflops", s.max_limits.tflops, "limits_tflops", t.limits.tflops),
+        ("single_max_limits_vram", s.max_limits.vram_mib, "limits_vram", t.limits.vram_mib),
+        ("single_max_requests_tflops", s.max_requests.tflops, "limits_tflops", t.limits.tflops),
+        ("single_max_requests_vram", s.max_requests.vram_mib, "limits_vram", t.limits.vram_mib),
+    )
+    for low_name, low, high_name, high in pairs:
+        if low is not None and high is not None and low > high + 1e-9:
+            raise QuantityError(low_name, f"{_show(low_name, low)} is above {high_name} {_show(high_name, high)}")
+
+
+def check_hierarchy(namespace: str, spec: QuotaSpec, quotas: Mapping[str, QuotaSpec]) -> None:
+    """One level: a parent has no parent, a child has no children, nothing is its own parent."""
+    if not spec.parent:
+        return
+    check_name(spec.parent, "parent")
+    if spec.parent == namespace:
+        raise QuantityError("parent", f"namespace {namespace} cannot be its own parent")
+    grandparent = quotas.get(spec.parent)
+    if grandparent is not None and grandparent.parent:
+        raise QuantityError("parent", f"{spec.parent} is itself a child of {grandparent.parent}: "
+                                      "quota hierarchies are one level deep")
+    children = sorted(ns for ns, q in quotas.items() if q.parent == namespace)
+    if children:
+        raise QuantityError("parent", f"{namespace} is the parent of {', '.join(children)}: "
+                                      "a parent cannot have a parent itself")
+
+
+def _borrowing_limit(cmd: SetQuota) -> Resources:
+    tflops, vram = cmd.borrowing_limit_tflops, cmd.borrowing_limit_vram
+    if not cmd.parent:
+        for name, value in (("borrowing_limit_tflops", tflops), ("borrowing_limit_vram", vram)):
+            if value is not None and not _is_zero(value):
+                raise QuantityError(name, "borrowing needs a parent: set parent to a team or cohort")
+        return Resources(tflops=0.0, vram_mib=0)
+    return Resources(
+        tflops=None if is_unlimited(tflops) else (optional_tflops(tflops, "borrowing_limit_tflops") or 0.0),
+        vram_mib=None if is_unlimited(vram) else (optional_vram(vram, "borrowing_limit_vram") or 0),
+    )
+
+
+def _is_zero(value: object) -> bool:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value == 0
+    return isinstance(value, str) and value.strip() in ("0", "0Gi", "0Mi", "0.0")
+
+
+def _count(value: int | None, field: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise QuantityError(field, f"must be a whole number >= 0, got {value!r}")
+    return value
+
+
+def _percent(value: float, field: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 100:
+        raise QuantityError(field, f"must be a percentage above 0 and at most 100, got {value!r}")
+    return float(value)
+
+
+def _show(field: str, value: float) -> str:
+    if field.endswith("vram"):
+        gib = value / 1024
+        return f"{gib:g}Gi" if gib == int(gib) else f"{value:g}Mi"
+    return f"{value:g}"
