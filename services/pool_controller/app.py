@@ -22,7 +22,7 @@ from services.pool_controller.decisions import Append, Outcome, decide_create, d
 from services.pool_controller.projection import PoolProjection, pool_nodes, pool_status, pool_units
 from services.pool_controller.validation import ClusterFacts
 from services.pool_controller.webhook import start_webhook, tls_context
-from shared import rpc
+from shared.commands import command
 from shared.eventlog import AppendConflict
 from shared.service import ServiceContext, serve
 from shared.settings import Settings
@@ -139,11 +139,12 @@ async def build(ctx: ServiceContext) -> PoolController:
     """Register the pool handlers, start the fold and, when configured, the admission webhook."""
     controller = controller_for(ctx)
     broker = ctx.broker
-    rpc.serve(broker, subjects.command("pool.create"), CreatePool, controller.create, QUEUE)
-    rpc.serve(broker, subjects.command("pool.update"), UpdatePool, controller.update, QUEUE)
-    rpc.serve(broker, subjects.command("pool.delete"), DeletePool, controller.delete, QUEUE)
-    rpc.serve(broker, subjects.query("pool.get"), GetPool, controller.get, QUEUE)
-    rpc.serve(broker, subjects.query("pool.list"), ListPools, controller.list, QUEUE)
+    # One queue group: replicas of the controller share the requests, each answered once.
+    command(broker, subjects.command("pool.create"), CreatePool, controller.create, queue=QUEUE)
+    command(broker, subjects.command("pool.update"), UpdatePool, controller.update, queue=QUEUE)
+    command(broker, subjects.command("pool.delete"), DeletePool, controller.delete, queue=QUEUE)
+    command(broker, subjects.query("pool.get"), GetPool, controller.get, queue=QUEUE)
+    command(broker, subjects.query("pool.list"), ListPools, controller.list, queue=QUEUE)
     ctx.spawn(controller.run_fold(), name="pool-controller-fold")
     if ctx.settings.admission_port:
         await _start_admission(ctx, controller)
