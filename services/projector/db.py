@@ -10,12 +10,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import msgspec
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 
 MIGRATIONS_ENV = "GPULEDGER_MIGRATIONS_DIR"
+_encode_json = msgspec.json.Encoder().encode
 WRITER_OPTION = "gpuledger_writer"
 
 
@@ -38,6 +40,7 @@ def migrations_dir() -> Path:
 def make_engine(url: str, schema: str | None = None, **kwargs) -> Engine:
     """An engine for the read models: SQLite gets WAL; PostgreSQL gets `schema` as its search path."""
     parsed = make_url(url)
+    kwargs.setdefault("json_serializer", _json)
     if parsed.get_backend_name() == "sqlite":
         _ensure_sqlite_folder(parsed.database)
         engine = create_engine(url, **kwargs)
@@ -48,6 +51,10 @@ def make_engine(url: str, schema: str | None = None, **kwargs) -> Engine:
     if schema:
         event.listen(engine, "connect", lambda conn, _rec: _set_search_path(conn, schema))
     return engine
+
+
+def _json(value) -> str:
+    return _encode_json(value).decode()
 
 
 def _ensure_sqlite_folder(database: str | None) -> None:
