@@ -167,6 +167,38 @@ class FGD(BinPack):
         return int(_sigmoid(frag_drop(view, need, picks, ctx) / 1000) * 100)
 
 
+class GpuLedger(FGD):
+    """gpuledger's default: FGD's fragmentation gradient, decided coarsely, then best fit.
+
+    Measured on openb (docs/benchmarks.md): the finer a policy tells fragmentation deltas apart,
+    the worse it packs (raw deltas lose 2 points to FGD's integer sigmoid), because among nodes
+    whose fragmentation changes about equally, concentrating load is what keeps whole cards and
+    whole nodes free. FGD leaves those ties to an arbitrary node order; here they go to the node
+    (and the card) left with least CPU and GPU, best fit, which is deterministic and packs.
+    Whole-card claims keep NVLink-contiguous picks (`default_pick`); typical shapes come from the
+    caller, or from the claims the allocator has seen (`DecideContext.typical_shapes`).
+    """
+
+    name = "gpuledger"
+    TIE = 0.01  # below one step of the integer score: a tie-break, never an override
+
+    def pick(self, view: NodeView, need: Need, ctx: PlacementContext):
+        picks = default_pick(view, need)
+        if picks is None or need.count != 1 or need.milli >= FREE:
+            return picks
+        best, best_score = None, None
+        for i in fitting_units(view, need):  # a share: best gradient, then the card with least left
+            score = self._int_score(view, need, (i,), ctx) - self.TIE * view.units[i].milli_free / FREE
+            if best_score is None or score > best_score:
+                best, best_score = (i,), score
+        return best
+
+    def score(self, view: NodeView, need: Need, picks, ctx: PlacementContext) -> float:
+        left = 0.5 * (view.cpu_free - need.cpu) / CPU_SCALE
+        left += 0.5 * (view.gpu_milli_free - _requested(need)) / GPU_SCALE
+        return self._int_score(view, need, picks, ctx) - self.TIE * left
+
+
 class Random:
     """One feasible node uniformly at random, and a random fitting card in it (the worst case)."""
 
@@ -205,6 +237,6 @@ def get_policy(name: str):
 
 
 for _policy in (BinPack(), Spread(), BestFit(), DotProd(), GpuPacking(), GpuClustering(), FGD(),
-                Random()):
+                Random(), GpuLedger()):
     register(_policy)
 DEFAULT_POLICY = "binpack"

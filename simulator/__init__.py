@@ -1,0 +1,1 @@
+"""Placement-quality simulator: replays GPU cluster traces through the allocator's own core."""
