@@ -13,6 +13,10 @@ class Command(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True, for
     pass
 
 
+class Query(Command):
+    """A query without arguments (status, summary)."""
+
+
 class SubmitClaim(Command):
     claim: ClaimSpec
     wait_seconds: Annotated[float, msgspec.Meta(ge=0, le=3600)] = 0.0

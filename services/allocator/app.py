@@ -7,10 +7,9 @@ import logging
 import os
 import socket
 
-import msgspec
-
 from schemas import subjects
-from schemas.commands import ok
+from schemas.commands import Query, ok
+from shared.commands import command
 from shared.service import ServiceContext
 
 from services.allocator.loop import Allocator
@@ -32,14 +31,15 @@ async def build(ctx: ServiceContext) -> None:
     ctx.spawn(_snapshot_forever(js, allocator, ctx.settings.snapshot_every), "allocator-snapshot")
     ctx.allocator = allocator  # type: ignore[attr-defined]  # for in-process tests
 
-    @ctx.broker.subscriber(subjects.query("allocator.status"))
-    async def status(body: bytes) -> bytes:
+    async def status(_: Query):
         s = allocator.state
-        return msgspec.json.encode(ok({
+        return ok({
             "allocator": name, "last_seq": s.last_seq, "last_decision_seq": s.last_decision_seq,
             "nodes": len(s.nodes), "groups": len(s.groups), "pending": len(s.pending),
             "claims": len(s.claims), "batches_appended": allocator.batches_appended,
-            "conflicts": allocator.conflicts}))
+            "conflicts": allocator.conflicts})
+
+    command(ctx.broker, subjects.query("allocator.status"), Query, status)
 
 
 async def _snapshot_forever(js, allocator: Allocator, every: int) -> None:

@@ -152,8 +152,7 @@ def register_handlers(ctx: ServiceContext, service: ClaimService) -> None:
     command(b, subjects.query("claim.get"), cmd.GetClaim, get)
     command(b, subjects.query("claim.explain"), cmd.GetClaim, explain)
     command(b, subjects.query("claim.list"), cmd.ListClaims, list_claims)
-    command(b, subjects.query("cluster.summary"), cmd.ListClaims,
-            lambda c: _summary(service))
+    command(b, subjects.query("cluster.summary"), cmd.Query, lambda _: _summary(service))
 
 
 async def _summary(service: ClaimService):
