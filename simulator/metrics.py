@@ -24,8 +24,15 @@ def level_means(arrived: Sequence[int], values: Sequence[float], capacity: int) 
 
 
 def unallocated(arrived: Sequence[int], allocated: Sequence[int], capacity: int) -> dict[int, float]:
-    """Level X -> Unallocated GPU % (100 - allocated % of capacity) at X % arrived."""
-    return {x: 100 - v for x, v in level_means(arrived, allocated, capacity).items()}
+    """Level X -> Unallocated GPU % (100 - allocated % of capacity) at X % arrived.
+
+    A level no event lands on (a small trace jumps over it) takes the last event below it, so the
+    curve is a step function up to the last arrived level."""
+    means = level_means(arrived, allocated, capacity)
+    last = 0.0
+    for x in range(0, max(means, default=-1) + 1):
+        last = means.setdefault(x, last)
+    return {x: 100 - v for x, v in means.items()}
 
 
 def mean_sd(values: Sequence[float]) -> dict[str, float]:

@@ -1,0 +1,108 @@
+"""The published policies and gpuledger's on small hand-checked cases, through `decide`."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from schemas import events as ev
+from services.allocator.core.decide import DecideContext, decide
+from services.allocator.core.evolve import evolve
+from services.allocator.core.fragmentation import Card, TypicalShape, card_fragmentation, typical_shapes
+from simulator.cluster import claim_spec, cluster_state
+from simulator.trace import NodeRow, PodRow
+
+SHAPES = typical_shapes({TypicalShape(1000, 500, 1, None): 1, TypicalShape(1000, 1000, 1, None): 1})
+
+
+def node(name: str, gpus: int = 2, cpu: int = 32000, model: str = "G2") -> NodeRow:
+    return NodeRow(name, cpu, 131072, gpus, model)
+
+
+def pod(k: int = 1, u: int = 1000, cpu: int = 1000) -> PodRow:
+    return PodRow("p", cpu, 0, k, u if k else 0, ())
+
+
+def place(state, p: PodRow, policy: str, n: int, shapes=SHAPES):
+    claim_id = f"c{n}"
+    evolve(state, ev.ClaimSubmitted(claim=claim_spec(p, claim_id)))
+    decisions = decide(state, DecideContext(now=0, policy=policy, check_timers=False, evict=False,
+                                            typical_shapes=shapes, rng=random.Random(n)))
+    evolve(state, ev.DecisionBatch(decisions=decisions))
+    placed = [d for d in decisions if isinstance(d, ev.ClaimAllocated)]
+    return (placed[0].node, [g.index for g in placed[0].grants]) if placed else None
+
+
+def test_fragmentation_counts_what_each_typical_shape_cannot_use():
+    shapes = ((0.5, TypicalShape(0, 500, 1, None)), (0.5, TypicalShape(0, 1000, 1, None)))
+    # cards 300 and 1000 left: a 500 share cannot use the 300 (300); a whole card cannot use it (300)
+    assert card_fragmentation(Card(8000, (300, 1000), ("G2", "G2")), shapes) == 300
+    # CPU-only shapes count all idle GPU; a model the shape does not allow counts it all too
+    cpu_only = ((1.0, TypicalShape(0, 0, 0, None)),)
+    assert card_fragmentation(Card(8000, (300, 1000), ("G2", "G2")), cpu_only) == 1300
+    t4_only = ((1.0, TypicalShape(0, 500, 1, frozenset({"T4"}))),)
+    assert card_fragmentation(Card(8000, (300, 1000), ("G2", "G2")), t4_only) == 1300
+
+
+def test_typical_shapes_keep_the_common_prefix_covering_95_percent():
+    counts = {TypicalShape(0, 500, 1, None): 90, TypicalShape(0, 250, 1, None): 6,
+              TypicalShape(0, 100, 1, None): 4}
+    kept = typical_shapes(counts)
+    assert [s.milli for _, s in kept] == [500, 250] and sum(w for w, _ in kept) == pytest.approx(1)
+
+
+def test_bestfit_fills_the_fuller_node_and_the_fullest_fitting_card():
+    state = cluster_state((node("a"), node("b")))
+    assert place(state, pod(u=300), "bestfit", 1) == ("a", [0])  # equal nodes: the first rank
+    assert place(state, pod(u=300), "bestfit", 2) == ("a", [0])  # the card with least room left
+    assert place(state, pod(u=500), "bestfit", 3) == ("a", [1])
+
+
+def test_fgd_leaves_room_a_typical_share_can_use():
+    state = cluster_state((node("a"), node("b")))
+    place(state, pod(u=600), "fgd", 1)  # a:0 has 400 left, useless for the typical 500 share
+    # a 400 share on a:0 removes that fragment; anywhere else it would create new ones
+    assert place(state, pod(u=400), "fgd", 2) == ("a", [0])
+
+
+def test_gpu_clustering_keeps_shares_apart_from_whole_cards():
+    state = cluster_state((node("a"), node("b"), node("c")))
+    assert place(state, pod(u=1000), "gpu-clustering", 1)[0] == "a"
+    assert place(state, pod(u=300), "gpu-clustering", 2)[0] == "b"  # an empty node beats a k-gpu one
+    assert place(state, pod(u=1000), "gpu-clustering", 3)[0] == "a"
+
+
+def test_gpu_packing_prefers_already_shared_cards():
+    state = cluster_state((node("a"), node("b", gpus=1)))
+    assert place(state, pod(u=300), "gpu-packing", 1)[0] == "b"  # free nodes: the smaller first
+    assert place(state, pod(u=300), "gpu-packing", 2)[0] == "b"
+
+
+def test_gpuledger_breaks_fragmentation_ties_towards_the_fuller_node():
+    # two nodes differing only in rank and CPU left; FGD takes the first rank, gpuledger best fit
+    state = cluster_state((node("roomy", cpu=64000), node("tight", cpu=16000)))
+    assert place(state, pod(u=1000, cpu=1000), "fgd", 1)[0] == "roomy"
+    state = cluster_state((node("roomy", cpu=64000), node("tight", cpu=16000)))
+    assert place(state, pod(u=1000, cpu=1000), "gpuledger", 1)[0] == "tight"
+
+
+def test_gpuledger_learns_typical_shapes_from_the_claims_it_has_seen():
+    state = cluster_state((node("a"), node("b")))
+    assert place(state, pod(u=1000), "gpuledger", 1, shapes=()) is not None
+    assert place(state, pod(u=500), "gpuledger", 2, shapes=()) is not None  # no shapes given: no error
+
+
+def test_random_is_reproducible_for_a_seeded_generator():
+    def run(seed):
+        state = cluster_state(tuple(node(f"n{i}") for i in range(6)))
+        out = []
+        rng = random.Random(seed)
+        for n in range(8):
+            evolve(state, ev.ClaimSubmitted(claim=claim_spec(pod(u=300), f"c{n}")))
+            d = decide(state, DecideContext(now=0, policy="random", check_timers=False, rng=rng))
+            evolve(state, ev.DecisionBatch(decisions=d))
+            out.append(d[0].node)
+        return out
+    assert run(1) == run(1)
+    assert len(set(run(1))) > 1
