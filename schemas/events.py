@@ -220,6 +220,8 @@ class EndpointScaled(Event, tag=True):
     workers_before: int
     workers_after: int
     reason: str
+    added: list[str] = []  # worker claim ids this step submits (their claims follow it)
+    released: list[str] = []  # worker claim ids this step releases
 
 
 # --- allocator decisions (always inside a DecisionBatch on the fenced decision subject) ----------
