@@ -1,0 +1,379 @@
+"""Serverless endpoints in the claim service (seed 000): commands, queries and the scaling loop.
+
+An endpoint's workers are ordinary claims (`ClaimSpec.endpoint` = the endpoint, id
+`<endpoint>-w<n>`), so the allocator places them like any claim and their status is the core
+fold's. The loop asks the pure autoscaler what each endpoint needs and writes it down: first
+`EndpointScaled`, fenced on the endpoint's subject (two claim-service replicas cannot both scale
+the same step), then one `ClaimSubmitted` per new worker or `ClaimReleased` per idle one, each
+with its claim id as message id so a retried step is stored once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+from schemas import subjects
+from schemas.catalogue import ANY_GROUP, ARCH_MIN_CUDA, CATALOGUE, CUDA_VERSIONS, GPU_GROUPS, cuda_key, expand_groups
+from schemas.commands import (
+    CreateEndpoint,
+    DeleteEndpoint,
+    GetEndpoint,
+    ListEndpoints,
+    Reply,
+    ReportEndpointLoad,
+    fail,
+    ok,
+)
+from schemas import events as ev
+from schemas.types import ClaimSpec, EndpointSpec
+from services.allocator.follower import StateFollower
+from services.allocator.core.state import State
+from services.claim.autoscaler import LIVE, EndpointView, Load, Scaling, Worker, decide_scaling
+from shared.commands import command
+from shared.eventlog import AppendConflict
+from shared.service import ServiceContext
+
+log = logging.getLogger("gpuledger.endpoints")
+SCALER_TYPES = ("QUEUE_DELAY", "REQUEST_COUNT")
+QUEUE = "claim-endpoints"
+
+
+# --- validation (pure) -------------------------------------------------------------------------
+
+
+class EndpointInvalid(ValueError):
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field, self.message = field, message
+
+
+def validate_endpoint(spec: EndpointSpec) -> EndpointSpec:
+    """Every rule of an endpoint; returns it normalised ('ANY' -> 'any'), raises naming the field."""
+    groups = _groups(spec.gpu_groups)
+    for i, version in enumerate(spec.cuda_versions):
+        if version not in CUDA_VERSIONS:
+            raise EndpointInvalid(f"cuda_versions[{i}]", f"unknown CUDA version {version!r}; known: "
+                                  f"{', '.join(CUDA_VERSIONS)}")
+    _cuda_fits_groups(groups, spec.cuda_versions)
+    if spec.scaler_type not in SCALER_TYPES:
+        raise EndpointInvalid("scaler_type", f"{spec.scaler_type!r} is not one of {', '.join(SCALER_TYPES)}")
+    if spec.scaler_value < 1:
+        raise EndpointInvalid("scaler_value", "must be at least 1 (seconds of queue delay or "
+                              "requests per minute per worker)")
+    if not 1 <= spec.gpus_per_worker <= 8:
+        raise EndpointInvalid("gpus_per_worker", "must be 1 to 8 (one machine)")
+    if spec.workers_min < 0 or spec.workers_max < 1:
+        raise EndpointInvalid("workers_max" if spec.workers_max < 1 else "workers_min",
+                              "workers_min must be >= 0 and workers_max >= 1")
+    if spec.workers_min > spec.workers_max:
+        raise EndpointInvalid("workers_min", f"{spec.workers_min} is above workers_max {spec.workers_max}")
+    if spec.idle_timeout_s < 0:
+        raise EndpointInvalid("idle_timeout_s", "must be 0 or more seconds")
+    return _replace(spec, gpu_groups=groups)
+
+
+def _groups(groups: list[str]) -> list[str]:
+    if not groups:
+        raise EndpointInvalid("gpu_groups", "give at least one GPU group, or 'any'")
+    if [g.lower() for g in groups] == [ANY_GROUP]:
+        return [ANY_GROUP]
+    for i, group in enumerate(groups):
+        if group.lower() == ANY_GROUP:
+            raise EndpointInvalid(f"gpu_groups[{i}]", "'any' already means every group: give it alone")
+        if group not in GPU_GROUPS:
+            raise EndpointInvalid(f"gpu_groups[{i}]", f"unknown GPU group {group!r}; known: any, "
+                                  f"{', '.join(GPU_GROUPS)}")
+        if group in groups[:i]:
+            raise EndpointInvalid(f"gpu_groups[{i}]", f"{group} is listed twice")
+    return list(groups)
+
+
+def _cuda_fits_groups(groups: list[str], versions: list[str]) -> None:
+    """A named group whose architecture runs none of the allowed CUDA versions can never serve."""
+    if not versions or groups == [ANY_GROUP]:
+        return
+    newest = max(versions, key=cuda_key)
+    for i, group in enumerate(groups):
+        arches = {m.arch for m in CATALOGUE if m.group == group}
+        needed = min((ARCH_MIN_CUDA.get(a, "0.0") for a in arches), key=cuda_key, default="0.0")
+        if cuda_key(newest) < cuda_key(needed):
+            raise EndpointInvalid(f"gpu_groups[{i}]", f"{group} needs CUDA >= {needed}; "
+                                  f"cuda_versions allow at most {newest}")
+
+
+def _replace(spec: EndpointSpec, **changes) -> EndpointSpec:
+    import msgspec
+
+    return msgspec.structs.replace(spec, **changes)
+
+
+def worker_claim(spec: EndpointSpec, n: int) -> ClaimSpec:
+    """The claim of the endpoint's n-th worker (ids are deterministic: a replay makes the same)."""
+    return ClaimSpec(claim_id=f"{spec.name}-w{n}", namespace=spec.namespace, gpus=spec.gpus_per_worker,
+                     gpu_groups=list(expand_groups(spec.gpu_groups)), cuda_versions=list(spec.cuda_versions),
+                     priority=spec.priority, endpoint=spec.name, workload="serverless-worker",
+                     labels={"endpoint": spec.name})
+
+
+# --- the fold of endpoint events ---------------------------------------------------------------
+
+
+@dataclass
+class Endpoint:
+    spec: EndpointSpec
+    load: Load = Load()
+    deleted: bool = False
+    last_scaled: ev.EndpointScaled | None = None
+
+
+@dataclass
+class EndpointBook:
+    """Endpoints and their workers, folded from endpoint events and worker claim submissions."""
+
+    endpoints: dict[str, Endpoint] = field(default_factory=dict)
+    workers: dict[str, list[str]] = field(default_factory=dict)  # endpoint -> claim ids, ever
+    announced: dict[str, float] = field(default_factory=dict)  # worker id -> when a step added it
+    releasing: set[str] = field(default_factory=set)  # workers a stored step releases
+    subject_seqs: dict[str, int] = field(default_factory=dict)
+
+    def apply(self, seq: int, subject: str, event: ev.Event) -> None:
+        if subject.startswith("gpu.evt.endpoint."):
+            self.subject_seqs[subject] = seq
+        if isinstance(event, ev.EndpointCreated):
+            self.endpoints[event.endpoint.name] = Endpoint(event.endpoint)
+        elif isinstance(event, ev.EndpointDeleted) and event.name in self.endpoints:
+            self.endpoints[event.name].deleted = True
+        elif isinstance(event, ev.EndpointLoadReported) and event.name in self.endpoints:
+            self.endpoints[event.name].load = Load(event.queued, event.oldest_wait_s, event.requests_per_min)
+        elif isinstance(event, ev.EndpointScaled) and event.name in self.endpoints:
+            self.endpoints[event.name].last_scaled = event
+            for claim_id in event.added:
+                self._add_worker(event.name, claim_id)
+                self.announced[claim_id] = event.at
+            self.releasing.update(event.released)
+        elif isinstance(event, ev.ClaimSubmitted) and event.claim.endpoint:
+            self._add_worker(event.claim.endpoint, event.claim.claim_id)
+
+    def _add_worker(self, endpoint: str, claim_id: str) -> None:
+        ids = self.workers.setdefault(endpoint, [])
+        if claim_id not in ids:
+            ids.append(claim_id)
+
+    def active(self, name: str) -> Endpoint | None:
+        endpoint = self.endpoints.get(name)
+        return endpoint if endpoint is not None and not endpoint.deleted else None
+
+    def next_worker_number(self, name: str) -> int:
+        return len(self.workers.get(name, ())) + 1
+
+    def view(self, name: str, state: State) -> EndpointView:
+        endpoint = self.endpoints[name]
+        return EndpointView(endpoint.spec, endpoint.load,
+                            tuple(self._worker(state, c) for c in self.workers.get(name, ())))
+
+    def missing_claims(self, name: str, state: State) -> list[str]:
+        """Workers a stored step added whose claim is not in the log (the writer stopped between)."""
+        return [c for c in self.workers.get(name, ()) if c not in state.claims and c not in self.releasing]
+
+    def _worker(self, state: State, claim_id: str) -> Worker:
+        claim = state.claims.get(claim_id)
+        if claim is None:  # announced by a step, claim not folded yet: it is starting
+            status = "releasing" if claim_id in self.releasing else "pending"
+            return Worker(claim_id, status, self.announced.get(claim_id, 0.0))
+        status = "releasing" if claim_id in self.releasing and claim.status in LIVE else claim.status
+        return Worker(claim_id, status, max(claim.submitted_at, claim.allocated_at, claim.last_activity))
+
+
+# --- the service -------------------------------------------------------------------------------
+
+
+class Endpoints:
+    def __init__(self, event_log, follower: StateFollower, clock=time.time):
+        self.log = event_log
+        self.follower = follower
+        self.clock = clock
+        self.book = EndpointBook()
+        follower.listeners.append(self.book.apply)
+        self._writing = asyncio.Lock()
+        self._wake = asyncio.Event()
+
+    @property
+    def state(self) -> State:
+        return self.follower.state
+
+    async def catch_up(self) -> None:
+        await self.follower.wait_for_seq(await self.log.last_seq())
+
+    async def _append(self, subject: str, event: ev.Event, msg_id: str, fenced: bool = True) -> int:
+        expected = self.book.subject_seqs.get(subject, 0) if fenced else None
+        appended = await self.log.append(subject, event, msg_id=msg_id, expected_last_subject_seq=expected)
+        await self.follower.wait_for_seq(appended.seq)
+        return appended.seq
+
+    # commands
+
+    async def create(self, c: CreateEndpoint) -> Reply:
+        try:
+            spec = validate_endpoint(c.endpoint)
+        except EndpointInvalid as err:
+            return fail("invalid", err.message, f"endpoint.{err.field}")
+        async with self._writing:
+            await self.catch_up()
+            existing = self.book.active(spec.name)
+            if existing is not None:
+                if existing.spec == spec:
+                    return ok({"endpoint": spec.name, "created": False})
+                return fail("conflict", f"endpoint {spec.name} already exists with another spec; "
+                            "delete it first", "endpoint.name")
+            subject = subjects.endpoint(spec.name)
+            try:
+                await self._append(subject, ev.EndpointCreated(endpoint=spec, at=self.clock()),
+                                   f"{subject}:{self.book.subject_seqs.get(subject, 0)}:create")
+            except AppendConflict:
+                return fail("conflict", f"endpoint {spec.name} changed while it was being created; retry")
+        self._wake.set()
+        return ok({"endpoint": spec.name, "created": True})
+
+    async def delete(self, c: DeleteEndpoint) -> Reply:
+        async with self._writing:
+            await self.catch_up()
+            if self.book.active(c.name) is None:
+                return fail("not-found", f"no endpoint {c.name!r}", "name")
+            subject = subjects.endpoint(c.name)
+            try:
+                await self._append(subject, ev.EndpointDeleted(name=c.name, at=self.clock()),
+                                   f"{subject}:{self.book.subject_seqs.get(subject, 0)}:delete")
+            except AppendConflict:
+                return fail("conflict", f"endpoint {c.name} changed while it was being deleted; retry")
+            view = self.book.view(c.name, self.state)
+            released = [w.claim_id for w in view.live]
+            for claim_id in released:
+                await self._release(claim_id, f"endpoint {c.name} deleted")
+        return ok({"endpoint": c.name, "deleted": True, "released": released})
+
+    async def report_load(self, c: ReportEndpointLoad) -> Reply:
+        for name in ("queued", "oldest_wait_s", "requests_per_min"):
+            if getattr(c, name) < 0:
+                return fail("invalid", f"{name} must be 0 or more", name)
+        await self.catch_up()
+        if self.book.active(c.name) is None:
+            return fail("not-found", f"no endpoint {c.name!r}", "name")
+        event = ev.EndpointLoadReported(name=c.name, queued=c.queued, oldest_wait_s=c.oldest_wait_s,
+                                        requests_per_min=c.requests_per_min, at=self.clock())
+        seq = (await self.log.append(subjects.endpoint(c.name), event)).seq
+        await self.follower.wait_for_seq(seq)
+        self._wake.set()
+        return ok({"endpoint": c.name, "seq": seq})
+
+    # queries
+
+    async def get(self, c: GetEndpoint) -> Reply:
+        await self.catch_up()
+        if self.book.active(c.name) is None:
+            return fail("not-found", f"no endpoint {c.name!r}", "name")
+        return ok(self._describe(c.name))
+
+    async def list(self, c: ListEndpoints) -> Reply:
+        await self.catch_up()
+        names = [n for n, e in self.book.endpoints.items() if not e.deleted
+                 and (not c.namespace or e.spec.namespace == c.namespace)]
+        return ok([self._describe(n) for n in names])
+
+    def _describe(self, name: str) -> dict:
+        import msgspec
+
+        endpoint, view = self.book.endpoints[name], self.book.view(name, self.state)
+        scaled = endpoint.last_scaled
+        return {"spec": msgspec.to_builtins(endpoint.spec), "load": endpoint.load.__dict__,
+                "workers": [{"claim_id": w.claim_id, "status": w.status} for w in view.live],
+                "last_scaled": {"workers_before": scaled.workers_before, "workers_after": scaled.workers_after,
+                                "reason": scaled.reason, "at": scaled.at} if scaled else None}
+
+    # the scaling loop
+
+    async def run_scaler(self, tick_s: float) -> None:
+        """Scale every endpoint each tick, or at once when a load report or create arrives."""
+        task = asyncio.current_task()
+        while True:
+            # A cancel that a library swallowed (turned into a timeout or a result) still shows in
+            # `cancelling()`: honour it, or the loop would outlive stop_service.
+            if task is not None and task.cancelling():
+                raise asyncio.CancelledError
+            await self._tick_or_wake(tick_s)
+            self._wake.clear()
+            try:
+                await self.scale_all()
+            except Exception:  # an infrastructure hiccup: log it, try again next tick
+                log.exception("scaling pass failed")
+
+    async def _tick_or_wake(self, tick_s: float) -> None:
+        # Not asyncio.wait_for: on 3.11 it can swallow a cancel that races the wake-up, and then
+        # the loop outlives stop_service.
+        waiter = asyncio.ensure_future(self._wake.wait())
+        try:
+            await asyncio.wait({waiter}, timeout=tick_s)
+        finally:
+            waiter.cancel()
+
+    async def scale_all(self) -> list[Scaling]:
+        done = []
+        async with self._writing:
+            await self.catch_up()
+            for name in [n for n, e in self.book.endpoints.items() if not e.deleted]:
+                await self._submit_claims(name, self.book.missing_claims(name, self.state))
+                step = decide_scaling(self.book.view(name, self.state), self.clock())
+                if step.changes and await self._scale(name, step):
+                    done.append(step)
+        return done
+
+    async def _scale(self, name: str, step: Scaling) -> bool:
+        """Record the step fenced, then carry it out; False when another replica got there first."""
+        subject = subjects.endpoint(name)
+        expected = self.book.subject_seqs.get(subject, 0)
+        first = self.book.next_worker_number(name)
+        added = [worker_claim(self.book.endpoints[name].spec, n).claim_id
+                 for n in range(first, first + step.add)]
+        event = ev.EndpointScaled(name=name, workers_before=step.before, workers_after=step.after,
+                                  reason=step.reason, added=added, released=list(step.release),
+                                  at=self.clock())
+        try:
+            await self._append(subject, event, f"{subject}:{expected}:scale")
+        except AppendConflict:
+            return False
+        await self._submit_claims(name, added)
+        for claim_id in step.release:
+            await self._release(claim_id, f"endpoint {name} scaled down: {step.reason}")
+        return True
+
+    async def _submit_claims(self, name: str, claim_ids: list[str]) -> None:
+        spec = self.book.endpoints[name].spec
+        for claim_id in claim_ids:
+            claim = worker_claim(spec, int(claim_id.rsplit("-w", 1)[1]))
+            await self._append(subjects.claim(claim_id), ev.ClaimSubmitted(claim=claim, at=self.clock()),
+                               claim_id, fenced=False)
+
+    async def _release(self, claim_id: str, reason: str) -> None:
+        event = ev.ClaimReleased(claim_id=claim_id, reason=reason, by="endpoint-autoscaler", at=self.clock())
+        await self._append(subjects.claim(claim_id), event, f"release-{claim_id}", fenced=False)
+
+
+async def register_endpoints(ctx: ServiceContext) -> Endpoints:
+    """Add the endpoint handlers and the scaling loop to a claim service being built."""
+    claims = getattr(ctx, "claims", None)
+    follower = claims.follower if claims is not None else StateFollower(ctx.log)
+    endpoints = Endpoints(ctx.log, follower)
+    ctx.endpoints = endpoints  # type: ignore[attr-defined]  # for in-process tests
+    b = ctx.broker
+    command(b, subjects.command("endpoint.create"), CreateEndpoint, endpoints.create, queue=QUEUE)
+    command(b, subjects.command("endpoint.delete"), DeleteEndpoint, endpoints.delete, queue=QUEUE)
+    command(b, subjects.command("endpoint.load"), ReportEndpointLoad, endpoints.report_load, queue=QUEUE)
+    command(b, subjects.query("endpoint.get"), GetEndpoint, endpoints.get, queue=QUEUE)
+    command(b, subjects.query("endpoint.list"), ListEndpoints, endpoints.list, queue=QUEUE)
+    if claims is None:  # on its own (tests): follow the log ourselves
+        ctx.spawn(follower.run(), "endpoints-follow")
+    if ctx.settings.endpoint_tick_s > 0:  # 0: no loop, scaling only through `scale_all` (tests)
+        ctx.spawn(endpoints.run_scaler(ctx.settings.endpoint_tick_s), "endpoint-scaler")
+    return endpoints
