@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 
 from schemas import events as ev
 
 from services.allocator.core.evolve import evolve
 from services.allocator.core.state import State
+
+log = logging.getLogger("gpuledger")
+
+
+def decode_or_none(seq: int, subject: str, data: bytes) -> ev.Event | None:
+    """A message no event type matches is skipped (and logged), never fatal: the stream only holds
+    what our writers put there, so this is a newer writer's event type or a hand-made message."""
+    try:
+        return ev.decode_event(data)
+    except Exception as err:  # msgspec.DecodeError / ValidationError
+        log.warning("skipping undecodable message seq=%d subject=%s: %s", seq, subject, err)
+        return None
 
 
 class StateFollower:
@@ -23,7 +36,10 @@ class StateFollower:
     async def run(self) -> None:
         async for batch in self.log.follow_raw(self.state.last_seq + 1):
             for seq, subject, data, _headers in batch:
-                event = ev.decode_event(data)
+                event = decode_or_none(seq, subject, data)
+                if event is None:
+                    self.state.last_seq = seq
+                    continue
                 evolve(self.state, event, seq)
                 for listener in self.listeners:
                     listener(seq, subject, event)

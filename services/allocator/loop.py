@@ -22,6 +22,7 @@ from shared.eventlog import AppendConflict
 from shared.settings import Settings
 from shared.telemetry import extract_context, inject_headers, tracer
 
+from services.allocator.follower import decode_or_none
 from services.allocator.core.decide import POLICY_VERSION, DecideContext, decide
 from services.allocator.core.evolve import evolve
 from services.allocator.core.scorers import DEFAULT_POLICY
@@ -50,6 +51,8 @@ class Allocator:
         self._traces: dict[str, dict[str, str]] = {}
         self.batches_appended = 0
         self.conflicts = 0
+        self.memo: dict = {}  # placement scores per node view, kept across passes
+        self.failed_at: dict = {}  # claim -> capacity epoch it last failed at
 
     # --- folding ---------------------------------------------------------------------------
 
@@ -58,8 +61,12 @@ class Allocator:
         if start_end <= self.state.last_seq:
             self.caught_up.set()
         async for batch in self.log.follow_raw(self.state.last_seq + 1):
-            for seq, _subject, data, _headers in batch:
-                self.fold(seq, ev.decode_event(data))
+            for seq, subject, data, _headers in batch:
+                event = decode_or_none(seq, subject, data)
+                if event is None:
+                    self.state.last_seq = seq
+                else:
+                    self.fold(seq, event)
             if not self.caught_up.is_set() and self.state.last_seq >= start_end:
                 self.caught_up.set()
             async with self._seen_seq:
@@ -80,24 +87,30 @@ class Allocator:
 
     async def decide_forever(self) -> None:
         await self.caught_up.wait()
+        loop = asyncio.get_running_loop()
+        next_tick = loop.time()
         while True:
+            timeout = max(next_tick - loop.time(), 0.0)
             try:
-                await asyncio.wait_for(self.dirty.wait(), timeout=self.settings.tick_s)
+                await asyncio.wait_for(self.dirty.wait(), timeout=timeout)
             except asyncio.TimeoutError:
                 pass
+            timers = loop.time() >= next_tick
+            if timers:  # the tick: leases, silent nodes, and a full retry of the queue
+                next_tick = loop.time() + self.settings.tick_s
             self.dirty.clear()
-            await self.decide_once()
+            await self.decide_once(timers)
 
-    def context(self) -> DecideContext:
+    def context(self, timers: bool = True) -> DecideContext:
         return DecideContext(
-            now=self.clock(), policy=self.settings.policy or DEFAULT_POLICY,
+            now=self.clock(), policy=self.settings.policy or DEFAULT_POLICY, check_timers=timers,
+            memo=self.memo, failed_at=self.failed_at,
             node_timeout_s=self.settings.node_timeout_s, stale_after_s=self.settings.stale_after_s,
-            starvation_after_s=self.settings.starvation_after_s,
-            typical_shapes=typical_shapes(self.state))
+            starvation_after_s=self.settings.starvation_after_s)
 
-    async def decide_once(self) -> int:
+    async def decide_once(self, timers: bool = True) -> int:
         """One pass: decide, append fenced, wait to see it folded. Returns decisions stored."""
-        decisions = decide(self.state, self.context())
+        decisions = decide(self.state, self.context(timers))
         if not decisions:
             return 0
         batch = ev.DecisionBatch(decisions=decisions, allocator=self.name,
@@ -130,21 +143,3 @@ class Allocator:
             if trace:
                 return extract_context(trace)
         return None
-
-
-def typical_shapes(state: State, coverage: float = 0.95) -> tuple:
-    """The most common claim shapes covering `coverage` of claims seen, with their weights.
-
-    Folded from the log (`state.shape_counts`), so it is the same on every replica and replay.
-    """
-    items = sorted(state.shape_counts.items(), key=lambda kv: (-kv[1], kv[0]))
-    total = sum(count for _, count in items)
-    if not total:
-        return ()
-    kept, covered = [], 0
-    for shape, count in items:
-        kept.append((shape, count))
-        covered += count
-        if covered >= coverage * total:
-            break
-    return tuple((count / covered, shape) for shape, count in kept)

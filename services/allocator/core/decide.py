@@ -23,7 +23,7 @@ from services.allocator.core.demand import Need, cost, needs_for
 from services.allocator.core.evolve import apply_decision
 from services.allocator.core.fragmentation import shapes_from_counts
 from services.allocator.core.ledger import Journal
-from services.allocator.core.placement import Choice, PlacementContext, choose, reasons_for
+from services.allocator.core.placement import Choice, PlacementContext, choose, choose_on, reasons_for
 from services.allocator.core.pools import has_access
 from services.allocator.core.quota import (Cost, borrow_event, quota_check, reclaim_event,
                                            reclaim_victims, reclaims, single_violation,
@@ -48,6 +48,10 @@ class DecideContext:
     rng: Any = None
     memo: dict | None = field(default=None, compare=False)  # caller-owned score memo (placement)
     explain_failures: bool = True  # False: skip counting reasons over every node (simulations)
+    # caller-owned: claim id -> capacity epoch at which it last failed. A pass without timers skips
+    # claims that failed at the current epoch: nothing was freed since, so they would fail again.
+    # Time-based rules (stale eviction, starvation holds, leases) run in timer passes, which retry all.
+    failed_at: dict | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -60,18 +64,22 @@ class _Pass:
     held: dict[str, int] = field(default_factory=dict)  # node -> priority of the claim holding it
     failed: dict[tuple, list[Reason]] = field(default_factory=dict)  # need shape -> reasons
     shapes: tuple | None = None  # typical shapes for this pass
+    victim_pool: list | None = None  # allocations that eviction may consider, built once per pass
+    only_node: str = ""  # while trying evictions: place on this node or not at all
 
 
 def decide(state: State, ctx: DecideContext) -> list:
     """Every decision due now, in order; the state is unchanged when this returns."""
     run = _Pass(ctx)
+    epoch = state.capacity_epoch
     try:
         if ctx.check_timers:
             _expire_leases(state, run)
             _lose_silent_nodes(state, run)
-        _walk_queue(state, run)
+        _walk_queue(state, run, epoch)
     finally:
         run.journal.rollback(state)
+        state.capacity_epoch = epoch  # tentative frees bumped it; the fold will, when stored
     return run.decisions
 
 
@@ -94,8 +102,9 @@ def _borrow_event(state: State, decision):
 
 
 def _expire_leases(state: State, run: _Pass) -> None:
-    for claim_id in list(state.leased):
-        claim = state.claims[claim_id]
+    # sorted: a rolled-back pass re-inserts dictionary keys, so dict order is not stable
+    for claim in sorted((state.claims[c] for c in state.leased), key=lambda c: c.seq):
+        claim_id = claim.claim_id
         if run.ctx.now > claim.last_renewed + claim.spec.lease_seconds:
             _emit(state, run, ev.AllocationExpired(claim_id=claim_id, last_renewed=claim.last_renewed,
                                                    at=run.ctx.now))
@@ -119,19 +128,26 @@ def queue_order(state: State) -> list[Claim]:
     return claims
 
 
-def _walk_queue(state: State, run: _Pass) -> None:
+def _walk_queue(state: State, run: _Pass, epoch: int) -> None:
     done_gangs: set[str] = set()
+    failed_at = run.ctx.failed_at
+    skip = failed_at is not None and not run.ctx.check_timers
     for claim in queue_order(state):
         if len(run.decisions) >= run.ctx.max_decisions:
             return
         if claim.status != "pending":
             continue
+        key = claim.spec.gang_id or claim.claim_id
+        if skip and failed_at.get(key) == epoch:
+            continue
         if claim.spec.gang_id:
             if claim.spec.gang_id not in done_gangs:
                 done_gangs.add(claim.spec.gang_id)
                 _place_gang(state, run, claim.spec.gang_id)
-            continue
-        _place_one(state, run, claim)
+        else:
+            _place_one(state, run, claim)
+        if failed_at is not None and claim.status == "pending":
+            failed_at[key] = epoch
 
 
 def _place_one(state: State, run: _Pass, claim: Claim) -> None:
@@ -192,7 +208,10 @@ def _try_need(state, run, claim, need: Need, reasons, single_refusals):
         return None
     pctx = _placement_context(state, run, claim, need)
     policy = get_policy(_policy_name(state, run, need))
-    choice = choose(state, need, policy, pctx)
+    choice = choose_on(state, run.only_node, need, policy, pctx) if run.only_node else choose(
+        state, need, policy, pctx)
+    if choice is None and run.only_node:
+        return None
     if choice is None:
         found = (reasons_for(state, need, pctx) if run.ctx.explain_failures
                  else [Reason("no-free-gpu", f"no node has room for {need.label}")])
@@ -380,19 +399,34 @@ def _hold_node_if_starving(state: State, run: _Pass, claim: Claim) -> None:
         run.held[best[1]] = claim.spec.priority
 
 
+def _victim_pool(state: State, run: _Pass) -> list[tuple[tuple, bool, Claim]]:
+    """Every allocation eviction could touch, stale ones first (stalest first), built once a pass."""
+    if run.victim_pool is None:
+        pool = []
+        for claim_id in state.holding:
+            other = state.claims[claim_id]
+            if other.spec.gang_id:
+                continue
+            stale = run.ctx.now - other.last_activity > run.ctx.stale_after_s
+            key = (0, other.last_activity, other.seq) if stale else (1, other.spec.priority, -other.seq)
+            pool.append((key, stale, other))
+        pool.sort(key=lambda item: item[0])
+        run.victim_pool = pool
+    return run.victim_pool
+
+
 def _victims(state: State, run: _Pass, claim: Claim) -> list[tuple[str, Claim]]:
     """Allocations that may make room: stale ones first (stalest first), then lower priority."""
+    priority = claim.spec.priority
     found = []
-    for other in state.claims.values():
-        if not other.holds_devices or other.spec.gang_id:
+    for _, stale, other in _victim_pool(state, run):
+        if not other.holds_devices:
             continue
-        stale = run.ctx.now - other.last_activity > run.ctx.stale_after_s
-        if stale and other.spec.priority <= claim.spec.priority:
-            found.append(((0, other.last_activity, other.seq), "stale", other))
-        elif other.spec.priority < claim.spec.priority:
-            found.append(((1, other.spec.priority, -other.seq), "priority", other))
-    found.sort(key=lambda item: item[0])
-    return [(rule, other) for _, rule, other in found]
+        if stale and other.spec.priority <= priority:
+            found.append(("stale", other))
+        elif other.spec.priority < priority:
+            found.append(("priority", other))
+    return found
 
 
 def _evict_for(state: State, run: _Pass, claim: Claim) -> bool:
@@ -415,6 +449,15 @@ def _try_evictions_on(state, run: _Pass, claim: Claim, node_name: str, on_node) 
     mark, before = run.journal.mark(), len(run.decisions)
     held_before = dict(run.held)
     run.held = {n: p for n, p in run.held.items() if n != node_name}
+    run.only_node = node_name
+    try:
+        return _evict_until_it_fits(state, run, claim, node_name, on_node, mark, before, held_before)
+    finally:
+        run.only_node = ""
+
+
+def _evict_until_it_fits(state, run: _Pass, claim: Claim, node_name: str, on_node, mark, before,
+                         held_before) -> bool:
     for rule, victim in on_node:
         detail = (f"no activity for {run.ctx.now - victim.last_activity:.0f}s" if rule == "stale"
                   else f"priority {victim.spec.priority} < {claim.spec.priority}")

@@ -137,6 +137,8 @@ def allocate(state: State, claim: Claim, grants: list[Grant], node_name: str,
     _charge(state, claim, +1, journal)
     _save_membership(state.pending, claim.claim_id, journal)
     state.pending.pop(claim.claim_id, None)
+    _save_membership(state.holding, claim.claim_id, journal)
+    state.holding[claim.claim_id] = None
     if claim.spec.lease_seconds > 0:
         _save_membership(state.leased, claim.claim_id, journal)
         state.leased[claim.claim_id] = None
@@ -166,6 +168,8 @@ def free(state: State, claim: Claim, status: str, reason: str,
         _charge(state, claim, -1, journal)
         _save_membership(state.leased, claim.claim_id, journal)
         state.leased.pop(claim.claim_id, None)
+        _save_membership(state.holding, claim.claim_id, journal)
+        state.holding.pop(claim.claim_id, None)
         state.capacity_epoch += 1
     else:
         _save_membership(state.pending, claim.claim_id, journal)

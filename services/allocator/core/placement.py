@@ -267,6 +267,18 @@ def _memo_for(state: State, need: Need, policy, ctx: PlacementContext) -> dict |
     return memo
 
 
+def choose_on(state: State, node_name: str, need: Need, policy, ctx: PlacementContext) -> Choice | None:
+    """The need on one given node, or None (used while trying evictions on that node)."""
+    node = state.nodes.get(node_name)
+    view = node.view if node is not None else None
+    if view is None or (ctx.node_selector and not _selector_ok(view, need, ctx)) or not _cuda_ok(view, need, ctx):
+        return None
+    picks = policy.pick(view, need, ctx)
+    if picks is None:
+        return None
+    return Choice(node.name, node.rank, view, picks, policy.score(view, need, picks, ctx))
+
+
 def _min_max(scores: list[float]) -> list[int]:
     low, high = min(scores), max(scores)
     if high == low:

@@ -64,6 +64,7 @@ def from_snapshot(data: bytes) -> State:
     state.claims = {c.spec.claim_id: c for c in snap.claims}
     state.pending = dict.fromkeys(snap.pending)
     state.leased = dict.fromkeys(snap.leased)
+    state.holding = {c.spec.claim_id: None for c in snap.claims if c.holds_devices}
     for node in sorted(snap.nodes, key=lambda n: n.rank):
         state.nodes[node.name] = node
         for unit in node.units:

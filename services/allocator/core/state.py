@@ -204,6 +204,7 @@ class State:
     groups_by_model: dict[str, set[NodeView]] = field(default_factory=dict)
     shape_counts: dict[tuple, int] = field(default_factory=dict)  # claim shapes seen (for FGD)
     leased: dict[str, None] = field(default_factory=dict)  # allocated claims with a lease
+    holding: dict[str, None] = field(default_factory=dict)  # claims holding devices now
     last_seq: int = 0
     last_decision_seq: int = 0
     capacity_epoch: int = 0  # bumps when capacity is freed or added: pending claims retry

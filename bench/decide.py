@@ -1,0 +1,93 @@
+"""`gpuledger bench decide`: latency of one decision pass on a synthetic fleet, at steady state.
+
+The fleet is filled to a target utilisation with the claim mix of `bench.workload`, then each
+measured step submits one arrival (one claim or a gang), times `decide` on the whole state (the
+same call the allocator makes), folds the decisions, and releases an old allocation now and then
+so utilisation stays level. Times are wall clock on this machine; nothing here asserts on them.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+
+from schemas import events as ev
+
+from bench.workload import claim_mix, fleet
+from services.allocator.core.decide import DecideContext, decide
+from services.allocator.core.evolve import evolve
+from services.allocator.core.scorers import DEFAULT_POLICY
+from services.allocator.core.state import State
+
+
+class Bench:
+    def __init__(self, nodes: int, policy: str, seed: int):
+        self.state, self.seq, self.rng = State(), 0, random.Random(seed)
+        self.policy, self.now, self.next_id = policy, 0.0, 0
+        self.memo: dict = {}  # the allocator keeps both across passes, as here
+        self.failed_at: dict = {}
+        for node in fleet(nodes, seed):
+            self.fold(node)
+
+    def fold(self, event) -> None:
+        self.seq += 1
+        evolve(self.state, event, self.seq)
+
+    def arrive(self) -> None:
+        self.next_id += 1
+        for spec in claim_mix(self.rng, f"c{self.next_id}", self.now):
+            self.fold(ev.ClaimSubmitted(claim=spec, at=self.now))
+
+    def release_some(self, target_pending: int = 50) -> None:
+        """Keep the queue short and the fleet busy: end the oldest allocations."""
+        allocated = [c for c in self.state.claims.values() if c.holds_devices]
+        extra = len(self.state.pending) - target_pending
+        for claim in allocated[: max(1, extra)]:
+            self.fold(ev.ClaimReleased(claim_id=claim.claim_id, at=self.now))
+        for claim_id in list(self.state.pending)[: max(0, extra)]:
+            self.fold(ev.ClaimReleased(claim_id=claim_id, reason="gave up", at=self.now))
+
+    def step(self) -> tuple[float, int]:
+        self.now += 0.01
+        self.arrive()
+        ctx = DecideContext(now=self.now, policy=self.policy, check_timers=False,
+                            memo=self.memo,
+                            failed_at=self.failed_at)
+        start = time.perf_counter()
+        decisions = decide(self.state, ctx)
+        elapsed = time.perf_counter() - start
+        if decisions:
+            self.fold(ev.DecisionBatch(decisions=decisions, at=self.now))
+        return elapsed, len(decisions)
+
+    def utilisation(self) -> float:
+        units = self.state.units.values()
+        return 1 - sum(u.milli_free for u in units) / (1000 * max(len(units), 1))
+
+
+def run(nodes: int, steps: int = 2000, policy: str = "", seed: int = 1, fill: float = 0.75) -> dict:
+    bench = Bench(nodes, policy or DEFAULT_POLICY, seed)
+    while bench.utilisation() < fill:  # warm up: fill the fleet
+        for _ in range(200):
+            bench.arrive()
+        bench.step()
+        if len(bench.state.pending) > 2000:
+            break
+    times, made = [], 0
+    for i in range(steps):
+        elapsed, count = bench.step()
+        times.append(elapsed)
+        made += count
+        if i % 3 == 0 or bench.utilisation() > fill:
+            bench.release_some()
+    times.sort()
+    return {
+        "nodes": nodes, "gpus_and_mig_units": len(bench.state.units), "policy": bench.policy,
+        "steps": steps, "decisions": made, "node_groups": len(bench.state.groups),
+        "pending_at_end": len(bench.state.pending), "utilisation": round(bench.utilisation(), 3),
+        "p50_us": round(times[len(times) // 2] * 1e6, 1),
+        "p99_us": round(times[int(len(times) * 0.99)] * 1e6, 1),
+        "mean_us": round(statistics.fmean(times) * 1e6, 1),
+        "decisions_per_s": round(made / sum(times), 1) if sum(times) else 0.0,
+    }
