@@ -21,7 +21,6 @@ from schemas.types import Grant, Reason
 
 from services.allocator.core.demand import Need, cost, needs_for
 from services.allocator.core.evolve import apply_decision
-from services.allocator.core.fragmentation import shapes_from_counts
 from services.allocator.core.ledger import Journal
 from services.allocator.core.placement import Choice, PlacementContext, choose, choose_on, reasons_for
 from services.allocator.core.pools import has_access
@@ -65,6 +64,8 @@ class _Pass:
     failed: dict[tuple, list[Reason]] = field(default_factory=dict)  # need shape -> reasons
     shapes: tuple | None = None  # typical shapes for this pass
     victim_pool: list | None = None  # allocations that eviction may consider, built once per pass
+    lowest_priority: int = 0  # of the pool's allocations: below it no priority preemption exists
+    any_stale: bool = False
     only_node: str = ""  # while trying evictions: place on this node or not at all
 
 
@@ -325,9 +326,7 @@ def _typical_shapes(state: State, run: _Pass) -> tuple:
     """The caller's typical shapes, else those of the claims folded so far (deterministic)."""
     if run.ctx.typical_shapes:
         return run.ctx.typical_shapes
-    if run.shapes is None:
-        run.shapes = shapes_from_counts(state.shape_counts)
-    return run.shapes
+    return state.typical
 
 
 def _excluded_key(run: _Pass, claim: Claim) -> tuple:
@@ -412,14 +411,19 @@ def _victim_pool(state: State, run: _Pass) -> list[tuple[tuple, bool, Claim]]:
             pool.append((key, stale, other))
         pool.sort(key=lambda item: item[0])
         run.victim_pool = pool
+        run.any_stale = any(stale for _, stale, _ in pool)
+        run.lowest_priority = min((c.spec.priority for _, _, c in pool), default=0)
     return run.victim_pool
 
 
 def _victims(state: State, run: _Pass, claim: Claim) -> list[tuple[str, Claim]]:
     """Allocations that may make room: stale ones first (stalest first), then lower priority."""
     priority = claim.spec.priority
+    pool = _victim_pool(state, run)
+    if not run.any_stale and run.lowest_priority >= priority:
+        return []  # the common case: nothing to evict for this claim, known without a scan
     found = []
-    for _, stale, other in _victim_pool(state, run):
+    for _, stale, other in pool:
         if not other.holds_devices:
             continue
         if stale and other.spec.priority <= priority:

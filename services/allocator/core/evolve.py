@@ -49,6 +49,20 @@ def _claim_submitted(state: State, e: ev.ClaimSubmitted, seq: int) -> None:
     state.pending[spec.claim_id] = None
     key = (spec.gpus, spec.gpu_milli, spec.mig_profile, spec.cpu_milli)
     state.shape_counts[key] = state.shape_counts.get(key, 0) + 1
+    if _is_checkpoint(state.submitted):
+        refresh_typical(state, dict(state.shape_counts))
+
+
+def _is_checkpoint(submitted: int) -> bool:
+    """Refresh the typical shapes at 1, 2, 4, ... 1024 claims, then every 1024."""
+    return submitted & (submitted - 1) == 0 if submitted <= 1024 else submitted % 1024 == 0
+
+
+def refresh_typical(state: State, counts: dict[tuple, int]) -> None:
+    from services.allocator.core.fragmentation import shapes_from_counts
+
+    state.shapes_seen = counts
+    state.typical = shapes_from_counts(counts)
 
 
 def _claim_rejected(state: State, e: ev.ClaimRejected, seq: int) -> None:

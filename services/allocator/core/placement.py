@@ -149,14 +149,36 @@ def first_failing_filter(view: NodeView, need: Need, ctx: PlacementContext) -> s
 def reasons_for(state: State, need: Need, ctx: PlacementContext) -> list[Reason]:
     """Why no node takes this need: reason codes counted over nodes, most common first."""
     counts: Counter[str] = Counter()
+    memo = _reason_memo(state, need, ctx)
     for group in state.all_groups():
-        code = first_failing_filter(group.view, need, ctx)
+        view = group.view
+        hit = memo.get(id(view)) if memo is not None else None
+        if hit is None or hit[0] is not view:
+            hit = (view, first_failing_filter(view, need, ctx))
+            if memo is not None:
+                memo[id(view)] = hit
+        code = hit[1]
         if code is None:
             code = "reserved" if ctx.excluded else "no-free-gpu"
         counts[code] += len(group)
     if not counts:
         return [Reason("no-nodes", "no schedulable nodes are registered")]
     return [Reason(code, _message(code, n, need, ctx), n) for code, n in counts.most_common()]
+
+
+def _reason_memo(state: State, need: Need, ctx: PlacementContext) -> dict | None:
+    """First failing filter per node view, kept across passes like the score memo."""
+    if ctx.memo is None:
+        return None
+    key = ("reasons", need, ctx.node_selector, ctx.cuda_versions)
+    memo = ctx.memo.get(key)
+    if memo is None:
+        memo = ctx.memo[key] = {}
+    elif len(memo) > 4 * len(state.groups) + 256:
+        live = {id(view) for view in state.groups}
+        for dead in [k for k in memo if k not in live]:
+            del memo[dead]
+    return memo
 
 
 def _message(code: str, n: int, need: Need, ctx: PlacementContext) -> str:

@@ -11,6 +11,7 @@ import msgspec
 
 from schemas.types import PoolSpec, QuotaSpec
 
+from services.allocator.core.evolve import refresh_typical
 from services.allocator.core.state import Claim, Node, State, Usage, reindex_node
 
 SNAPSHOT_VERSION = 1
@@ -31,6 +32,7 @@ class Snapshot(msgspec.Struct):
     usage: dict[str, Usage]
     pools: list[PoolSpec]
     shape_counts: list[tuple[tuple[int, int, str, int], int]]
+    shapes_seen: list[tuple[tuple[int, int, str, int], int]] = []
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -46,7 +48,8 @@ def to_snapshot(state: State) -> bytes:
             SNAPSHOT_VERSION, state.last_seq, state.last_decision_seq, state.capacity_epoch,
             state.next_rank, state.submitted, list(state.nodes.values()), list(state.claims.values()),
             list(state.pending), list(state.leased), state.quotas, state.usage,
-            list(state.pools.values()), list(state.shape_counts.items())))
+            list(state.pools.values()), list(state.shape_counts.items()),
+            list(state.shapes_seen.items())))
     finally:
         for node, view, static in views:
             node.view, node.static = view, static
@@ -61,6 +64,7 @@ def from_snapshot(data: bytes) -> State:
                   submitted=snap.submitted, quotas=dict(snap.quotas), usage=dict(snap.usage))
     state.pools = {p.name: p for p in snap.pools}
     state.shape_counts = {tuple(k): v for k, v in snap.shape_counts}
+    refresh_typical(state, {tuple(k): v for k, v in snap.shapes_seen})
     state.claims = {c.spec.claim_id: c for c in snap.claims}
     state.pending = dict.fromkeys(snap.pending)
     state.leased = dict.fromkeys(snap.leased)

@@ -205,6 +205,10 @@ class State:
     shape_counts: dict[tuple, int] = field(default_factory=dict)  # claim shapes seen (for FGD)
     leased: dict[str, None] = field(default_factory=dict)  # allocated claims with a lease
     holding: dict[str, None] = field(default_factory=dict)  # claims holding devices now
+    # the claim-shape mix as of the last checkpoint (see evolve): fragmentation-aware scores use it,
+    # and keeping it fixed between checkpoints keeps the per-view score memo valid
+    shapes_seen: dict[tuple, int] = field(default_factory=dict)
+    typical: tuple = ()
     last_seq: int = 0
     last_decision_seq: int = 0
     capacity_epoch: int = 0  # bumps when capacity is freed or added: pending claims retry
