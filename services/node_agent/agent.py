@@ -23,6 +23,7 @@ from typing import Any
 import msgspec
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import api
+from nats.js.errors import NotFoundError
 
 from schemas import subjects
 from schemas.events import (
@@ -52,6 +53,30 @@ class AgentConfig:
     xid_hold_s: float = 300.0  # a critical XID keeps its card Faulted this long after the last
     xid_ignore: frozenset[int] = APPLICATION_XIDS
     fault_drains_node: bool = True  # HasFaulted while a device is Faulted (seed 004)
+    fetch_timeout_s: float = 2.0  # how long one pull for decisions waits before pulling again
+
+
+async def subject_events(js: Any, subject: str):
+    """Every event on one subject, oldest first, by direct 'next message on subject' lookups: a
+    few requests for a claim's handful of events, and it ends at the last one by construction
+    (a consumer-based read has to guess when it has seen everything)."""
+    seq = 1
+    while True:
+        try:
+            raw = await js.get_msg(subjects.STREAM, seq=seq, subject=subject, next=True)
+        except NotFoundError:
+            return
+        yield decode_event(raw.data)
+        seq = raw.seq + 1
+
+
+async def _unsubscribe(sub: Any) -> None:
+    """Unsubscribe rather than leave it to the connection's drain, which waits forever on a pull
+    subscription whose last fetch timed out (nats-py keeps an unfinished item in its queue)."""
+    try:
+        await sub.unsubscribe()
+    except Exception:  # the connection is already closing: the subscription goes with it
+        pass
 
 
 def durable_name(node: str) -> str:
@@ -181,7 +206,7 @@ class NodeAgent:
 
     # --- binding --------------------------------------------------------------------------
 
-    async def bind_loop(self, fetch_timeout_s: float = 2.0) -> None:
+    async def bind_loop(self) -> None:
         """Follow the decision subject through this node's durable consumer; ack after handling."""
         js = self.nc.jetstream()
         boot_seq = await self.log.last_seq()
@@ -191,15 +216,18 @@ class NodeAgent:
                                     filter_subject=subjects.DECISIONS, max_ack_pending=1024)
         sub = await js.pull_subscribe(subjects.DECISIONS, durable=durable_name(self.node),
                                       stream=subjects.STREAM, config=config)
-        while True:
-            try:
-                messages = await sub.fetch(batch=256, timeout=fetch_timeout_s)
-            except NatsTimeout:
-                continue
-            for msg in messages:
-                seq, deliveries = msg.metadata.sequence.stream, msg.metadata.num_delivered
-                await self.handle_decision(msg.data, maybe_seen=deliveries > 1 or seq <= boot_seq)
-                await msg.ack()
+        try:
+            while True:
+                try:
+                    messages = await sub.fetch(batch=256, timeout=self.config.fetch_timeout_s)
+                except (NatsTimeout, asyncio.TimeoutError):  # nats-py raises either, by version
+                    continue
+                for msg in messages:
+                    seq, deliveries = msg.metadata.sequence.stream, msg.metadata.num_delivered
+                    await self.handle_decision(msg.data, maybe_seen=deliveries > 1 or seq <= boot_seq)
+                    await msg.ack()
+        finally:
+            await _unsubscribe(sub)
 
     async def handle_decision(self, data: bytes, maybe_seen: bool = False) -> None:
         try:
@@ -234,8 +262,8 @@ class NodeAgent:
 
     async def _settled(self, claim_id: str) -> bool:
         """Already bound, or released before we got to it: either way nothing to bind."""
-        async for stored in self.log.read(subject=subjects.claim(claim_id)):
-            if isinstance(stored.event, (ClaimBound, ClaimReleased)):
+        async for event in subject_events(self.nc.jetstream(), subjects.claim(claim_id)):
+            if isinstance(event, (ClaimBound, ClaimReleased)):
                 return True
         return False
 

@@ -166,7 +166,9 @@ def build_simulated(fleet_spec: str = DEFAULT_FLEET, settings: Settings | None =
         agents, fakes = simulated_agents(nodes, settings, ctx.log, ctx.nc, **config)
         fleet = SimulatedFleet(agents, fakes)
         ctx.sim_fleet = fleet  # for tests and the demo: faults and processes in-process
-        await fleet.subscribe(ctx.nc)
+        subscriptions = await fleet.subscribe(ctx.nc)
+        ctx.on_stop.append(lambda: asyncio.gather(*(sub.unsubscribe() for sub in subscriptions),
+                                                  return_exceptions=True))
         if workloads:
             _wire_workloads(ctx, fleet, agents)
         for agent in agents:
