@@ -59,7 +59,12 @@ async def stop_service(ctx: ServiceContext) -> None:
     await asyncio.gather(*ctx.tasks, return_exceptions=True)
     for hook in ctx.on_stop:
         await hook()
-    await ctx.broker.stop()
+    try:  # a subscription left open would make the drain wait its whole timeout: bound it
+        await asyncio.wait_for(ctx.broker.stop(), timeout=5.0)
+    except asyncio.TimeoutError:
+        log.warning("%s: broker did not drain within 5s; closing", ctx.name)
+        if ctx.nc is not None and not ctx.nc.is_closed:
+            await ctx.nc.close()
 
 
 async def serve(name: str, settings: Settings, build: Builder) -> None:

@@ -31,14 +31,21 @@ _spec_decoder = msgspec.json.Decoder(ClaimSpec)
 async def consume_intake(js, service, batch: int = 256) -> None:
     sub = await js.pull_subscribe(subjects.INTAKE_CLAIMS, durable=DURABLE, stream=subjects.INTAKE_STREAM,
                                   config=api.ConsumerConfig(ack_wait=30, max_deliver=-1))
-    while True:
+    try:
+        while True:
+            try:
+                msgs = await sub.fetch(batch, timeout=1.0)
+            except (NatsTimeout, asyncio.TimeoutError):
+                continue
+            for msg in msgs:
+                await handle_intake(service, msg.data, dict(msg.headers or {}))
+                await msg.ack()
+    finally:
+        # an open fetch inbox would make the connection's drain wait its full timeout on stop
         try:
-            msgs = await sub.fetch(batch, timeout=1.0)
-        except (NatsTimeout, asyncio.TimeoutError):
-            continue
-        for msg in msgs:
-            await handle_intake(service, msg.data, dict(msg.headers or {}))
-            await msg.ack()
+            await sub.unsubscribe()
+        except Exception:
+            pass
 
 
 async def handle_intake(service, data: bytes, headers: dict[str, str]) -> None:

@@ -56,7 +56,7 @@ def explain_view(claim: Claim) -> dict[str, Any]:
 
 def shape_label(claim: Claim) -> str:
     spec = claim.spec
-    where = "/".join(spec.models) or "/".join(spec.gpu_groups) or "any GPU"
+    where = "/".join(spec.models) or "/".join(spec.gpu_groups) or "GPU"
     if spec.model_memory_gib:
         return f"{spec.model_memory_gib:g}Gi model, tensor-parallel on {where}"
     if spec.mig_profile:
