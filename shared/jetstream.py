@@ -139,7 +139,7 @@ class JetStreamEventLog:
         sub = await self.js.subscribe(subject or subjects.EVENTS, cb=on_msg, ordered_consumer=True,
                                       config=config, stream=self.stream, idle_heartbeat=5.0)
         try:
-            if stop_at is not None and await _nothing_pending(sub):
+            if stop_at is not None and queue.empty() and await _nothing_pending(sub):
                 return
             while True:
                 msgs = [await queue.get()]
@@ -172,7 +172,9 @@ async def _nothing_pending(sub) -> bool:
         info = await sub.consumer_info()
     except Exception:
         return False
-    return info.num_pending == 0 and info.delivered.stream_seq == 0 and info.num_ack_pending == 0
+    # consumer_seq counts what this consumer delivered; with a subject filter the stream sequence
+    # moves past messages of other subjects, so it cannot tell "nothing delivered"
+    return info.num_pending == 0 and info.delivered.consumer_seq == 0
 
 
 def _actual_seq(description: str | None) -> int | None:

@@ -90,3 +90,11 @@ async def test_events_come_back_typed(event_log):
     [stored] = [s async for s in event_log.read()]
     assert stored.event == ClaimReleased(claim_id="c", reason="done", at=5.0)
     assert stored.subject == "gpu.evt.claim.c"
+
+
+async def test_a_filtered_read_of_a_subject_without_messages_ends(event_log):
+    for i in range(3):
+        await event_log.append("gpu.evt.node.a", beat("a", at=i))
+    assert [s async for s in event_log.read(subject="gpu.evt.claim.none")] == []
+    assert [s.seq async for s in event_log.read(subject="gpu.evt.node.a")] == [1, 2, 3]
+    assert [s.seq async for s in event_log.read(2, subject="gpu.evt.node.a")] == [2, 3]
