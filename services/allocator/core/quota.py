@@ -112,12 +112,12 @@ def quota_check(state: State, namespace: str, cost: Cost) -> QuotaCheck:
     quota = state.quotas.get(namespace)
     if quota is None:
         return QuotaCheck()
-    borrowing = False
+    borrowing, children = False, children_of(state, namespace)  # once: quotas are scanned
     for dim in DIMS:
         limit = dim.nominal(quota)
         if limit is None:
             continue
-        used, requested = own_used(state, namespace, dim), dim.requested(cost)
+        used, requested = own_used(state, namespace, dim, children), dim.requested(cost)
         if used + requested <= limit + EPS:
             continue
         if not _may_borrow(quota, dim, used + requested - limit):
@@ -172,9 +172,9 @@ def usage_of(state: State, namespace: str) -> Usage:
     return state.usage.get(namespace) or _NO_USE
 
 
-def own_used(state: State, namespace: str, dim: Dim) -> float:
+def own_used(state: State, namespace: str, dim: Dim, children: list[str] | None = None) -> float:
     """A namespace's use; a parent's own claims count together with its children's."""
-    children = children_of(state, namespace)
+    children = children_of(state, namespace) if children is None else children
     if children:
         return cohort_used(state, namespace, dim, children)
     return dim.used(usage_of(state, namespace))
