@@ -29,10 +29,17 @@ def die(message: str, code: int = 1) -> None:
 async def connect_or_die(url: str):
     import nats
 
+    async def quiet(_err) -> None:  # nats-py prints tracebacks by default; we print one clear line
+        pass
+
     try:
-        return await nats.connect(url, connect_timeout=3, max_reconnect_attempts=0, allow_reconnect=False)
-    except Exception as err:
-        die(f"cannot reach NATS at {url} ({type(err).__name__}: {err}). Is `gpuledger up` running? "
+        # nats-py keeps retrying an unreachable server whatever the options: bound the attempt
+        return await asyncio.wait_for(
+            nats.connect(url, connect_timeout=2, max_reconnect_attempts=0, allow_reconnect=False,
+                         error_cb=quiet), timeout=5)
+    except (Exception, asyncio.TimeoutError) as err:
+        why = "no answer within 5s" if isinstance(err, asyncio.TimeoutError) else f"{type(err).__name__}: {err}"
+        die(f"cannot reach NATS at {url} ({why}). Is `gpuledger up` running? "
             "Set --nats-url or GPULEDGER_NATS_URL.")
 
 

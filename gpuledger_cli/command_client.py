@@ -26,7 +26,9 @@ def nats_url_option() -> Any:
 
 
 async def _request(url: str, subject: str, command: Command, timeout: float):
-    nc = await nats.connect(url, connect_timeout=3, max_reconnect_attempts=0, allow_reconnect=False)
+    from gpuledger_cli.client import connect_or_die  # one bounded, quiet connect for every command
+
+    nc = await connect_or_die(url)
     try:
         return await rpc.call(nc, subject, command, timeout)
     finally:

@@ -157,9 +157,9 @@ def _request(subject: str, body: dict, nats_url: str | None) -> None:
 
 
 async def _ask(url: str, subject: str, body: dict) -> dict:
-    import nats
+    from gpuledger_cli.client import connect_or_die
 
-    nc = await nats.connect(url, connect_timeout=3, max_reconnect_attempts=0)
+    nc = await connect_or_die(url)
     try:
         reply = await nc.request(subject, json.dumps(body).encode(), timeout=5)
         return json.loads(reply.data)
