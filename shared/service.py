@@ -53,10 +53,22 @@ async def start_service(name: str, settings: Settings, build: Builder) -> Servic
     return ctx
 
 
+async def _cancel_all(ctx: ServiceContext) -> None:
+    """Cancel the loops, again if one swallowed it (on Python 3.11 `asyncio.wait_for` can turn a
+    cancel that races its timeout into a normal return), and never wait forever."""
+    for _ in range(5):
+        pending = [t for t in ctx.tasks if not t.done()]
+        if not pending:
+            return
+        for task in pending:
+            task.cancel()
+        await asyncio.wait(pending, timeout=2.0)
+    stuck = [t.get_name() for t in ctx.tasks if not t.done()]
+    log.warning("%s: loops still running after cancel: %s", ctx.name, stuck)
+
+
 async def stop_service(ctx: ServiceContext) -> None:
-    for task in ctx.tasks:
-        task.cancel()
-    await asyncio.gather(*ctx.tasks, return_exceptions=True)
+    await _cancel_all(ctx)
     for hook in ctx.on_stop:
         await hook()
     try:  # a subscription left open would make the drain wait its whole timeout: bound it
