@@ -1,15 +1,5 @@
-"""A comparable summary of a core State (what must agree between live, replay and snapshot)."""
+"""Kept for the tests that import it here: the digest lives in the core now (the bench uses it)."""
 
-from __future__ import annotations
+from services.allocator.core.digest import digest
 
-
-def digest(state) -> tuple:
-    claims = tuple(sorted((c.claim_id, c.status, tuple(g.uuid for g in c.grants), c.node,
-                           tuple(r.message for r in c.reasons)) for c in state.claims.values()))
-    units = tuple(sorted((u.uuid, u.milli_free, tuple(sorted(u.holders.items())), u.health, u.pool)
-                         for u in state.units.values()))
-    usage = tuple(sorted((ns, round(u.tflops, 3), u.vram_mib, u.workers, u.gpus)
-                         for ns, u in state.usage.items() if u.workers or u.vram_mib or u.tflops))
-    nodes = tuple(sorted((n.name, n.cpu_free, n.mem_free, n.lost, n.condition) for n in state.nodes.values()))
-    groups = tuple(sorted((len(g), tuple(g.ranks)) for g in state.groups.values()))
-    return claims, units, usage, nodes, tuple(sorted(state.pending)), groups
+__all__ = ["digest"]

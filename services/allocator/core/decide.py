@@ -28,7 +28,7 @@ from services.allocator.core.quota import (Cost, borrow_event, quota_check, recl
                                            reclaim_victims, reclaims, single_violation,
                                            total_violation)
 from services.allocator.core.scorers import DEFAULT_POLICY, get_policy
-from services.allocator.core.state import FREE, Claim, State
+from services.allocator.core.state import FREE, Claim, State, flush_index
 
 POLICY_VERSION = "1"
 
@@ -71,6 +71,7 @@ class _Pass:
 
 def decide(state: State, ctx: DecideContext) -> list:
     """Every decision due now, in order; the state is unchanged when this returns."""
+    flush_index(state)  # a state folded in catch-up mode gets its placement index first
     run = _Pass(ctx)
     epoch = state.capacity_epoch
     try:

@@ -214,6 +214,10 @@ class State:
     capacity_epoch: int = 0  # bumps when capacity is freed or added: pending claims retry
     next_rank: int = 0
     submitted: int = 0
+    # None: the placement index follows every change (deciding needs it). A dict: catch-up mode,
+    # where `reindex_node` only notes the node (name -> the view the index still holds for it) and
+    # `flush_index` rebuilds those nodes once: replaying a log does not pay for views it never uses.
+    deferred: dict[str, NodeView | None] | None = None
 
     def usage_of(self, namespace: str) -> Usage:
         usage = self.usage.get(namespace)
@@ -248,18 +252,58 @@ def node_static(node: Node) -> NodeStatic:
 
 def reindex_node(state: State, node: Node) -> None:
     """Move a node to the group of its current view (called after every change to the node)."""
-    old = node.view
-    if old is not None:
+    if state.deferred is not None:
+        if node.name not in state.deferred:
+            state.deferred[node.name] = node.view
+        return
+    _unindex(state, node.rank, node.view)
+    _index(state, node)
+
+
+def defer_index(state: State) -> None:
+    """Catch-up mode: changes to nodes are noted, the placement index is rebuilt by `flush_index`."""
+    if state.deferred is None:
+        state.deferred = {}
+
+
+def flush_index(state: State) -> None:
+    """Bring the placement index up to date (in rank order, as a snapshot load does) and leave
+    catch-up mode. Deciding on a deferred state would place on stale views: decide calls this."""
+    dirty, state.deferred = state.deferred, None
+    if not dirty:
+        return
+    ranked = []
+    for name, old_view in dirty.items():
+        node = state.nodes.get(name)
+        rank = node.rank if node is not None else None
+        if old_view is not None:
+            _unindex(state, rank, old_view)
+        if node is not None:
+            ranked.append(node)
+    for node in sorted(ranked, key=lambda n: n.rank):
+        node.view = None
+        _index(state, node)
+
+
+def _unindex(state: State, rank: int | None, old: NodeView | None) -> None:
+    if old is not None and rank is not None:
         group = state.groups.get(old)
         if group is not None:
-            group.remove(node.rank)
+            group.remove(rank)
             if not len(group):
                 _drop_group(state, old)
+
+
+def _index(state: State, node: Node) -> None:
+    if node.static is None:
+        node.static = node_static(node)
+    for model in node.static.models or ("",):
+        # "the fleet's models" (memory-sized claims get one option per model) are those of every
+        # node indexed so far, schedulable or not: the same after a live fold, a flush or a snapshot
+        state.groups_by_model.setdefault(model, set())
     if not node.schedulable:
         node.view = None
         return
-    if node.static is None:
-        node.static = node_static(node)
     view = NodeView(node.static, node.cpu_free, node.mem_free, tuple(unit_view(u) for u in node.units))
     node.view = view
     group = state.groups.get(view)
