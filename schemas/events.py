@@ -284,6 +284,33 @@ class DecisionBatch(Event, tag=True):
     based_on_seq: int = 0
 
 
+# What an EventBatch may carry: the facts writers other than the allocator append. Decisions stay
+# in DecisionBatch on the fenced decision subject; a batch never nests.
+BatchableEvent = (
+    ClaimSubmitted
+    | ClaimRejected
+    | ClaimReleased
+    | LeaseRenewed
+    | ClaimActivity
+    | NodeHeartbeat
+    | DeviceHealthChanged
+    | NodeConditionChanged
+    | UsageObserved
+    | ClaimBound
+    | DriftDetected
+    | DriftCleared
+    | EndpointLoadReported
+)
+
+
+class EventBatch(Event, tag=True):
+    """Several events one writer appends as one message (the claim service's drained intake, a
+    node agent's bindings of one decision batch): read and folded member by member, in order, as
+    if each had been appended on its own. Use `schemas.events.flatten` to read one."""
+
+    events: list[BatchableEvent]
+
+
 AnyEvent = (
     ClaimSubmitted
     | ClaimRejected
@@ -312,6 +339,7 @@ AnyEvent = (
     | EndpointLoadReported
     | EndpointScaled
     | DecisionBatch
+    | EventBatch
     | ClaimAllocated
     | ClaimPending
     | AllocationRejected
@@ -333,3 +361,8 @@ def encode_event(event: Event) -> bytes:
 
 def decode_event(data: bytes) -> Event:
     return _decoder.decode(data)
+
+
+def flatten(event: Event) -> list[Event]:
+    """The events a message carries: an EventBatch's members in order, else the event itself."""
+    return list(event.events) if isinstance(event, EventBatch) else [event]

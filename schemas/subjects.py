@@ -5,6 +5,7 @@ EVENTS = "gpu.evt.>"
 INTAKE_STREAM = "GPULEDGER_INTAKE"
 INTAKE_CLAIMS = "gpu.intake.claim"  # durable: other systems publish JSON claims here
 DECISIONS = "gpu.evt.decision"  # the allocator's fenced subject
+INTAKE_BATCHES = "gpu.evt.intake"  # the claim service's drained intake, several claims per message
 DEAD_LETTER = "gpu.evt.deadletter"
 SNAPSHOT_BUCKET = "gpuledger_snapshots"
 

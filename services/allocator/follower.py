@@ -41,8 +41,9 @@ class StateFollower:
                     self.state.last_seq = seq
                     continue
                 evolve(self.state, event, seq)
-                for listener in self.listeners:
-                    listener(seq, subject, event)
+                for member in ev.flatten(event):  # listeners see an EventBatch's events one by one
+                    for listener in self.listeners:
+                        listener(seq, subject, member)
             async with self._advanced:
                 self._advanced.notify_all()
 

@@ -41,23 +41,37 @@ class ClaimService:
 
     # --- commands ------------------------------------------------------------------------------
 
-    async def submit(self, spec: ClaimSpec, wait_seconds: float = 0.0, trace: dict | None = None) -> dict:
+    def prepare(self, spec: ClaimSpec, trace: dict | None = None,
+                pending: dict[str, ClaimSpec] | None = None) -> ev.ClaimSubmitted | None:
+        """The ClaimSubmitted to append, None for a repeat of a known claim, DomainError if
+        invalid or if the id is taken by a different claim (in the log or in `pending`)."""
         try:
             spec = validate_claim(spec)
         except ClaimInvalid as err:
             raise DomainError("invalid", err.message, f"claim.{err.field}")
         existing = self.state.claims.get(spec.claim_id)
-        if existing is not None and existing.spec != spec:
+        if existing is None and pending is not None:
+            existing_spec = pending.get(spec.claim_id)
+        else:
+            existing_spec = existing.spec if existing is not None else None
+        if existing_spec is not None and existing_spec != spec:
             raise DomainError("conflict", f"claim id {spec.claim_id} is already used by a different claim",
                               "claim.claim_id")
-        if existing is None:
-            event = ev.ClaimSubmitted(claim=spec, trace=trace or inject_headers(), at=self.clock())
+        if existing_spec is not None:
+            return None
+        return ev.ClaimSubmitted(claim=spec, trace=trace or inject_headers(), at=self.clock())
+
+    async def submit(self, spec: ClaimSpec, wait_seconds: float = 0.0, trace: dict | None = None) -> dict:
+        event = self.prepare(spec, trace)
+        existing = event is None
+        spec = event.claim if event is not None else spec
+        if event is not None:
             appended = await self.log.append(subjects.claim(spec.claim_id), event, msg_id=spec.claim_id,
                                              headers=inject_headers())
             await self.follower.wait_for_seq(appended.seq)
         if wait_seconds > 0:
             await self.follower.wait_until(lambda: self._settled(spec.claim_id), wait_seconds)
-        return self.view(spec.claim_id) | {"duplicate": existing is not None}
+        return self.view(spec.claim_id) | {"duplicate": existing}
 
     def _settled(self, claim_id: str) -> bool:
         claim = self.state.claims.get(claim_id)

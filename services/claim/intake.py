@@ -2,7 +2,8 @@
 
 The subject belongs to a JetStream work-queue stream, so a claim the publisher got an ack for is
 stored before anyone looks at it. The claim service drains it with a durable pull consumer: a
-valid claim becomes `ClaimSubmitted` (message id = claim id, so a retried publish is stored once);
+valid claim becomes `ClaimSubmitted` (message id = claim id, so a retried publish is stored once;
+the claims of one drained fetch go together in one EventBatch, see `handle_intake_batch`);
 an invalid one becomes `ClaimRejected` naming the field, on the claim's subject when the id is
 readable and on the dead-letter subject always. Either way the intake message is acked only after
 its outcome is in the log, so nothing accepted is lost and nothing bad blocks what follows.
@@ -11,6 +12,7 @@ its outcome is in the log, so nothing accepted is lost and nothing bad blocks wh
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 
 import msgspec
@@ -37,8 +39,8 @@ async def consume_intake(js, service, batch: int = 256) -> None:
                 msgs = await sub.fetch(batch, timeout=1.0)
             except (NatsTimeout, asyncio.TimeoutError):
                 continue
+            await handle_intake_batch(service, [(m.data, dict(m.headers or {})) for m in msgs])
             for msg in msgs:
-                await handle_intake(service, msg.data, dict(msg.headers or {}))
                 await msg.ack()
     finally:
         # an open fetch inbox would make the connection's drain wait its full timeout on stop
@@ -48,19 +50,50 @@ async def consume_intake(js, service, batch: int = 256) -> None:
             pass
 
 
-async def handle_intake(service, data: bytes, headers: dict[str, str]) -> None:
+async def handle_intake_batch(service, messages: list[tuple[bytes, dict[str, str]]]) -> None:
+    """Everything one fetch drained: each message validated on its own (a refusal is recorded per
+    claim), the new claims appended together, as one EventBatch when there are several (one
+    message to write and to read back instead of one per claim). A claim repeated within the
+    batch is kept once; one already in the log is not appended again."""
+    accepted: dict[str, ev.ClaimSubmitted] = {}
+    specs: dict[str, ClaimSpec] = {}
+    for data, headers in messages:
+        event = await _accept(service, data, headers, specs)
+        if event is not None:
+            accepted[event.claim.claim_id], specs[event.claim.claim_id] = event, event.claim
+    if len(accepted) == 1:
+        (event,) = accepted.values()
+        appended = await service.log.append(subjects.claim(event.claim.claim_id), event,
+                                            msg_id=event.claim.claim_id)
+    elif accepted:
+        ids = list(accepted)
+        appended = await service.log.append(subjects.INTAKE_BATCHES, ev.EventBatch(
+            events=list(accepted.values()), at=service.clock()), msg_id=_batch_id(ids))
+    else:
+        return
+    await service.follower.wait_for_seq(appended.seq)
+
+
+async def _accept(service, data: bytes, headers: dict[str, str],
+                  specs: dict[str, ClaimSpec]) -> ev.ClaimSubmitted | None:
     with tracer().start_as_current_span("claim.intake", context=extract_context(headers)):
         try:
             spec = _spec_decoder.decode(data)
         except (msgspec.ValidationError, msgspec.DecodeError) as err:
             field = field_of(err)
             await _reject(service, _readable_id(data, headers), "invalid", str(err), field, data)
-            return
+            return None
+        trace = {k: v for k, v in headers.items() if k in ("traceparent", "tracestate")}
         try:
-            await service.submit(spec, trace=headers and {k: v for k, v in headers.items()
-                                                          if k in ("traceparent", "tracestate")})
+            return service.prepare(spec, trace or None, pending=specs)
         except DomainError as err:
             await _reject(service, spec.claim_id, err.code, err.message, err.field, data)
+            return None
+
+
+def _batch_id(claim_ids: list[str]) -> str:
+    """The same drained batch appended again (an infrastructure retry) is stored once."""
+    return "intake-" + hashlib.sha256("\n".join(claim_ids).encode()).hexdigest()[:32]
 
 
 async def _reject(service, claim_id: str, code: str, message: str, field: str, data: bytes) -> None:

@@ -18,7 +18,7 @@ import sys
 from typing import Any
 
 from schemas import subjects
-from schemas.events import ClaimReleased
+from schemas.events import ClaimReleased, flatten
 from shared.service import Builder, ServiceContext, serve
 from shared.settings import Settings
 from services.node_agent.agent import AgentConfig, NodeAgent
@@ -187,8 +187,9 @@ async def _follow_releases(ctx: ServiceContext, fleet: SimulatedFleet) -> None:
     """Released claims stop their fake processes (releases are on claim subjects, not decisions)."""
     start = await ctx.log.last_seq() + 1
     async for stored in ctx.log.follow(start, subject=CLAIM_EVENTS):
-        if isinstance(stored.event, ClaimReleased):
-            fleet.claim_released(stored.event.claim_id)
+        for event in flatten(stored.event):
+            if isinstance(event, ClaimReleased):
+                fleet.claim_released(event.claim_id)
 
 
 def agent_argv(fleet_spec: str | None = DEFAULT_FLEET, nats_url: str | None = None) -> list[str]:

@@ -48,6 +48,10 @@ def mark_node(state: State, dirty: Dirty, name: str, with_claims: bool = True) -
 
 def mark_event(state: State, dirty: Dirty, event: ev.Event) -> None:
     """Mark what `event` names; called once before and once after it is folded."""
+    if isinstance(event, ev.EventBatch):
+        for member in event.events:
+            mark_event(state, dirty, member)
+        return
     for claim_id in claims_named(event):
         mark_claim(state, dirty, claim_id)
     marker = _MARKERS.get(type(event))
@@ -59,6 +63,8 @@ def claims_named(event: ev.Event) -> list[str]:
     """Every claim id an event names, decisions inside a DecisionBatch included."""
     if isinstance(event, ev.DecisionBatch):
         return [c for d in event.decisions for c in claims_named(d)]
+    if isinstance(event, ev.EventBatch):
+        return [c for member in event.events for c in claims_named(member)]
     if isinstance(event, ev.ClaimSubmitted):
         return [event.claim.claim_id]
     if isinstance(event, ev.NodeLost):

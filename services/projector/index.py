@@ -17,6 +17,9 @@ def index_rows(seq: int, event: ev.Event, applied: list[bool] | None = None) -> 
             at = decision.at or event.at
             rows += _rows(seq, part, decision, at, void)
         return rows
+    if isinstance(event, ev.EventBatch):  # one part per member, like a DecisionBatch
+        return [row for part, member in enumerate(event.events)
+                for row in _rows(seq, part, member, member.at or event.at, False)]
     return _rows(seq, 0, event, event.at, False)
 
 

@@ -196,8 +196,9 @@ def _nodes_that_end_claims(event: ev.Event) -> list[str]:
 
 def _when(event: ev.Event, claim_id: str) -> float:
     """The time of the decision that ended the claim (a batch carries one per decision)."""
-    if isinstance(event, ev.DecisionBatch):
-        for decision in event.decisions:
-            if claim_id in claims_named(decision) and decision.at:
-                return decision.at
+    if isinstance(event, (ev.DecisionBatch, ev.EventBatch)):
+        parts = event.decisions if isinstance(event, ev.DecisionBatch) else event.events
+        for part in parts:
+            if claim_id in claims_named(part) and part.at:
+                return part.at
     return event.at

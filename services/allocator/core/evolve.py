@@ -321,6 +321,13 @@ def _decision_batch(state: State, e: ev.DecisionBatch, seq: int) -> None:
         state.last_decision_seq = seq
 
 
+def _event_batch(state: State, e: ev.EventBatch, seq: int) -> None:
+    for member in e.events:  # as if each had been appended on its own, at this message's sequence
+        handler = _HANDLERS.get(type(member))
+        if handler is not None:
+            handler(state, member, seq)
+
+
 _HANDLERS = {
     ev.ClaimSubmitted: _claim_submitted,
     ev.ClaimRejected: _claim_rejected,
@@ -339,6 +346,7 @@ _HANDLERS = {
     ev.QuotaSet: _quota_set,
     ev.QuotaDeleted: _quota_deleted,
     ev.DecisionBatch: _decision_batch,
+    ev.EventBatch: _event_batch,
 }
 
 __all__ = ["evolve", "fold", "apply_decision", "needs_for"]
