@@ -1,0 +1,106 @@
+"""The fast range read (shared.fastread) gives exactly what nats-py's ordered consumer gives:
+same sequences, subjects, payloads and headers, filtered or not, then the live tail."""
+
+from __future__ import annotations
+
+import asyncio
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from schemas import events as ev
+from schemas import subjects
+from shared.fastread import FrameParser
+from shared.jetstream import JetStreamEventLog, connect, ensure_streams
+
+ACK = b"$JS.ACK.GPULEDGER.c1.1.%d.%d.1700000000000000000.%d"
+
+
+def frames(count: int) -> bytes:
+    out = []
+    for seq in range(1, count + 1):
+        payload = b'{"type":"NodeHeartbeat","node":"n%d"}' % seq
+        reply = ACK % (seq, seq, count - seq)
+        if seq % 3 == 0:  # with headers
+            head = b"NATS/1.0\r\nNats-Msg-Id: m%d\r\n\r\n" % seq
+            out.append(b"HMSG gpu.evt.node.n%d 1 %s %d %d\r\n%s%s\r\n"
+                       % (seq, reply, len(head), len(head) + len(payload), head, payload))
+        else:
+            out.append(b"MSG gpu.evt.node.n%d 1 %s %d\r\n%s\r\n" % (seq, reply, len(payload), payload))
+        if seq % 4 == 0:
+            out.append(b"PING\r\n")
+        if seq % 5 == 0:  # an expired pull request: a status message, no payload
+            out.append(b"HMSG _INBOX.x 1 28 28\r\nNATS/1.0 408 Request Timeout\r\n\r\n\r\n")
+    return b"".join(out)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(1, 97), min_size=1, max_size=60))
+def test_frames_cut_anywhere_parse_the_same(cuts):
+    data, got, pos, parser = frames(20), [], 0, FrameParser()
+    for cut in cuts + [len(data)]:
+        chunk, pos = data[pos:pos + cut], pos + cut
+        batch, done = parser.feed(chunk, until_seq=1000)
+        got += batch
+        if done or pos >= len(data):
+            break
+    assert [g[0] for g in got] == list(range(1, 21))
+    assert got[2][3] == {"Nats-Msg-Id": "m3"} and got[0][3] == {}
+    assert got[4][1] == "gpu.evt.node.n5" and got[4][2] == b'{"type":"NodeHeartbeat","node":"n5"}'
+    assert parser.take_pings() == 4 and not parser.error  # the one after the last frame is not read
+
+
+def test_reading_stops_at_the_requested_sequence():
+    batch, done = FrameParser().feed(frames(20), until_seq=7)
+    assert done and [b[0] for b in batch] == list(range(1, 8))
+
+
+async def _filled_log(url: str, count: int) -> JetStreamEventLog:
+    nc = await connect(url)
+    await ensure_streams(nc.jetstream())
+    log = JetStreamEventLog(nc)
+    acks = []
+    for i in range(count):
+        subject = subjects.node(f"n{i % 3}") if i % 4 else subjects.claim(f"c{i}")
+        acks.append(log.append(subject, ev.NodeHeartbeat(node=f"n{i % 3}", at=float(i)),
+                               headers={"x-i": str(i)} if i % 7 == 0 else None))
+    await asyncio.gather(*acks)
+    return log
+
+
+async def _collect(source) -> list:
+    return [item async for batch in source for item in batch]
+
+
+async def test_fast_read_equals_the_ordered_consumer(fresh_nats):
+    log = await _filled_log(fresh_nats.url, 700)
+    try:
+        for subject in (None, "gpu.evt.node.*", subjects.node("n1")):
+            fast = await _collect(log.follow_raw(5, subject, stop_at=650))
+            slow = await _collect(log._follow_ordered(5, subject, stop_at=650))
+            assert fast == slow and fast, subject
+        everything = await _collect(log.follow_raw(1, stop_at=700))
+        assert sum(1 for *_, headers in everything if "x-i" in headers) == 100
+    finally:
+        await log.nc.close()
+
+
+async def test_follow_goes_on_from_the_fast_read_into_the_live_tail(fresh_nats):
+    log = await _filled_log(fresh_nats.url, 400)
+    try:
+        seen: list[int] = []
+
+        async def follow() -> None:
+            async for batch in log.follow_raw(1):
+                seen.extend(seq for seq, *_ in batch)
+                if seen[-1] >= 402:
+                    return
+
+        task = asyncio.create_task(follow())
+        await asyncio.sleep(0.2)
+        await log.append(subjects.node("late"), ev.NodeHeartbeat(node="late"))
+        await log.append(subjects.node("late"), ev.NodeHeartbeat(node="late"))
+        await asyncio.wait_for(task, 10)
+        assert seen == list(range(1, 403))
+    finally:
+        await log.nc.close()
