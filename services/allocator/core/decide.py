@@ -65,6 +65,7 @@ class _Pass:
     shapes: tuple | None = None  # typical shapes for this pass
     victim_pool: list | None = None  # allocations that eviction may consider, built once per pass
     lowest_priority: int = 0  # of the pool's allocations: below it no priority preemption exists
+    explain: bool = True  # count reasons for the claim being tried
     any_stale: bool = False
     only_node: str = ""  # while trying evictions: place on this node or not at all
 
@@ -188,10 +189,15 @@ def try_place(state: State, run: _Pass, claim: Claim):
                        "on the devices the claim allows")
     reasons: list[Reason] = []
     single_refusals: list[Reason] = []
+    # Counting reasons over every node is the expensive part of a failure: a pass without timers
+    # does it only for claims that have none yet; the timer pass (every tick) refreshes them all.
+    run.explain = run.ctx.explain_failures and (run.ctx.check_timers or not claim.reasons)
     for need in needs:
         outcome = _try_need(state, run, claim, need, reasons, single_refusals)
         if outcome is not None:
             return outcome
+    if not run.explain and not reasons:
+        return list(claim.reasons)
     if single_refusals and len(single_refusals) == len(needs):
         return ev.AllocationRejected(claim_id=claim.claim_id, code="quota-single-exceeded",
                                      reasons=single_refusals[:1], at=run.ctx.now)
@@ -215,8 +221,9 @@ def _try_need(state, run, claim, need: Need, reasons, single_refusals):
     if choice is None and run.only_node:
         return None
     if choice is None:
-        found = (reasons_for(state, need, pctx) if run.ctx.explain_failures
-                 else [Reason("no-free-gpu", f"no node has room for {need.label}")])
+        if not run.explain:
+            return None
+        found = reasons_for(state, need, pctx)
         run.failed[shape] = found
         reasons.extend(found)
         return None
@@ -246,8 +253,8 @@ def _models_within_quota(state, claim, need, reasons, single_refusals):
 
 
 def _model_memory(state: State, model: str, need: Need) -> int:
-    for view in state.groups_by_model.get(model, ()):
-        for unit in view.units:
+    for group in state.groups_by_model.get(model, ()):
+        for unit in group.view.units:
             if unit.model == model and unit.mig_profile == need.mig_profile:
                 return unit.memory_mib
     from schemas.catalogue import MODELS

@@ -50,7 +50,7 @@ def _claim_submitted(state: State, e: ev.ClaimSubmitted, seq: int) -> None:
     key = (spec.gpus, spec.gpu_milli, spec.mig_profile, spec.cpu_milli)
     state.shape_counts[key] = state.shape_counts.get(key, 0) + 1
     if _is_checkpoint(state.submitted):
-        refresh_typical(state, dict(state.shape_counts))
+        refresh_typical(state, dict(state.shape_counts), only_if_moved=True)
 
 
 def _is_checkpoint(submitted: int) -> bool:
@@ -58,11 +58,26 @@ def _is_checkpoint(submitted: int) -> bool:
     return submitted & (submitted - 1) == 0 if submitted <= 1024 else submitted % 1024 == 0
 
 
-def refresh_typical(state: State, counts: dict[tuple, int]) -> None:
+SHAPE_WEIGHT_TOLERANCE = 0.02
+
+
+def refresh_typical(state: State, counts: dict[tuple, int], only_if_moved: bool = False) -> None:
+    """Adopt the shape mix of `counts`; at a checkpoint only if it moved (other shapes, or a weight
+    off by more than 2 points), since every change of the mix invalidates all memoised scores."""
     from services.allocator.core.fragmentation import shapes_from_counts
 
+    fresh = shapes_from_counts(counts)
+    if only_if_moved and state.typical and not _moved(state.typical, fresh):
+        return
     state.shapes_seen = counts
-    state.typical = shapes_from_counts(counts)
+    state.typical = fresh
+
+
+def _moved(old: tuple, new: tuple) -> bool:
+    old_w, new_w = {s: w for w, s in old}, {s: w for w, s in new}
+    if old_w.keys() != new_w.keys():
+        return True
+    return any(abs(old_w[s] - new_w[s]) > SHAPE_WEIGHT_TOLERANCE for s in old_w)
 
 
 def _claim_rejected(state: State, e: ev.ClaimRejected, seq: int) -> None:

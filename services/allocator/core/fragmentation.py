@@ -8,7 +8,6 @@ across decisions.
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Iterable, Mapping, NamedTuple
 
 from services.allocator.core.state import FREE, NodeView
@@ -83,10 +82,59 @@ def shape_fragment(card: Card, shape: TypicalShape) -> int:
     return sum(left for left in card.lefts if left < shape.milli)
 
 
-@lru_cache(maxsize=1 << 18)
 def card_fragmentation(card: Card, shapes: tuple[tuple[float, TypicalShape], ...]) -> float:
-    """F_n: the weighted sum of each typical shape's fragment on this node."""
-    return sum(weight * shape_fragment(card, shape) for weight, shape in shapes)
+    """F_n: the weighted sum of each typical shape's fragment on this node (memoised per card).
+
+    Equal to `sum(weight * shape_fragment(card, shape))`, computed once per (milli, models) group
+    of shapes: the fitting count and the small lefts are the same for all shapes of a group.
+    """
+    global _MEMO_SHAPES
+    if shapes is not _MEMO_SHAPES:  # a new mix (a checkpoint, another trace): old values are void
+        _MEMO.clear()
+        _MEMO_SHAPES = shapes
+        _COMPILED.clear()
+    value = _MEMO.get(card)
+    if value is None:
+        if len(_MEMO) >= _MEMO_LIMIT:
+            _MEMO.clear()
+        value = _MEMO[card] = _fragmentation(card, _compiled(shapes))
+    return value
+
+
+_MEMO: dict = {}
+_MEMO_LIMIT = 1 << 18
+_MEMO_SHAPES: object = None
+_COMPILED: dict = {}
+
+
+def _compiled(shapes) -> list[tuple[int, frozenset[str] | None, list[tuple[float, int, int]]]]:
+    """Shapes grouped by (milli, models): [(milli, models, [(weight, cpu, count), ...])]."""
+    groups = _COMPILED.get("groups")
+    if groups is None:
+        by_key: dict[tuple, list[tuple[float, int, int]]] = {}
+        for weight, shape in shapes:
+            by_key.setdefault((shape.milli, shape.models), []).append((weight, shape.cpu, shape.count))
+        groups = _COMPILED["groups"] = [(milli, models, members) for (milli, models), members in by_key.items()]
+    return groups
+
+
+def _fragmentation(card: Card, groups) -> float:
+    lefts, models, cpu_free = card.lefts, card.models, card.cpu_free
+    idle = sum(lefts)
+    total = 0.0
+    for milli, allowed, members in groups:
+        if milli == 0:
+            total += idle * sum(weight for weight, _, _ in members)
+            continue
+        fits = small = 0
+        for left, model in zip(lefts, models):
+            if left >= milli and (allowed is None or model in allowed):
+                fits += 1
+            elif left < milli:
+                small += left
+        for weight, cpu, count in members:
+            total += weight * (idle if cpu_free < cpu or fits < count else small)
+    return total
 
 
 def node_fragmentation(view: NodeView, shapes: tuple[tuple[float, TypicalShape], ...]) -> float:

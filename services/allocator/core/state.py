@@ -201,7 +201,8 @@ class State:
     usage: dict[str, Usage] = field(default_factory=dict)
     pools: dict[str, PoolSpec] = field(default_factory=dict)
     groups: dict[NodeView, Group] = field(default_factory=dict)
-    groups_by_model: dict[str, set[NodeView]] = field(default_factory=dict)
+    # model -> its groups (hashed by identity: a NodeView's nested tuples are slow to hash)
+    groups_by_model: dict[str, dict["Group", None]] = field(default_factory=dict)
     shape_counts: dict[tuple, int] = field(default_factory=dict)  # claim shapes seen (for FGD)
     leased: dict[str, None] = field(default_factory=dict)  # allocated claims with a lease
     holding: dict[str, None] = field(default_factory=dict)  # claims holding devices now
@@ -231,11 +232,12 @@ class State:
     def groups_for_models(self, models: frozenset[str] | None):
         if models is None:
             return list(self.groups.values())
-        seen: dict[NodeView, Group] = {}
+        if len(models) == 1:
+            return list(self.groups_by_model.get(next(iter(models)), ()))
+        seen: dict[Group, None] = {}
         for model in sorted(models):
-            for view in self.groups_by_model.get(model, ()):
-                seen[view] = self.groups[view]
-        return list(seen.values())
+            seen.update(self.groups_by_model.get(model, {}))
+        return list(seen)
 
 
 def unit_view(unit: Unit) -> UnitView:
@@ -300,7 +302,7 @@ def _index(state: State, node: Node) -> None:
     for model in node.static.models or ("",):
         # "the fleet's models" (memory-sized claims get one option per model) are those of every
         # node indexed so far, schedulable or not: the same after a live fold, a flush or a snapshot
-        state.groups_by_model.setdefault(model, set())
+        state.groups_by_model.setdefault(model, {})
     if not node.schedulable:
         node.view = None
         return
@@ -310,13 +312,13 @@ def _index(state: State, node: Node) -> None:
     if group is None:
         group = state.groups[view] = Group(view)
         for model in view.static.models or ("",):
-            state.groups_by_model.setdefault(model, set()).add(view)
+            state.groups_by_model.setdefault(model, {})[group] = None
     group.add(node.rank, node.name)
 
 
 def _drop_group(state: State, view: NodeView) -> None:
-    del state.groups[view]
+    group = state.groups.pop(view)
     for model in view.static.models or ("",):
         members = state.groups_by_model.get(model)
         if members is not None:
-            members.discard(view)
+            members.pop(group, None)
