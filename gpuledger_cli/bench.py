@@ -31,11 +31,15 @@ def replay(events: int = typer.Option(1_000_000, "--events"),
            nodes: int = typer.Option(1000, "--nodes"),
            nats_url: str = typer.Option("", "--nats-url", help="use this server (default: an embedded one "
                                         "in a temporary folder)"),
+           single: bool = typer.Option(False, "--single-event-messages",
+                                       help="write every event as its own message (no EventBatch)"),
+           compare: bool = typer.Option(False, "--compare", help="also time nats-py's reader and "
+                                        "the eager placement index (the paths replaced)"),
            as_json: bool = typer.Option(False, "--json")) -> None:
     """Rebuild the allocator's state from a log of N events, and from a snapshot of it."""
     from bench.replay import run
 
-    _emit(run(events, nodes, nats_url or None), as_json)
+    _emit(run(events, nodes, nats_url or None, batched=not single, compare=compare), as_json)
 
 
 def register(app: typer.Typer) -> None:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import base64
 import gc
+import hashlib
 import io
 import logging
 
 from nats.js.errors import NotFoundError, ObjectNotFoundError
 
 from schemas import subjects
+from shared.fastread import RangeReadError, open_range_reader
 from services.allocator.core.snapshot import from_snapshot, to_snapshot
 from services.allocator.core.state import State
 
@@ -26,21 +29,45 @@ async def _bucket(js):
 async def load_snapshot(js) -> State | None:
     """The last snapshot, or None (then the whole log is replayed)."""
     store = await _bucket(js)
-    buffer = io.BytesIO()  # nats-py appends chunks to a bytes object otherwise: quadratic in size
     try:
-        await store.get(SNAPSHOT_NAME, writeinto=buffer)
+        data = await read_object(js, store, SNAPSHOT_NAME)
     except (ObjectNotFoundError, NotFoundError):
+        return None
+    except (ValueError, RangeReadError) as err:  # a damaged snapshot only costs a full replay
+        log.warning("ignoring unreadable snapshot: %s", err)
         return None
     was_on = gc.isenabled()
     gc.disable()  # decoding builds the whole state at once: nothing for the cyclic collector yet
     try:
-        return from_snapshot(buffer.getvalue())
+        return from_snapshot(data)
     except Exception as err:  # an unreadable snapshot only costs a full replay
         log.warning("ignoring unreadable snapshot: %s", err)
         return None
     finally:
         if was_on:
             gc.enable()
+
+
+async def read_object(js, store, name: str) -> bytes:
+    """The object's bytes, its chunks read through `shared.fastread` (a 200 MB snapshot in about a
+    second instead of nats-py's per-chunk consumer), checked against the stored size and SHA-256."""
+    info = await store.get_info(name)
+    nc = getattr(js, "_nc", None)
+    reader = None
+    if nc is not None and info.size and info.nuid:
+        stream = f"OBJ_{subjects.SNAPSHOT_BUCKET}"
+        last = (await js.stream_info(stream)).state.last_seq
+        reader = await open_range_reader(nc, stream, 1, last, f"$O.{subjects.SNAPSHOT_BUCKET}.C.{info.nuid}")
+    if reader is None:
+        buffer = io.BytesIO()  # nats-py appends chunks to a bytes object otherwise: quadratic in size
+        await store.get(name, writeinto=buffer)
+        return buffer.getvalue()
+    data = b"".join([payload async for batch in reader.batches() for _, _, payload, _ in batch])
+    digest = "SHA-256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode()
+    if len(data) != info.size or digest.rstrip("=") != (info.digest or "").rstrip("="):
+        raise ValueError(f"object {name}: read {len(data)} bytes that do not match its size "
+                         f"{info.size} or digest")
+    return data
 
 
 async def save_snapshot(js, state: State) -> int:

@@ -1,0 +1,234 @@
+"""`gpuledger bench replay`: rebuild the allocator's state from a log of N events, and restart it
+from a snapshot of that log plus a tail.
+
+Steps: write a synthetic log (`bench.replay_log`) into a fresh stream with a sliding window of
+acks; rebuild through the allocator's own start path (`Allocator.follow` on the JetStream log,
+deferred placement index, flushed when caught up) and time it, then time reading alone and folding
+alone; save a snapshot to the NATS object store as the allocator does, append a tail of 1 % more
+events, and time a restart (load the snapshot + fold the tail). Every rebuilt state is checked
+against the live fold (`digest`). Figures are wall clock on this machine; nothing asserts on them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+import time
+
+from schemas import events as ev
+from schemas.events import decode_event, encode_event
+from shared.jetstream import JetStreamEventLog, connect, ensure_streams
+from shared.natsserver import start_nats_server
+from shared.settings import Settings
+
+from bench.replay_log import SyntheticLog
+from services.allocator.core.digest import digest
+from services.allocator.core.evolve import evolve
+from services.allocator.core.state import State, defer_index, flush_index
+from services.allocator.loop import Allocator, pause_gc, resume_gc
+from services.allocator.snapshots import load_snapshot, save_snapshot
+
+WINDOW = 2000  # unacknowledged publishes in flight
+
+
+class Writer:
+    """Raw publishes with a reply inbox and a sliding window of acks (DESIGN.md: ~45k msgs/s)."""
+
+    def __init__(self, nc):
+        self.nc, self.inflight, self.errors = nc, asyncio.Semaphore(WINDOW), []
+        self.inbox = nc.new_inbox()
+        self.sub = None
+        self.bytes = 0
+
+    async def start(self) -> None:
+        self.sub = await self.nc.subscribe(self.inbox + ".*", cb=self._ack)
+
+    async def _ack(self, msg) -> None:
+        if msg.data.startswith(b'{"error"') or b'"error"' in msg.data[:20]:
+            self.errors.append(msg.data[:200].decode(errors="replace"))
+        self.inflight.release()
+
+    async def publish(self, subject: str, payload: bytes) -> None:
+        await self.inflight.acquire()
+        self.bytes += len(payload)
+        await self.nc.publish(subject, payload, reply=f"{self.inbox}.a")
+
+    async def drain(self) -> None:
+        for _ in range(WINDOW):
+            await self.inflight.acquire()
+        for _ in range(WINDOW):
+            self.inflight.release()
+        await self.sub.unsubscribe()
+        if self.errors:
+            raise RuntimeError(f"{len(self.errors)} publishes failed, first: {self.errors[0]}")
+
+
+async def write(nc, source, until_events: int) -> dict:
+    """Publish messages from `source` until `until_events` events are written."""
+    writer, events, messages = Writer(nc), 0, 0
+    await writer.start()
+    start, gc_on = time.perf_counter(), pause_gc()
+    try:
+        for subject, event, count in source:
+            await writer.publish(subject, encode_event(event))
+            events, messages = events + count, messages + 1
+            if events >= until_events:
+                break
+        await writer.drain()
+    finally:
+        resume_gc(gc_on)
+    return {"events": events, "messages": messages, "bytes": writer.bytes,
+            "seconds": time.perf_counter() - start}
+
+
+async def rebuild(log, settings: Settings, state: State | None = None) -> tuple[State, float]:
+    """The allocator's start: fold from the state's position to the end, index flushed at the end."""
+    start = time.perf_counter()
+    allocator = Allocator(log, settings, "bench-replay", state=state)
+    end = await log.last_seq()
+    task = asyncio.create_task(allocator.follow(end))
+    caught_up = asyncio.create_task(allocator.caught_up.wait())
+    await asyncio.wait({task, caught_up}, return_when=asyncio.FIRST_COMPLETED)
+    task.cancel()
+    if task.done() and not task.cancelled() and task.exception():
+        raise task.exception()
+    return allocator.state, time.perf_counter() - start
+
+
+async def read_only(log, end: int) -> tuple[list, float]:
+    """Read the stream back with no decoding: the transport's share."""
+    start, payloads, gc_on = time.perf_counter(), [], pause_gc()  # as the allocator's catch-up
+    try:
+        async for batch in log.follow_raw(1, stop_at=end):
+            payloads.extend((seq, data) for seq, _subject, data, _headers in batch)
+    finally:
+        resume_gc(gc_on)
+    return payloads, time.perf_counter() - start
+
+
+async def read_only_natspy(log, end: int) -> float:
+    """The same read through nats-py's ordered push consumer (the path before shared.fastread)."""
+    start, gc_on, count = time.perf_counter(), pause_gc(), 0
+    try:
+        async for batch in log._follow_ordered(1, None, end):
+            count += len(batch)
+    finally:
+        resume_gc(gc_on)
+    return time.perf_counter() - start
+
+
+def decode_and_fold(payloads: list, compare: bool) -> dict:
+    gc_on = pause_gc()
+    try:
+        return _decode_and_fold(payloads, compare)
+    finally:
+        resume_gc(gc_on)
+
+
+def _decode_and_fold(payloads: list, compare: bool) -> dict:
+    start = time.perf_counter()
+    decoded = [(seq, decode_event(data)) for seq, data in payloads]
+    decode_s = time.perf_counter() - start
+    eager_s = _fold(decoded, deferred=False)[0] if compare else None
+    fold_s, state = _fold(decoded, deferred=True)
+    return {"decode_s": decode_s, "fold_s": fold_s, "eager_s": eager_s, "state": state}
+
+
+def _fold(decoded: list, deferred: bool) -> tuple[float, State]:
+    start, state = time.perf_counter(), State()
+    if deferred:
+        defer_index(state)
+    for seq, event in decoded:
+        evolve(state, event, seq)
+    flush_index(state)
+    return time.perf_counter() - start, state
+
+
+async def measure(nats_url: str, events: int, nodes: int, batched: bool, tail_fraction: float,
+                  compare: bool) -> dict:
+    nc = await connect(nats_url, name="bench-replay")
+    try:
+        js = nc.jetstream()
+        await ensure_streams(js)
+        log = JetStreamEventLog(nc)
+        if await log.last_seq() != 0:
+            raise SystemExit("bench replay needs an empty GPULEDGER stream: point --nats-url at a fresh "
+                             "server or leave it out (an embedded one is started)")
+        synthetic = SyntheticLog(nodes, batched=batched)
+        source = synthetic.messages()
+        wrote = await write(nc, source, events)
+        end = await log.last_seq()
+        settings = Settings(nats_url=nats_url)
+
+        state, full_s = await rebuild(log, settings)
+        _check(state, synthetic.settled(), "full rebuild")
+        payloads, read_s = await read_only(log, end)
+        natspy_s = await read_only_natspy(log, end) if compare else None
+        folded = decode_and_fold(payloads, compare)
+        _check(folded["state"], synthetic.settled(), "fold")
+        del payloads, folded["state"]
+
+        start = time.perf_counter()
+        snapshot_bytes = await save_snapshot(js, state)
+        save_s = time.perf_counter() - start
+        tail = await write(nc, source, max(int(events * tail_fraction), 1))
+        start = time.perf_counter()
+        restored = await load_snapshot(js)
+        load_s = time.perf_counter() - start
+        restarted, tail_s = await rebuild(log, settings, restored)
+        _check(restarted, synthetic.settled(), "snapshot + tail")
+    finally:
+        await nc.close()
+    figures = _figures(wrote, tail, end, full_s, read_s, folded, snapshot_bytes, save_s, load_s,
+                       tail_s, nodes, batched)
+    if compare:
+        figures["before_read_only_natspy_seconds"] = round(natspy_s, 2)
+        figures["before_read_only_natspy_messages_per_s"] = round(end / natspy_s)
+        figures["before_fold_only_eager_index_seconds"] = round(folded["eager_s"], 2)
+    return figures
+
+
+def _check(state: State, live: State, what: str) -> None:
+    if digest(state) != digest(live):
+        raise RuntimeError(f"{what}: the rebuilt state differs from the live fold")
+
+
+def _figures(wrote, tail, end, full_s, read_s, folded, snapshot_bytes, save_s, load_s, tail_s,
+             nodes, batched) -> dict:
+    n = wrote["events"]
+    return {
+        "events": n, "messages": wrote["messages"], "nodes": nodes, "batched_writers": batched,
+        "events_per_message": round(n / wrote["messages"], 2), "bytes": wrote["bytes"],
+        "write_seconds": round(wrote["seconds"], 2),
+        "write_messages_per_s": round(wrote["messages"] / wrote["seconds"]),
+        "seconds": round(full_s, 2), "events_per_s": round(n / full_s),
+        "messages_per_s": round(wrote["messages"] / full_s),
+        "read_only_seconds": round(read_s, 2), "read_only_messages_per_s": round(end / read_s),
+        "decode_seconds": round(folded["decode_s"], 2),
+        "fold_only_seconds": round(folded["fold_s"], 2),
+        "fold_only_events_per_s": round(n / folded["fold_s"]),
+        "snapshot_bytes": snapshot_bytes, "snapshot_save_seconds": round(save_s, 2),
+        "tail_events": tail["events"], "tail_messages": tail["messages"],
+        "snapshot_load_seconds": round(load_s, 2),
+        "snapshot_restart_seconds": round(load_s + tail_s, 2),
+        "digest_checked": True, "cpu_load_1m": round(os.getloadavg()[0], 2),
+    }
+
+
+def run(events: int, nodes: int, nats_url: str | None = None, batched: bool = True,
+        tail_fraction: float = 0.01, compare: bool = False) -> dict:
+    """Write a log of `events` events for `nodes` nodes, rebuild and restart from it; the figures.
+    `compare` also times the paths this work replaced (nats-py's reader, the eager index)."""
+    if events < 1:
+        raise SystemExit("--events must be at least 1")
+    if nodes < 1:
+        raise SystemExit("--nodes must be at least 1")
+    if nats_url:
+        return asyncio.run(measure(nats_url, events, nodes, batched, tail_fraction, compare))
+    with tempfile.TemporaryDirectory(prefix="gpuledger-bench-") as folder:
+        server = start_nats_server(folder)
+        try:
+            return asyncio.run(measure(server.url, events, nodes, batched, tail_fraction, compare))
+        finally:
+            server.stop()

@@ -1,0 +1,31 @@
+"""`bench replay` end to end on a small log: it writes, rebuilds, snapshots and restarts, and checks
+every rebuilt state against the live fold itself (it raises on a difference)."""
+
+from __future__ import annotations
+
+from bench.replay import run
+from bench.replay_log import SyntheticLog, event_count
+from schemas import events as ev
+
+
+def test_a_small_replay_checks_out_and_reports_its_figures(fresh_nats):
+    figures = run(3000, 30, fresh_nats.url, compare=True)
+    assert figures["digest_checked"] is True
+    assert figures["events"] >= 3000 and figures["messages"] < figures["events"]
+    for key in ("events_per_s", "seconds", "snapshot_restart_seconds", "read_only_messages_per_s",
+                "fold_only_events_per_s", "snapshot_bytes", "before_read_only_natspy_seconds"):
+        assert key in figures
+
+
+def test_the_synthetic_log_holds_every_kind_a_busy_system_writes():
+    kinds = set()
+    log = SyntheticLog(40)
+    for i, (_, event, count) in enumerate(log.messages()):
+        assert count == event_count(event)
+        kinds.add(type(event).__name__)
+        if isinstance(event, ev.DecisionBatch):
+            kinds.update(type(d).__name__ for d in event.decisions)
+        if i > 6000:
+            break
+    assert {"NodeRegistered", "QuotaSet", "NodeHeartbeat", "UsageObserved", "EventBatch", "DecisionBatch",
+            "ClaimAllocated", "ClaimBound", "ClaimReleased", "LeaseRenewed"} <= kinds
