@@ -93,11 +93,12 @@ def card_fragmentation(card: Card, shapes: tuple[tuple[float, TypicalShape], ...
         _MEMO.clear()
         _MEMO_SHAPES = shapes
         _COMPILED.clear()
-    value = _MEMO.get(card)
+    key = (card.cpu_free, tuple(sorted(zip(card.lefts, card.models))))  # the measure ignores order
+    value = _MEMO.get(key)
     if value is None:
         if len(_MEMO) >= _MEMO_LIMIT:
             _MEMO.clear()
-        value = _MEMO[card] = _fragmentation(card, _compiled(shapes))
+        value = _MEMO[key] = _fragmentation(card, _compiled(shapes))
     return value
 
 

@@ -236,17 +236,22 @@ def choose(state: State, need: Need, policy, ctx: PlacementContext) -> Choice | 
 def _candidates(state: State, need: Need, policy, ctx: PlacementContext) -> list[Choice]:
     """Every feasible group's (first node, picks, score); memoised per view when the caller
     keeps a memo, since a decision changes one node and the others' scores stay the same."""
-    memo = _memo_for(state, need, policy, ctx)
+    # Host memory only decides feasibility, never a score: memoise without it (fewer distinct
+    # needs, more hits) and check it per view below.
+    scored = need._replace(mem=0, label="")
+    memo = _memo_for(state, scored, policy, ctx)
     per_node = getattr(policy, "score_group", None)  # scores that depend on how many nodes share a view
     out: list[Choice] = []
     for group in state.groups_for_models(need.models):
         view = group.view
+        if view.mem_free < need.mem:
+            continue
         if memo is None:
-            picks, score = _evaluate(view, need, policy, ctx)
+            picks, score = _evaluate(view, scored, policy, ctx)
         else:
             hit = memo.get(id(view))
             if hit is None or hit[0] is not view:  # the view object is kept, so its id is not reused
-                hit = memo[id(view)] = (view, *_evaluate(view, need, policy, ctx))
+                hit = memo[id(view)] = (view, *_evaluate(view, scored, policy, ctx))
             picks, score = hit[1], hit[2]
         if picks is None:
             continue
