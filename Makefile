@@ -18,10 +18,10 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 run: $(STAMP)
-	$(VENV)/bin/gpuledger up --demo $(ARGS)
+	@$(VENV)/bin/gpuledger up --demo $(ARGS)
 
 test: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	@$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 schemas: $(STAMP)
 	$(VENV)/bin/gpuledger schemas export

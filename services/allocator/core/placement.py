@@ -182,18 +182,20 @@ def _reason_memo(state: State, need: Need, ctx: PlacementContext) -> dict | None
 
 
 def _message(code: str, n: int, need: Need, ctx: PlacementContext) -> str:
-    nodes = f"{n} node{'s' if n != 1 else ''}"
+    one = n == 1
+    nodes = f"{n} node{'' if one else 's'}"
+    have, lack, do, are = ("has", "lacks", "does", "is") if one else ("have", "lack", "do", "are")
     what = need.label if need.count != 1 or need.milli < FREE or need.mig_profile else (
         f"a free {'/'.join(sorted(need.models)) if need.models else 'GPU'}")
     pool = f" in pool {need.pool}" if need.pool else ""
     return {
-        "node-selector": f"{nodes} do not match node selector {dict(ctx.node_selector)}",
-        "no-such-gpu": f"{nodes} have no {need.label.split(' x ')[-1]} devices{pool}",
-        "cuda-incompatible": f"{nodes} have drivers without CUDA {', '.join(ctx.cuda_versions)}",
-        "gpu-unhealthy": f"{nodes} have only Faulted or Ignored matching devices",
-        "host-resources": f"{nodes} lack {need.cpu}m CPU / {need.mem}Mi memory",
-        "no-free-gpu": f"{nodes} lack {what}{pool}",
-        "reserved": f"{nodes} are held for an older waiting claim",
+        "node-selector": f"{nodes} {do} not match node selector {dict(ctx.node_selector)}",
+        "no-such-gpu": f"{nodes} {have} no {need.label.split(' x ')[-1]} devices{pool}",
+        "cuda-incompatible": f"{nodes} {have} drivers without CUDA {', '.join(ctx.cuda_versions)}",
+        "gpu-unhealthy": f"{nodes} {have} only Faulted or Ignored matching devices",
+        "host-resources": f"{nodes} {lack} {need.cpu}m CPU / {need.mem}Mi memory",
+        "no-free-gpu": f"{nodes} {lack} {what}{pool}",
+        "reserved": f"{nodes} {are} held for an older waiting claim",
     }.get(code, f"{nodes}: {code}")
 
 
