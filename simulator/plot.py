@@ -19,8 +19,8 @@ def plot_curves(summaries: list[Summary], out: str | Path, title: str = "") -> P
         ys = [s.curve[x] for x in xs]
         for ax in (full, zoom):
             ax.plot(xs, ys, label=s.policy, linewidth=1.6 if s.policy == "gpuledger" else 1.0)
-    full.plot([0, 130], [0, 100], color="grey", linestyle=":", linewidth=0.8)
-    full.plot([0, 130], [100, 100], color="grey", linestyle=":", linewidth=0.8)
+    full.plot([0, 100, 130], [0, 100, 100], color="grey", linestyle=":", linewidth=0.8,
+              label="everything placed")
     full.set(xlabel="arrived GPU demand (% of capacity)", ylabel="allocated GPU (% of capacity)",
              xlim=(0, 130), ylim=(0, 102), title="allocation vs arrived load")
     zoom.set(xlabel="arrived GPU demand (% of capacity)", ylabel="allocated GPU (% of capacity)",

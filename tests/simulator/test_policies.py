@@ -79,12 +79,27 @@ def test_gpu_packing_prefers_already_shared_cards():
     assert place(state, pod(u=300), "gpu-packing", 2)[0] == "b"
 
 
-def test_gpuledger_breaks_fragmentation_ties_towards_the_fuller_node():
-    # two nodes differing only in rank and CPU left; FGD takes the first rank, gpuledger best fit
-    state = cluster_state((node("roomy", cpu=64000), node("tight", cpu=16000)))
-    assert place(state, pod(u=1000, cpu=1000), "fgd", 1)[0] == "roomy"
-    state = cluster_state((node("roomy", cpu=64000), node("tight", cpu=16000)))
-    assert place(state, pod(u=1000, cpu=1000), "gpuledger", 1)[0] == "tight"
+def test_gpuledger_sends_cpu_only_pods_where_fewest_cards_are_idle():
+    # a CPU-only pod changes no node's fragmentation here: FGD takes the first rank
+    state = cluster_state((node("a", gpus=2), node("b", gpus=1)))
+    assert place(state, pod(k=0, cpu=4000), "fgd", 1)[0] == "a"
+    state = cluster_state((node("a", gpus=2), node("b", gpus=1)))
+    assert place(state, pod(k=0, cpu=4000), "gpuledger", 1)[0] == "b"
+
+
+def _cards_700_and_500_left(policy: str, shapes):
+    state = cluster_state((node("a", gpus=2),))
+    place(state, pod(u=600), policy, 1, shapes)  # card 0
+    place(state, pod(u=300), policy, 2, shapes)  # card 0 (100 left)
+    place(state, pod(u=500), policy, 3, shapes)  # card 1
+    evolve(state, ev.ClaimReleased(claim_id="c1"))  # card 0: 700 left, card 1: 500 left
+    return state
+
+
+def test_gpuledger_puts_a_share_on_the_fullest_card_among_equal_gradients():
+    shapes = typical_shapes({TypicalShape(0, 100, 1, None): 1})  # leftovers >= 100 stay usable
+    assert place(_cards_700_and_500_left("fgd", shapes), pod(u=200), "fgd", 4, shapes)[1] == [0]
+    assert place(_cards_700_and_500_left("gpuledger", shapes), pod(u=200), "gpuledger", 4, shapes)[1] == [1]
 
 
 def test_gpuledger_learns_typical_shapes_from_the_claims_it_has_seen():

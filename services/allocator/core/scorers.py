@@ -168,15 +168,15 @@ class FGD(BinPack):
 
 
 class GpuLedger(FGD):
-    """gpuledger's default: FGD's fragmentation gradient, decided coarsely, then best fit.
+    """gpuledger's default: FGD's fragmentation gradient with deliberate tie-breaks.
 
-    Measured on openb (docs/benchmarks.md): the finer a policy tells fragmentation deltas apart,
-    the worse it packs (raw deltas lose 2 points to FGD's integer sigmoid), because among nodes
-    whose fragmentation changes about equally, concentrating load is what keeps whole cards and
-    whole nodes free. FGD leaves those ties to an arbitrary node order; here they go to the node
-    (and the card) left with least CPU and GPU, best fit, which is deterministic and packs.
-    Whole-card claims keep NVLink-contiguous picks (`default_pick`); typical shapes come from the
-    caller, or from the claims the allocator has seen (`DecideContext.typical_shapes`).
+    Measured on openb (docs/benchmarks.md): telling fragmentation deltas apart more finely than
+    FGD's integer sigmoid loses 1 to 2 points (it spreads load), so the gradient is kept as FGD
+    scores it. Below one step of that score: a share goes to the card with least room left (best
+    fit: slivers are what is wasted at saturation), and a CPU-only pod to the node with the least
+    idle GPU, so it does not take the CPU that idle cards will need. Whole-card claims keep
+    NVLink-contiguous picks (`default_pick`); typical shapes come from the caller, or from the
+    claims the allocator has seen (`DecideContext.typical_shapes`).
     """
 
     name = "gpuledger"
@@ -187,16 +187,17 @@ class GpuLedger(FGD):
         if picks is None or need.count != 1 or need.milli >= FREE:
             return picks
         best, best_score = None, None
-        for i in fitting_units(view, need):  # a share: best gradient, then the card with least left
+        for i in fitting_units(view, need):
             score = self._int_score(view, need, (i,), ctx) - self.TIE * view.units[i].milli_free / FREE
             if best_score is None or score > best_score:
                 best, best_score = (i,), score
         return best
 
     def score(self, view: NodeView, need: Need, picks, ctx: PlacementContext) -> float:
-        left = 0.5 * (view.cpu_free - need.cpu) / CPU_SCALE
-        left += 0.5 * (view.gpu_milli_free - _requested(need)) / GPU_SCALE
-        return self._int_score(view, need, picks, ctx) - self.TIE * left
+        score = self._int_score(view, need, picks, ctx)
+        if need.count == 0:
+            return score - self.TIE * view.gpu_milli_free / max(GPU_SCALE, view.gpu_milli_free)
+        return score
 
 
 class Random:
