@@ -342,12 +342,18 @@ def _excluded_key(run: _Pass, claim: Claim) -> tuple:
             tuple(sorted(claim.spec.node_selector.items())))
 
 
+# On equal counts, the reason a user can act on or wait out comes before "that node has no such GPU".
+_REASON_ORDER = {"reserved": 0, "no-free-gpu": 1, "host-resources": 2, "gpu-unhealthy": 3,
+                 "cuda-incompatible": 4, "node-selector": 5, "no-such-gpu": 6}
+
+
 def _rank(reasons: list[Reason]) -> list[Reason]:
     """Merge reasons with the same message; quota first, then by how many nodes say so."""
     merged: dict[str, Reason] = {}
     for r in reasons:
         merged.setdefault(r.message, r)
-    return sorted(merged.values(), key=lambda r: (not r.code.startswith("quota"), -r.count, r.message))[:8]
+    return sorted(merged.values(), key=lambda r: (not r.code.startswith("quota"), -r.count,
+                                                  _REASON_ORDER.get(r.code, 9), r.message))[:8]
 
 
 # --- gangs -----------------------------------------------------------------------------------------
