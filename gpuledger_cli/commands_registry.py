@@ -19,6 +19,7 @@ AREAS = (
     "gpuledger_cli.projection",
     "gpuledger_cli.bench",
     "gpuledger_cli.simulate",
+    "gpuledger_cli.whatif",
 )
 
 
