@@ -79,14 +79,6 @@ def test_gpu_packing_prefers_already_shared_cards():
     assert place(state, pod(u=300), "gpu-packing", 2)[0] == "b"
 
 
-def test_gpuledger_sends_cpu_only_pods_where_fewest_cards_are_idle():
-    # a CPU-only pod changes no node's fragmentation here: FGD takes the first rank
-    state = cluster_state((node("a", gpus=2), node("b", gpus=1)))
-    assert place(state, pod(k=0, cpu=4000), "fgd", 1)[0] == "a"
-    state = cluster_state((node("a", gpus=2), node("b", gpus=1)))
-    assert place(state, pod(k=0, cpu=4000), "gpuledger", 1)[0] == "b"
-
-
 def _cards_700_and_500_left(policy: str, shapes):
     state = cluster_state((node("a", gpus=2),))
     place(state, pod(u=600), policy, 1, shapes)  # card 0
