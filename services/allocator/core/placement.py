@@ -221,6 +221,10 @@ def feasible(state: State, need: Need, policy, ctx: PlacementContext):
 
 def choose(state: State, need: Need, policy, ctx: PlacementContext) -> Choice | None:
     """The best node for a need under a policy; the lowest rank breaks ties."""
+    ceiling = getattr(policy, "max_score", None)
+    if ceiling is not None and not getattr(policy, "normalize", False) \
+            and getattr(policy, "score_group", None) is None and getattr(policy, "refine", None) is None:
+        return _choose_by_rank(state, need, policy, ctx, ceiling(need, ctx))
     candidates = _candidates(state, need, policy, ctx)
     if not candidates:
         return None
@@ -235,16 +239,46 @@ def choose(state: State, need: Need, policy, ctx: PlacementContext) -> Choice | 
     return best._replace(picks=refine(best.view, need, best.picks, ctx)) if refine else best
 
 
+def _choose_by_rank(state: State, need: Need, policy, ctx: PlacementContext, ceiling: float) -> Choice | None:
+    """The same answer as scoring every group, found sooner: groups are tried in the rank order of
+    their first usable node, and once one reaches the policy's ceiling (no node can score higher)
+    no later one can win, since ties go to the lowest rank."""
+    firsts = [(first, group) for group in state.groups_for_models(need.models)
+              if (first := _first_node(group, ctx)) is not None]
+    firsts.sort(key=lambda item: item[0][0])
+    best: Choice | None = None
+    for candidate in _scored(need, policy, ctx, firsts, _memo_for(state, _scored_need(need), policy, ctx)):
+        if best is None or candidate.score > best.score:
+            best = candidate
+            if best.score >= ceiling:
+                break
+    return best
+
+
 def _candidates(state: State, need: Need, policy, ctx: PlacementContext) -> list[Choice]:
     """Every feasible group's (first node, picks, score); memoised per view when the caller
     keeps a memo, since a decision changes one node and the others' scores stay the same."""
+    firsts = [(first, group) for group in state.groups_for_models(need.models)
+              if (first := _first_node(group, ctx)) is not None]
+    return list(_scored(need, policy, ctx, firsts, _memo_for(state, _scored_need(need), policy, ctx)))
+
+
+def _first_node(group, ctx: PlacementContext) -> tuple[int, str] | None:
+    if ctx.excluded:
+        return group.first(ctx.excluded)
+    return group.ranks[0], group.names[group.ranks[0]]
+
+
+def _scored_need(need: Need) -> Need:
     # Host memory only decides feasibility, never a score: memoise without it (fewer distinct
-    # needs, more hits) and check it per view below.
-    scored = need._replace(mem=0, label="")
-    memo = _memo_for(state, scored, policy, ctx)
+    # needs, more hits) and check it per view.
+    return need._replace(mem=0, label="")
+
+
+def _scored(need: Need, policy, ctx: PlacementContext, firsts, memo):
+    scored = _scored_need(need)
     per_node = getattr(policy, "score_group", None)  # scores that depend on how many nodes share a view
-    out: list[Choice] = []
-    for group in state.groups_for_models(need.models):
+    for (rank, name), group in firsts:
         view = group.view
         if view.mem_free < need.mem:
             continue
@@ -257,13 +291,9 @@ def _candidates(state: State, need: Need, policy, ctx: PlacementContext) -> list
             picks, score = hit[1], hit[2]
         if picks is None:
             continue
-        first = group.first(ctx.excluded) if ctx.excluded else (group.ranks[0], group.names[group.ranks[0]])
-        if first is None:
-            continue
         if per_node is not None:
             score = per_node(view, need, picks, ctx, len(group))
-        out.append(Choice(first[1], first[0], view, picks, score))
-    return out
+        yield Choice(name, rank, view, picks, score)
 
 
 def _evaluate(view: NodeView, need: Need, policy, ctx: PlacementContext):

@@ -166,6 +166,14 @@ class FGD(BinPack):
     def _int_score(view, need, picks, ctx) -> int:
         return int(_sigmoid(frag_drop(view, need, picks, ctx) / 1000) * 100)
 
+    def max_score(self, need: Need, ctx: PlacementContext) -> int:
+        """No node scores higher: placing r milli lowers each typical shape's fragment by at most r
+        (a fragment is the idle milli, or the slivers too small for the shape, and both shrink by
+        at most what is taken), so the weighted drop is at most r times the weights' sum. Lets
+        placement stop at the first node, in rank order, that reaches it."""
+        weights = sum(weight for weight, _ in ctx.typical_shapes) if ctx.typical_shapes else 1.0
+        return int(_sigmoid(need.count * need.milli * weights * (1 + 1e-9) / 1000) * 100)
+
 
 class GpuLedger(FGD):
     """gpuledger's policy: FGD's fragmentation gradient, and the fullest card among equal scores.
