@@ -72,6 +72,6 @@ async def read_object(js, store, name: str) -> bytes:
 
 async def save_snapshot(js, state: State) -> int:
     store = await _bucket(js)
-    data = to_snapshot(state)
+    data = to_snapshot(state, compact=True)
     await store.put(SNAPSHOT_NAME, data)
     return len(data)

@@ -17,6 +17,7 @@ from services.allocator.core.evolve import fold
 from services.allocator.core.snapshot import from_snapshot, to_snapshot
 from services.allocator.core.state import FREE
 from tests.fleet import Ledger, a100_mig_node, claim, h100_node
+from services.allocator.core.digest import live_digest
 from tests.property.digest import digest
 
 NAMESPACES = ("team-a", "team-b", "team-c")
@@ -108,7 +109,8 @@ class World:
                     assert state.claims[d.claim_id].grants == d.grants, f"void allocation {d}"
 
     def _snapshot(self) -> None:
-        self.snapshot = (to_snapshot(self.ledger.state), len(self.ledger.events))
+        self.snapshot = (to_snapshot(self.ledger.state), to_snapshot(self.ledger.state, compact=True),
+                         len(self.ledger.events))
 
 
 def check_capacity(state) -> None:
@@ -156,6 +158,8 @@ def test_invariants_hold_for_any_sequence(sequence):
     live = digest(world.ledger.state)
     assert digest(fold(world.ledger.events)) == live, "replay differs from the live state"
     if world.snapshot is not None:
-        data, upto = world.snapshot
+        data, compact, upto = world.snapshot
         restored = fold(world.ledger.events[upto:], from_snapshot(data))
         assert digest(restored) == live, "snapshot + tail differs from the full replay"
+        restored = fold(world.ledger.events[upto:], from_snapshot(compact))
+        assert live_digest(restored) == live_digest(world.ledger.state), "compact snapshot + tail differs"

@@ -34,7 +34,7 @@ def test_deferred_fold_then_flush_equals_the_eager_fold(sequence):
     live = world.ledger.state
     assert digest(deferred_fold(world.ledger.events)) == digest(live)
     if world.snapshot is not None:
-        data, upto = world.snapshot
+        data, _compact, upto = world.snapshot
         assert digest(deferred_fold(world.ledger.events[upto:], from_snapshot(data))) == digest(live)
 
 

@@ -15,3 +15,13 @@ def digest(state) -> tuple:
     nodes = tuple(sorted((n.name, n.cpu_free, n.mem_free, n.lost, n.condition) for n in state.nodes.values()))
     groups = tuple(sorted((len(g), tuple(g.ranks)) for g in state.groups.values()))
     return claims, units, usage, nodes, tuple(sorted(state.pending)), groups
+
+
+LIVE_STATUSES = ("pending", "allocated", "bound")
+
+
+def live_digest(state) -> tuple:
+    """`digest` over live claims only: what a compact snapshot plus its tail must reproduce."""
+    claims, *rest = digest(state)
+    live = tuple(c for c in claims if c[1] in LIVE_STATUSES)
+    return (live, *rest)

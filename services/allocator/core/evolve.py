@@ -39,7 +39,7 @@ def fold(events, state: State | None = None) -> State:
 
 
 def _claim_submitted(state: State, e: ev.ClaimSubmitted, seq: int) -> None:
-    if e.claim.claim_id in state.claims:
+    if e.claim.claim_id in state.claims or e.claim.claim_id in state.ended:
         return  # a retried submit beyond the dedup window: stored twice, counted once
     spec = e.claim
     state.submitted += 1

@@ -33,23 +33,35 @@ class Snapshot(msgspec.Struct):
     pools: list[PoolSpec]
     shape_counts: list[tuple[tuple[int, int, str, int], int]]
     shapes_seen: list[tuple[tuple[int, int, str, int], int]] = []
+    ended: list[str] = []
 
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Snapshot)
 
 
-def to_snapshot(state: State) -> bytes:
+LIVE = ("pending", "allocated", "bound")
+
+
+def to_snapshot(state: State, compact: bool = False) -> bytes:
+    """The state as bytes. `compact` leaves ended claims out (keeping their ids), so the snapshot
+    grows with live claims rather than with the log; the claim service and the read models still
+    answer for ended claims from the log."""
+    claims = list(state.claims.values())
+    ended = list(state.ended)
+    if compact:
+        ended += [c.claim_id for c in claims if c.status not in LIVE]
+        claims = [c for c in claims if c.status in LIVE]
     views = [(node, node.view, node.static) for node in state.nodes.values()]
     for node, _, _ in views:  # derived: not stored
         node.view = node.static = None
     try:
         return _encoder.encode(Snapshot(
             SNAPSHOT_VERSION, state.last_seq, state.last_decision_seq, state.capacity_epoch,
-            state.next_rank, state.submitted, list(state.nodes.values()), list(state.claims.values()),
+            state.next_rank, state.submitted, list(state.nodes.values()), claims,
             list(state.pending), list(state.leased), state.quotas, state.usage,
             list(state.pools.values()), list(state.shape_counts.items()),
-            list(state.shapes_seen.items())))
+            list(state.shapes_seen.items()), ended))
     finally:
         for node, view, static in views:
             node.view, node.static = view, static
@@ -66,6 +78,7 @@ def from_snapshot(data: bytes) -> State:
     state.shape_counts = {tuple(k): v for k, v in snap.shape_counts}
     refresh_typical(state, {tuple(k): v for k, v in snap.shapes_seen})
     state.claims = {c.spec.claim_id: c for c in snap.claims}
+    state.ended = dict.fromkeys(snap.ended)
     state.pending = dict.fromkeys(snap.pending)
     state.leased = dict.fromkeys(snap.leased)
     state.holding = {c.spec.claim_id: None for c in snap.claims if c.holds_devices}

@@ -206,6 +206,8 @@ class State:
     shape_counts: dict[tuple, int] = field(default_factory=dict)  # claim shapes seen (for FGD)
     leased: dict[str, None] = field(default_factory=dict)  # allocated claims with a lease
     holding: dict[str, None] = field(default_factory=dict)  # claims holding devices now
+    # ids of ended claims a compact snapshot left out: a late resubmit of one is still a repeat
+    ended: dict[str, None] = field(default_factory=dict)
     # the claim-shape mix as of the last checkpoint (see evolve): fragmentation-aware scores use it,
     # and keeping it fixed between checkpoints keeps the per-view score memo valid
     shapes_seen: dict[tuple, int] = field(default_factory=dict)
