@@ -32,6 +32,8 @@ def simulate(
     dynamic: bool = typer.Option(False, "--dynamic", help="replay arrivals and departures by time "
                                  "(pending queue when full) instead of the one-pass fill"),
     live: bool = typer.Option(False, "--live", help="replay through the running system (not built yet)"),
+    speedup: float = typer.Option(1.0, "--speedup", min=0.001, help="--dynamic: divide arrival "
+                                  "times by this (run times stay); openb needs ~100 to load the cluster"),
     workers: int = typer.Option(2, "--workers", min=1, max=64, help="processes for the (policy, seed) runs"),
 ) -> None:
     """Run the allocator's decision core over a trace with the FGD paper's one-pass protocol."""
@@ -54,7 +56,7 @@ def simulate(
     except (ValueError, TraceError) as err:
         _fail(str(err))
     if dynamic:
-        _dynamic(trace, policies, seed_list[0], as_json)
+        _dynamic(trace, policies, seed_list[0], as_json, speedup)
         return
     started = time.perf_counter()
     done = []
@@ -86,12 +88,12 @@ def _print(summaries, trace, seeds: str, elapsed: float, as_json: bool) -> None:
     typer.echo(report.failures(summaries))
 
 
-def _dynamic(trace, policies: list[str], seed: int, as_json: bool) -> None:
+def _dynamic(trace, policies: list[str], seed: int, as_json: bool, speedup: float) -> None:
     from simulator.dynamic import over_time, replay
 
     out = {}
     for name in policies:
-        r = replay(trace, name, seed)
+        r = replay(trace, name, seed, speedup=speedup)
         passes = max(r.passes, 1)
         out[name] = {
             "mean_utilisation": r.mean_utilisation, "peak_utilisation": max(s[1] for s in r.samples),
