@@ -52,10 +52,22 @@ def test_no_device_is_granted_twice(ledger):
 def test_fractional_claims_share_a_gpu_up_to_its_capacity(ledger):
     for i in range(4):
         ledger.append(claim(f"f{i}", gpus=1, gpu_milli=300, models=["H100"]))
-    got = allocated(ledger.decide(1.0))
+    got = allocated(ledger.decide(1.0, policy="binpack"))
     uuids = [d.grants[0].uuid for d in got.values()]
     assert len(set(uuids[:3])) == 1  # three 300m shares on one card
     assert uuids[3] != uuids[0]
+
+
+def test_the_default_policy_avoids_slivers_no_typical_claim_can_use(ledger):
+    for i in range(4):
+        ledger.append(claim(f"f{i}", gpus=1, gpu_milli=300, models=["H100"]))
+    got = allocated(ledger.decide(1.0))
+    per_card: dict[str, int] = {}
+    for d in got.values():
+        per_card[d.grants[0].uuid] = per_card.get(d.grants[0].uuid, 0) + 300
+    # a third 300m share would leave 100m that no 300m claim can use: it goes to another card
+    assert sorted(per_card.values()) == [600, 600]
+    assert {d.node for d in got.values()} == {"h0"}
 
 
 def test_a_mig_claim_gets_an_instance_of_its_profile(ledger):

@@ -245,4 +245,4 @@ def get_policy(name: str):
 for _policy in (BinPack(), Spread(), BestFit(), DotProd(), GpuPacking(), GpuClustering(), FGD(),
                 Random(), GpuLedger()):
     register(_policy)
-DEFAULT_POLICY = "binpack"
+DEFAULT_POLICY = "gpuledger"
