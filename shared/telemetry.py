@@ -21,6 +21,11 @@ _configured = False
 def setup_tracing(service_name: str, exporter=None) -> TracerProvider:
     """Install a tracer provider once per process; `exporter` lets tests pass an in-memory one."""
     global _configured
+    current = trace.get_tracer_provider()
+    if _configured and isinstance(current, TracerProvider):
+        if exporter is not None:  # a test joining a process whose provider is already set
+            current.add_span_processor(BatchSpanProcessor(exporter))
+        return current
     provider = TracerProvider(resource=Resource.create(
         {"service.name": os.environ.get("OTEL_SERVICE_NAME", f"gpuledger-{service_name}")}))
     chosen = exporter or _exporter_from_env()
