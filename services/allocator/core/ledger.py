@@ -122,27 +122,24 @@ def grants_fit(state: State, claim: Claim, grants: list[Grant]) -> bool:
 def allocate(state: State, claim: Claim, grants: list[Grant], node_name: str,
              at: float, journal: Journal | None = None) -> None:
     """Give a pending claim its units and host resources; charge its namespace."""
-    save_claim(claim, journal)
+    spec, cid = claim.spec, claim.spec.claim_id
     node = state.nodes[node_name]
-    save_node(node, journal)
-    for grant in grants:
-        unit = state.units[grant.uuid]
-        _save_unit(unit, journal)
+    units = [state.units[grant.uuid] for grant in grants]
+    if journal is not None:
+        _remember(state, claim, node, units, journal)
+    for grant, unit in zip(grants, units):
         unit.milli_free -= grant.milli
-        unit.holders[claim.claim_id] = grant.milli
-    node.cpu_free -= claim.spec.cpu_milli
-    node.mem_free -= claim.spec.memory_mib
-    node.claims[claim.claim_id] = None
+        unit.holders[cid] = grant.milli
+    node.cpu_free -= spec.cpu_milli
+    node.mem_free -= spec.memory_mib
+    node.claims[cid] = None
     claim.grants = list(grants)
-    _charge(state, claim, +1, journal)
-    _save_membership(state.pending, claim.claim_id, journal)
-    state.pending.pop(claim.claim_id, None)
-    _save_membership(state.holding, claim.claim_id, journal)
-    state.holding[claim.claim_id] = None
-    if claim.spec.lease_seconds > 0:
-        _save_membership(state.leased, claim.claim_id, journal)
-        state.leased[claim.claim_id] = None
-    claim.status, claim.grants, claim.reasons, claim.node = "allocated", list(grants), [], node_name
+    _charge(state, claim, +1)
+    state.pending.pop(cid, None)
+    state.holding[cid] = None
+    if spec.lease_seconds > 0:
+        state.leased[cid] = None
+    claim.status, claim.reasons, claim.node = "allocated", [], node_name
     claim.allocated_at = claim.last_renewed = claim.last_activity = at
     reindex_node(state, node)
 
@@ -150,37 +147,47 @@ def allocate(state: State, claim: Claim, grants: list[Grant], node_name: str,
 def free(state: State, claim: Claim, status: str, reason: str,
          journal: Journal | None = None) -> None:
     """Take everything a claim holds back; it ends in `status` (released, evicted, ...)."""
-    save_claim(claim, journal)
-    if claim.holds_devices:
-        node_name = claim.node
-        for grant in claim.grants:
-            unit = state.units.get(grant.uuid)
-            if unit is not None and claim.claim_id in unit.holders:
-                _save_unit(unit, journal)
-                unit.milli_free += unit.holders.pop(claim.claim_id)
-        node = state.nodes.get(node_name) if node_name else None
-        if node is not None:
-            save_node(node, journal)
-            node.cpu_free += claim.spec.cpu_milli
-            node.mem_free += claim.spec.memory_mib
-            node.claims.pop(claim.claim_id, None)
-            reindex_node(state, node)
-        _charge(state, claim, -1, journal)
-        _save_membership(state.leased, claim.claim_id, journal)
-        state.leased.pop(claim.claim_id, None)
-        _save_membership(state.holding, claim.claim_id, journal)
-        state.holding.pop(claim.claim_id, None)
-        state.capacity_epoch += 1
-    else:
-        _save_membership(state.pending, claim.claim_id, journal)
-        state.pending.pop(claim.claim_id, None)
+    spec, cid = claim.spec, claim.spec.claim_id
+    if not claim.holds_devices:
+        if journal is not None:
+            save_claim(claim, journal)
+            _save_membership(state.pending, cid, journal)
+        state.pending.pop(cid, None)
+        claim.status, claim.end_reason = status, reason
+        return
+    node = state.nodes.get(claim.node) if claim.node else None
+    units = [u for g in claim.grants if (u := state.units.get(g.uuid)) is not None and cid in u.holders]
+    if journal is not None:
+        _remember(state, claim, node, units, journal)
+    for unit in units:
+        unit.milli_free += unit.holders.pop(cid)
+    if node is not None:
+        node.cpu_free += spec.cpu_milli
+        node.mem_free += spec.memory_mib
+        node.claims.pop(cid, None)
+        reindex_node(state, node)
+    _charge(state, claim, -1)
+    state.leased.pop(cid, None)
+    state.holding.pop(cid, None)
+    state.capacity_epoch += 1
     claim.status, claim.end_reason = status, reason
 
 
-def _charge(state: State, claim: Claim, sign: int, journal: Journal | None) -> None:
-    namespace = claim.spec.namespace
-    _save_usage(state, namespace, journal)
-    usage = state.usage_of(namespace)
+def _remember(state: State, claim: Claim, node: Node | None, units: list[Unit], journal: Journal) -> None:
+    """Save, for the undo, everything allocate or free is about to change."""
+    cid = claim.spec.claim_id
+    save_claim(claim, journal)
+    if node is not None:
+        save_node(node, journal)
+    for unit in units:
+        _save_unit(unit, journal)
+    _save_usage(state, claim.spec.namespace, journal)
+    for book in (state.pending, state.holding, state.leased):
+        _save_membership(book, cid, journal)
+
+
+def _charge(state: State, claim: Claim, sign: int) -> None:
+    usage = state.usage_of(claim.spec.namespace)
     usage.tflops += sign * claim.tflops
     usage.vram_mib += sign * claim.vram_mib
     usage.limit_tflops += sign * claim.limit_tflops
