@@ -91,14 +91,23 @@ class Allocator:
                 flush_index(self.state)
                 resume_gc(self._gc_was_on)
                 self.caught_up.set()
+                self.dirty.set()  # what the catch-up folded may be waiting for a decision
             async with self._seen_seq:
                 self._seen_seq.notify_all()
 
     def fold(self, seq: int, event: ev.Event) -> None:
         evolve(self.state, event, seq)
+        if not self.caught_up.is_set():
+            return  # catching up: no decision runs before the end, and old traces are done
         for member in ev.flatten(event) if isinstance(event, ev.EventBatch) else (event,):
             if isinstance(member, ev.ClaimSubmitted) and member.trace:
                 self._traces[member.claim.claim_id] = member.trace
+            elif isinstance(member, ev.DecisionBatch):  # decided, by us or another allocator
+                for decision in member.decisions:
+                    if isinstance(decision, (ev.ClaimAllocated, ev.AllocationRejected)):
+                        self._traces.pop(decision.claim_id, None)
+            elif isinstance(member, ev.ClaimReleased):
+                self._traces.pop(member.claim_id, None)
             if isinstance(member, _TRIGGERS):
                 self.dirty.set()
 
@@ -155,9 +164,6 @@ class Allocator:
                 return 0
         self.batches_appended += 1
         await self.wait_for_seq(appended.seq)
-        for decision in decisions:
-            self._traces.pop(getattr(decision, "claim_id", ""), None) if isinstance(
-                decision, ev.ClaimAllocated) else None
         return len(decisions)
 
     def _parent(self, decisions):
