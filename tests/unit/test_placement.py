@@ -259,3 +259,40 @@ def test_decide_leaves_the_state_as_it_found_it(ledger):
     first = decide(ledger.state, DecideContext(now=5.0))
     assert digest(ledger.state) == before
     assert decide(ledger.state, DecideContext(now=5.0)) == first
+
+
+def test_a_starving_claim_keeps_its_node_in_passes_that_skip_it(ledger):
+    from services.allocator.core.decide import DecideContext, decide
+
+    ledger.append(claim("fill", gpus=8, models=["H100"]), claim("fill2", gpus=5, models=["H100"]))
+    ledger.decide(1.0)
+    ledger.append(claim("big", gpus=8, models=["H100"], at=2.0))
+    failed_at: dict = {}
+    # the allocator keeps failed_at across passes, as here
+    decide(ledger.state, DecideContext(now=1000.0, check_timers=False, evict=False, failed_at=failed_at))
+    assert "big" in failed_at
+    ledger.append(claim("small", gpus=1, models=["H100"], at=1000.0))
+    decisions = decide(ledger.state, DecideContext(now=1001.0, check_timers=False, evict=False,
+                                                   failed_at=failed_at))
+    assert not any(isinstance(d, ev.ClaimAllocated) and d.claim_id == "small" for d in decisions)
+
+
+def test_a_free_of_another_model_does_not_retry_a_claim_that_cannot_use_it(ledger):
+    from services.allocator.core.decide import DecideContext, decide, nothing_new_for
+
+    ledger.append(claim("a100", gpus=1, models=["A100"]), claim("h", gpus=8, models=["H100"]),
+                  claim("h2", gpus=8, models=["H100"]), claim("h3", gpus=8, models=["H100"]))
+    ledger.decide(1.0)
+    waiting = ledger.state.claims["h3"]
+    since = ledger.state.capacity_epoch
+    ledger.append(ev.ClaimReleased(claim_id="a100", at=2.0))
+    assert not nothing_new_for(ledger.state, waiting, since)  # its namespace's use dropped
+    other_ns = claim("h4", namespace="team-z", gpus=8, models=["H100"])
+    ledger.append(other_ns)
+    since = ledger.state.capacity_epoch
+    ledger.append(claim("a2", namespace="team-y", gpus=1, models=["A100"]))
+    ledger.decide(3.0)
+    ledger.append(ev.ClaimReleased(claim_id="a2", at=4.0))
+    assert nothing_new_for(ledger.state, ledger.state.claims["h4"], since)
+    ledger.append(ev.ClaimReleased(claim_id="h", at=5.0))
+    assert not nothing_new_for(ledger.state, ledger.state.claims["h4"], since)

@@ -19,6 +19,7 @@ from typing import Any
 from schemas import events as ev
 from schemas.types import Grant, Reason
 
+from schemas.catalogue import models_in_group
 from services.allocator.core.demand import Need, cost, needs_for
 from services.allocator.core.evolve import apply_decision
 from services.allocator.core.ledger import Journal
@@ -75,6 +76,7 @@ def decide(state: State, ctx: DecideContext) -> list:
     flush_index(state)  # a state folded in catch-up mode gets its placement index first
     run = _Pass(ctx)
     epoch = state.capacity_epoch
+    freed = (dict(state.freed_model), dict(state.freed_ns))
     try:
         if ctx.check_timers:
             _expire_leases(state, run)
@@ -83,6 +85,7 @@ def decide(state: State, ctx: DecideContext) -> list:
     finally:
         run.journal.rollback(state)
         state.capacity_epoch = epoch  # tentative frees bumped it; the fold will, when stored
+        state.freed_model, state.freed_ns = freed
     return run.decisions
 
 
@@ -141,7 +144,9 @@ def _walk_queue(state: State, run: _Pass, epoch: int) -> None:
         if claim.status != "pending":
             continue
         key = claim.spec.gang_id or claim.claim_id
-        if skip and failed_at.get(key) == epoch:
+        if skip and key in failed_at and nothing_new_for(state, claim, failed_at[key]):
+            if not claim.spec.gang_id:  # it still keeps its node from the claims behind it
+                _hold_node_if_starving(state, run, claim)
             continue
         if claim.spec.gang_id:
             if claim.spec.gang_id not in done_gangs:
@@ -151,6 +156,31 @@ def _walk_queue(state: State, run: _Pass, epoch: int) -> None:
             _place_one(state, run, claim)
         if failed_at is not None and claim.status == "pending":
             failed_at[key] = epoch
+
+
+def nothing_new_for(state: State, claim: Claim, since: int) -> bool:
+    """True when nothing that could let this claim fit changed since it failed at epoch `since`:
+    no capacity added, no quota freed in its namespace, no unit of a model it accepts freed. A
+    claim that accepts any model, or borrows through a parent quota, waits for any change."""
+    if state.capacity_epoch <= since:
+        return True
+    if state.grown_at > since or state.freed_ns.get(claim.spec.namespace, 0) > since:
+        return False
+    models = _accepted_models(claim.spec)
+    quota = state.quotas.get(claim.spec.namespace)
+    if models is None or (quota is not None and quota.parent):
+        return False
+    return all(state.freed_model.get(model, 0) <= since for model in models)
+
+
+def _accepted_models(spec) -> frozenset[str] | None:
+    if spec.gpus == 0 and not spec.model_memory_gib:
+        return None  # CPU only: any free host resources may help
+    if spec.models:
+        return frozenset(spec.models)
+    if spec.gpu_groups and [g.lower() for g in spec.gpu_groups] != ["any"]:
+        return frozenset(m for g in spec.gpu_groups for m in models_in_group(g))
+    return None
 
 
 def _place_one(state: State, run: _Pass, claim: Claim) -> None:

@@ -14,7 +14,7 @@ from schemas.types import DeviceInfo, PoolSpec
 from services.allocator.core.demand import needs_for
 from services.allocator.core.ledger import Journal, allocate, free, grants_fit, save_claim
 from services.allocator.core.pools import pool_for_unit
-from services.allocator.core.state import Claim, Node, State, Unit, reindex_node
+from services.allocator.core.state import Claim, Node, State, Unit, grow, reindex_node
 
 
 def evolve(state: State, event: ev.Event, seq: int = 0) -> State:
@@ -145,7 +145,7 @@ def _node_registered(state: State, e: ev.NodeRegistered, seq: int) -> None:
         _hold_again(node, claim)
     state.nodes[e.node] = node
     _assign_pools(state, node)
-    state.capacity_epoch += 1
+    grow(state)
     reindex_node(state, node)
 
 
@@ -179,7 +179,7 @@ def _node_heartbeat(state: State, e: ev.NodeHeartbeat, seq: int) -> None:
     node.last_heartbeat = max(node.last_heartbeat, e.at)
     if node.lost:  # back after being declared lost: its units were freed then
         node.lost = False
-        state.capacity_epoch += 1
+        grow(state)
         reindex_node(state, node)
 
 
@@ -189,7 +189,7 @@ def _device_health(state: State, e: ev.DeviceHealthChanged, seq: int) -> None:
         return
     unit.health = e.health
     if unit.healthy:
-        state.capacity_epoch += 1
+        grow(state)
     reindex_node(state, state.nodes[e.node])
 
 
@@ -197,7 +197,7 @@ def _node_condition(state: State, e: ev.NodeConditionChanged, seq: int) -> None:
     node = state.nodes.get(e.node)
     if node is not None:
         node.condition = e.condition
-        state.capacity_epoch += 1
+        grow(state)
         reindex_node(state, node)
 
 
@@ -226,7 +226,7 @@ def _reassign_all_pools(state: State) -> None:
     for node in state.nodes.values():
         _assign_pools(state, node)
         reindex_node(state, node)
-    state.capacity_epoch += 1
+    grow(state)
 
 
 def _pool_created(state: State, e: ev.PoolCreated, seq: int) -> None:
@@ -246,7 +246,7 @@ def _pool_access(state: State, e: ev.PoolAccessChanged, seq: int) -> None:
         if e.groups is not None:
             changes["access_groups"] = list(e.groups)
         state.pools[e.pool] = msgspec.structs.replace(pool, **changes)
-        state.capacity_epoch += 1
+        grow(state)
 
 
 def _pool_deleted(state: State, e: ev.PoolDeleted, seq: int) -> None:
@@ -256,12 +256,12 @@ def _pool_deleted(state: State, e: ev.PoolDeleted, seq: int) -> None:
 
 def _quota_set(state: State, e: ev.QuotaSet, seq: int) -> None:
     state.quotas[e.namespace] = e.spec
-    state.capacity_epoch += 1
+    grow(state)
 
 
 def _quota_deleted(state: State, e: ev.QuotaDeleted, seq: int) -> None:
     state.quotas.pop(e.namespace, None)
-    state.capacity_epoch += 1
+    grow(state)
 
 
 # --- allocator decisions -----------------------------------------------------------------------

@@ -170,6 +170,9 @@ def free(state: State, claim: Claim, status: str, reason: str,
     state.leased.pop(cid, None)
     state.holding.pop(cid, None)
     state.capacity_epoch += 1
+    for unit in units:
+        state.freed_model[unit.model] = state.capacity_epoch
+    state.freed_ns[spec.namespace] = state.capacity_epoch
     claim.status, claim.end_reason = status, reason
 
 

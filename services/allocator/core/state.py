@@ -215,6 +215,10 @@ class State:
     last_seq: int = 0
     last_decision_seq: int = 0
     capacity_epoch: int = 0  # bumps when capacity is freed or added: pending claims retry
+    # What grew at which epoch, so a queue retry after a free only revisits claims it could help:
+    grown_at: int = 0  # nodes, pools, quotas, health: anything may fit again
+    freed_model: dict[str, int] = field(default_factory=dict)  # units of this model were freed
+    freed_ns: dict[str, int] = field(default_factory=dict)  # this namespace's quota use dropped
     next_rank: int = 0
     submitted: int = 0
     # None: the placement index follows every change (deciding needs it). A dict: catch-up mode,
@@ -240,6 +244,12 @@ class State:
         for model in sorted(models):
             seen.update(self.groups_by_model.get(model, {}))
         return list(seen)
+
+
+def grow(state: State) -> None:
+    """Capacity was added or a constraint relaxed (not a plain free): every waiting claim retries."""
+    state.capacity_epoch += 1
+    state.grown_at = state.capacity_epoch
 
 
 def unit_view(unit: Unit) -> UnitView:
