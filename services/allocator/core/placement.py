@@ -204,7 +204,7 @@ def _message(code: str, n: int, need: Need, ctx: PlacementContext) -> str:
 
 def feasible(state: State, need: Need, policy, ctx: PlacementContext):
     """(group, picks) for each group with a node this need fits on, not excluded."""
-    for group in state.groups_for_models(need.models):
+    for group in _groups_for(state, need):
         view = group.view
         if ctx.node_selector and not _selector_ok(view, need, ctx):
             continue
@@ -243,7 +243,7 @@ def _choose_by_rank(state: State, need: Need, policy, ctx: PlacementContext, cei
     """The same answer as scoring every group, found sooner: groups are tried in the rank order of
     their first usable node, and once one reaches the policy's ceiling (no node can score higher)
     no later one can win, since ties go to the lowest rank."""
-    firsts = [(first, group) for group in state.groups_for_models(need.models)
+    firsts = [(first, group) for group in _groups_for(state, need)
               if (first := _first_node(group, ctx)) is not None]
     firsts.sort(key=lambda item: item[0][0])
     best: Choice | None = None
@@ -258,9 +258,18 @@ def _choose_by_rank(state: State, need: Need, policy, ctx: PlacementContext, cei
 def _candidates(state: State, need: Need, policy, ctx: PlacementContext) -> list[Choice]:
     """Every feasible group's (first node, picks, score); memoised per view when the caller
     keeps a memo, since a decision changes one node and the others' scores stay the same."""
-    firsts = [(first, group) for group in state.groups_for_models(need.models)
+    firsts = [(first, group) for group in _groups_for(state, need)
               if (first := _first_node(group, ctx)) is not None]
     return list(_scored(need, policy, ctx, firsts, _memo_for(state, _scored_need(need), policy, ctx)))
+
+
+def _groups_for(state: State, need: Need):
+    """The groups that may hold the need: for GPU needs only those with enough free units, or a
+    unit with a large enough share left, of an accepted kind (index lookups); CPU-only needs look
+    at every group."""
+    if need.count > 0:
+        return state.groups_with_room(need.models, need.pool, need.mig_profile, need.count, need.milli)
+    return state.groups_for_models(need.models)
 
 
 def _first_node(group, ctx: PlacementContext) -> tuple[int, str] | None:

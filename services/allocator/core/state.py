@@ -203,6 +203,11 @@ class State:
     groups: dict[NodeView, Group] = field(default_factory=dict)
     # model -> its groups (hashed by identity: a NodeView's nested tuples are slow to hash)
     groups_by_model: dict[str, dict["Group", None]] = field(default_factory=dict)
+    # (model, pool, MIG profile) -> free whole units on a node -> groups: whole-unit needs visit
+    # only the groups that have enough free units of an accepted kind
+    groups_by_free: dict[tuple, dict[int, dict["Group", None]]] = field(default_factory=dict)
+    # (model, pool, MIG profile) -> largest share left on one unit, floored to 50 milli -> groups
+    groups_by_share: dict[tuple, dict[int, dict["Group", None]]] = field(default_factory=dict)
     shape_counts: dict[tuple, int] = field(default_factory=dict)  # claim shapes seen (for FGD)
     leased: dict[str, None] = field(default_factory=dict)  # allocated claims with a lease
     holding: dict[str, None] = field(default_factory=dict)  # claims holding devices now
@@ -235,6 +240,21 @@ class State:
     def all_groups(self):
         return self.groups.values()
 
+    def groups_with_room(self, models: frozenset[str] | None, pool: str, mig_profile: str,
+                         count: int, milli: int):
+        """Groups that may hold `count` whole units (milli = FREE) or a `milli` share of one unit
+        of an accepted kind, found through the room indexes instead of a scan of every group."""
+        whole = milli >= FREE
+        index = self.groups_by_free if whole else self.groups_by_share
+        seen: dict[Group, None] = {}
+        for (model, unit_pool, unit_mig), buckets in sorted(index.items()):
+            if unit_pool != pool or unit_mig != mig_profile or (models is not None and model not in models):
+                continue
+            for room, groups in buckets.items():
+                if (room >= count) if whole else (room + SHARE_STEP > milli):
+                    seen.update(groups)
+        return list(seen)
+
     def groups_for_models(self, models: frozenset[str] | None):
         if models is None:
             return list(self.groups.values())
@@ -244,6 +264,29 @@ class State:
         for model in sorted(models):
             seen.update(self.groups_by_model.get(model, {}))
         return list(seen)
+
+
+def free_units(view: NodeView) -> dict[tuple, int]:
+    """Free, healthy units of a view by (model, pool, MIG profile)."""
+    counts: dict[tuple, int] = {}
+    for unit in view.units:
+        if unit.is_free:
+            key = (unit.model, unit.pool, unit.mig_profile)
+            counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+SHARE_STEP = 50
+
+
+def share_room(view: NodeView) -> dict[tuple, int]:
+    """The largest share one unit of each kind can still take, floored to SHARE_STEP milli."""
+    room: dict[tuple, int] = {}
+    for unit in view.units:
+        if unit.healthy and (unit.max_holders == 0 or unit.holders < unit.max_holders):
+            key = (unit.model, unit.pool, unit.mig_profile)
+            room[key] = max(room.get(key, 0), unit.milli_free // SHARE_STEP * SHARE_STEP)
+    return room
 
 
 def grow(state: State) -> None:
@@ -325,11 +368,19 @@ def _index(state: State, node: Node) -> None:
         group = state.groups[view] = Group(view)
         for model in view.static.models or ("",):
             state.groups_by_model.setdefault(model, {})[group] = None
+        for key, free in free_units(view).items():
+            state.groups_by_free.setdefault(key, {}).setdefault(free, {})[group] = None
+        for key, share in share_room(view).items():
+            state.groups_by_share.setdefault(key, {}).setdefault(share, {})[group] = None
     group.add(node.rank, node.name)
 
 
 def _drop_group(state: State, view: NodeView) -> None:
     group = state.groups.pop(view)
+    for key, free in free_units(view).items():
+        state.groups_by_free.get(key, {}).get(free, {}).pop(group, None)
+    for key, share in share_room(view).items():
+        state.groups_by_share.get(key, {}).get(share, {}).pop(group, None)
     for model in view.static.models or ("",):
         members = state.groups_by_model.get(model)
         if members is not None:
