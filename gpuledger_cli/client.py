@@ -43,8 +43,9 @@ async def connect_or_die(url: str):
             "Set --nats-url or GPULEDGER_NATS_URL.")
 
 
-async def request(url: str, subject: str, payload: Any, timeout: float = 10.0) -> Any:
-    """Send a command; return its data, or exit with the service's error message."""
+async def request(url: str, subject: str, payload: Any, timeout: float = 10.0, service: str = "") -> Any:
+    """Send a command (a dict, bytes or a msgspec Command); return its data, or exit with the
+    service's error message."""
     setup_tracing("cli")
     nc = await connect_or_die(url)
     try:
@@ -53,8 +54,9 @@ async def request(url: str, subject: str, payload: Any, timeout: float = 10.0) -
             try:
                 msg = await nc.request(subject, body, timeout=timeout, headers=inject_headers())
             except Exception as err:
+                who = f"the {service} service" if service else "the service"
                 die(f"no answer on {subject} within {timeout:g}s ({type(err).__name__}). "
-                    "Is the service running?")
+                    f"Is {who} running?")
         reply = msgspec.json.decode(msg.data)
     finally:
         await nc.close()

@@ -4,52 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import msgspec
-import nats
 import typer
-from nats.errors import NoRespondersError, NoServersError, TimeoutError as NatsTimeout
 
+from gpuledger_cli.client import NatsUrl, die, nats_url, request
 from schemas.commands import Command
-from shared import rpc
-
-DEFAULT_NATS_URL = os.environ.get("GPULEDGER_NATS_URL", "nats://127.0.0.1:4222")
 
 
 def nats_url_option() -> Any:
-    return typer.Option(DEFAULT_NATS_URL, "--nats-url", envvar="GPULEDGER_NATS_URL",
-                        help="NATS server of the gpuledger stack.")
+    return NatsUrl
 
 
-async def _request(url: str, subject: str, command: Command, timeout: float):
-    from gpuledger_cli.client import connect_or_die  # one bounded, quiet connect for every command
-
-    nc = await connect_or_die(url)
-    try:
-        return await rpc.call(nc, subject, command, timeout)
-    finally:
-        await nc.close()
-
-
-def send(url: str, subject: str, command: Command, service: str, timeout: float = 15.0) -> Any:
+def send(url: str | None, subject: str, command: Command, service: str, timeout: float = 15.0) -> Any:
     """The reply's data; a failed reply or an unreachable service ends the CLI with a message."""
-    try:
-        reply = asyncio.run(_request(url, subject, command, timeout))
-    except (NoServersError, OSError) as err:
-        _die(f"cannot reach NATS at {url}: {err or type(err).__name__}")
-    except NoRespondersError:
-        _die(f"no {service} answers on {subject}: is the {service} service running?")
-    except NatsTimeout:
-        _die(f"{service} did not answer on {subject} within {timeout:.0f}s")
-    if not reply.ok:
-        error = reply.error
-        where = f" ({error.field})" if error and error.field else ""
-        _die(f"{error.code if error else 'error'}{where}: {error.message if error else reply}")
-    return reply.data
+    return asyncio.run(request(nats_url(url), subject, command, timeout, service))
 
 
 def show(data: Any, as_json: bool, render: Callable[[Any], str]) -> None:
@@ -89,5 +61,4 @@ def convert(value: Any, type_: type, what: str) -> Any:
 
 
 def _die(message: str) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(1)
+    die(message)

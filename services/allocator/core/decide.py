@@ -63,7 +63,6 @@ class _Pass:
     decisions: list = field(default_factory=list)
     held: dict[str, int] = field(default_factory=dict)  # node -> priority of the claim holding it
     failed: dict[tuple, list[Reason]] = field(default_factory=dict)  # need shape -> reasons
-    shapes: tuple | None = None  # typical shapes for this pass
     victim_pool: list | None = None  # allocations that eviction may consider, built once per pass
     lowest_priority: int = 0  # of the pool's allocations: below it no priority preemption exists
     explain: bool = True  # count reasons for the claim being tried

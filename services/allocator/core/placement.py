@@ -202,23 +202,6 @@ def _message(code: str, n: int, need: Need, ctx: PlacementContext) -> str:
 # --- choosing the node --------------------------------------------------------------------------
 
 
-def feasible(state: State, need: Need, policy, ctx: PlacementContext):
-    """(group, picks) for each group with a node this need fits on, not excluded."""
-    for group in _groups_for(state, need):
-        view = group.view
-        if ctx.node_selector and not _selector_ok(view, need, ctx):
-            continue
-        if not _cuda_ok(view, need, ctx):
-            continue
-        picks = policy.pick(view, need, ctx)
-        if picks is None:
-            continue
-        first = group.first(ctx.excluded)
-        if first is None:
-            continue
-        yield group, picks, first
-
-
 def choose(state: State, need: Need, policy, ctx: PlacementContext) -> Choice | None:
     """The best node for a need under a policy; the lowest rank breaks ties."""
     ceiling = getattr(policy, "max_score", None)
