@@ -49,6 +49,8 @@ def _claim_submitted(state: State, e: ev.ClaimSubmitted, seq: int) -> None:
     state.pending[spec.claim_id] = None
     key = (spec.gpus, spec.gpu_milli, spec.mig_profile, spec.cpu_milli)
     state.shape_counts[key] = state.shape_counts.get(key, 0) + 1
+    if state.min_priority is None or spec.priority < state.min_priority:
+        state.min_priority = spec.priority
     if _is_checkpoint(state.submitted):
         refresh_typical(state, dict(state.shape_counts), only_if_moved=True)
 

@@ -82,6 +82,7 @@ def from_snapshot(data: bytes) -> State:
     state.pending = dict.fromkeys(snap.pending)
     state.leased = dict.fromkeys(snap.leased)
     state.holding = {c.spec.claim_id: None for c in snap.claims if c.holds_devices}
+    state.min_priority = min((c.spec.priority for c in snap.claims), default=None)  # still a bound
     for node in sorted(snap.nodes, key=lambda n: n.rank):
         state.nodes[node.name] = node
         for unit in node.units:

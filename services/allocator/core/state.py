@@ -226,6 +226,9 @@ class State:
     freed_ns: dict[str, int] = field(default_factory=dict)  # this namespace's quota use dropped
     next_rank: int = 0
     submitted: int = 0
+    # the lowest priority of any claim submitted (None: none yet): a bound below every holding
+    # claim's priority, so a pass knows without a scan when no priority preemption can exist
+    min_priority: int | None = None
     # None: the placement index follows every change (deciding needs it). A dict: catch-up mode,
     # where `reindex_node` only notes the node (name -> the view the index still holds for it) and
     # `flush_index` rebuilds those nodes once: replaying a log does not pay for views it never uses.
