@@ -170,7 +170,9 @@ def test_stale_allocations_are_evicted_for_a_claim_that_cannot_fit(ledger):
     ledger.decide(1.0)
     ledger.append(ev.ClaimActivity(claim_id="old2", at=900.0))
     ledger.append(claim("new", gpus=8, models=["H100"], at=1000.0))
-    decisions = ledger.decide(1000.0, stale_after_s=600)
+    on_event = ledger.decide(1000.0, stale_after_s=600)  # staleness is a timer rule, as leases are
+    assert not [d for d in on_event if isinstance(d, ev.ClaimEvicted)]
+    decisions = ledger.decide(1000.0, stale_after_s=600, check_timers=True, node_timeout_s=1e9)
     evicted = [d for d in decisions if isinstance(d, ev.ClaimEvicted)]
     assert [(e.claim_id, e.rule, e.beneficiary) for e in evicted] == [("old", "stale", "new")]
     assert "new" in allocated(decisions)
@@ -192,6 +194,30 @@ def test_lower_priority_allocations_are_preempted(ledger):
     [evicted] = [d for d in decisions if isinstance(d, ev.ClaimEvicted)]
     assert evicted.rule == "priority" and evicted.beneficiary == "urgent"
     assert ledger.state.claims["urgent"].status == "allocated"
+
+
+def test_preemption_is_found_after_a_compact_snapshot_too(ledger):
+    from services.allocator.core.decide import DecideContext, decide
+    from services.allocator.core.snapshot import from_snapshot, to_snapshot
+
+    ledger.append(claim("low", gpus=8, models=["H100"], priority=-5), claim("mid", gpus=8, models=["H100"]))
+    ledger.decide(1.0)
+    ledger.append(claim("urgent", gpus=8, models=["H100"], priority=0, at=2.0))
+    restored = from_snapshot(to_snapshot(ledger.state, compact=True))
+    assert restored.min_priority == -5
+    decisions = decide(restored, DecideContext(now=2.0, check_timers=False))
+    [evicted] = [d for d in decisions if isinstance(d, ev.ClaimEvicted)]
+    assert (evicted.claim_id, evicted.rule) == ("low", "priority")
+
+
+def test_an_equal_priority_claim_evicts_nothing_between_ticks(ledger):
+    ledger.append(claim("a", gpus=8, models=["H100"]), claim("b", gpus=8, models=["H100"]))
+    ledger.decide(1.0)
+    ledger.append(claim("c", gpus=8, models=["H100"], at=2.0))
+    assert ledger.state.min_priority == 0
+    decisions = ledger.decide(2.0)
+    assert not [d for d in decisions if isinstance(d, ev.ClaimEvicted)]
+    assert "c" in pending(decisions)
 
 
 def test_gang_is_all_or_nothing_in_one_batch(ledger):

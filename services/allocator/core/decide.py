@@ -460,16 +460,23 @@ def _victim_pool(state: State, run: _Pass) -> list[tuple[tuple, bool, Claim]]:
 
 
 def _victims(state: State, run: _Pass, claim: Claim) -> list[tuple[str, Claim]]:
-    """Allocations that may make room: stale ones first (stalest first), then lower priority."""
+    """Allocations that may make room: stale ones first (stalest first), then lower priority.
+
+    Staleness is a matter of time, so stale work is evicted in timer passes (every tick), like
+    leases and lost nodes; a pass run because an event arrived looks only for lower priority,
+    which it can rule out without a scan in the common case (see `State.min_priority`)."""
     priority = claim.spec.priority
+    timers = run.ctx.check_timers
+    if not timers and (state.min_priority is None or state.min_priority >= priority):
+        return []  # the common case, known without a scan: no claim below this one's priority
     pool = _victim_pool(state, run)
-    if not run.any_stale and run.lowest_priority >= priority:
-        return []  # the common case: nothing to evict for this claim, known without a scan
+    if not (timers and run.any_stale) and run.lowest_priority >= priority:
+        return []
     found = []
     for _, stale, other in pool:
         if not other.holds_devices:
             continue
-        if stale and other.spec.priority <= priority:
+        if timers and stale and other.spec.priority <= priority:
             found.append(("stale", other))
         elif other.spec.priority < priority:
             found.append(("priority", other))

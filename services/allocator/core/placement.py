@@ -150,7 +150,15 @@ def reasons_for(state: State, need: Need, ctx: PlacementContext) -> list[Reason]
     """Why no node takes this need: reason codes counted over nodes, most common first."""
     counts: Counter[str] = Counter()
     memo = _reason_memo(state, need, ctx)
-    for group in state.all_groups():
+    groups = state.all_groups()
+    if need.count > 0 and need.models is not None and not ctx.node_selector:
+        # With no selector, a node without an accepted model fails first at "no-such-gpu": count
+        # those by group size and look only at the groups of the accepted models.
+        groups = state.groups_for_models(need.models)
+        lacking = sum(map(len, state.all_groups())) - sum(map(len, groups))
+        if lacking:
+            counts["no-such-gpu"] = lacking
+    for group in groups:
         view = group.view
         hit = memo.get(id(view)) if memo is not None else None
         if hit is None or hit[0] is not view:
@@ -293,6 +301,9 @@ def _evaluate(view: NodeView, need: Need, policy, ctx: PlacementContext):
         return None, 0
     if not _cuda_ok(view, need, ctx):
         return None, 0
+    both = getattr(policy, "pick_scored", None)  # one pass where picking already scores
+    if both is not None:
+        return both(view, need, ctx)
     picks = policy.pick(view, need, ctx)
     if picks is None:
         return None, 0

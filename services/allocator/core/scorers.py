@@ -138,9 +138,26 @@ def _sigmoid(x: float) -> float:
 def frag_drop(view: NodeView, need: Need, picks, ctx: PlacementContext) -> float:
     """How much the node's fragmentation falls (milli) if the need takes `picks` there."""
     card = card_of(view)
-    before = card_fragmentation(card, ctx.typical_shapes)
+    return _drop(card, card_fragmentation(card, ctx.typical_shapes), need, picks, ctx)
+
+
+def _drop(card, before: float, need: Need, picks, ctx: PlacementContext) -> float:
     placed = after(card, need.cpu, [(i, need.milli) for i in picks])
     return before - card_fragmentation(placed, ctx.typical_shapes)
+
+
+def _share_scores(view: NodeView, need: Need, ctx: PlacementContext):
+    """(unit index, FGD's integer score) for each card a one-GPU share may take, one per distinct
+    (room left, model): the measure ignores card order, so equal cards score alike and the first
+    of them (lowest index) stands for all."""
+    card = card_of(view)
+    before = card_fragmentation(card, ctx.typical_shapes)
+    seen = set()
+    for i in fitting_units(view, need):
+        key = (card.lefts[i], card.models[i])
+        if key not in seen:
+            seen.add(key)
+            yield i, int(_sigmoid(_drop(card, before, need, (i,), ctx) / 1000) * 100)
 
 
 class FGD(BinPack):
@@ -149,15 +166,20 @@ class FGD(BinPack):
     name = "fgd"
 
     def pick(self, view: NodeView, need: Need, ctx: PlacementContext):
+        return self.pick_scored(view, need, ctx)[0]
+
+    def pick_scored(self, view: NodeView, need: Need, ctx: PlacementContext):
+        """(picks, score) at once: a share's pick already computed the score of its card."""
         picks = default_pick(view, need)
-        if picks is None or need.count != 1 or need.milli >= FREE:
-            return picks
+        if picks is None:
+            return None, 0
+        if need.count != 1 or need.milli >= FREE:
+            return picks, self._int_score(view, need, picks, ctx)
         best, best_score = None, -1
-        for i in fitting_units(view, need):  # a share: the card with the best score, first on ties
-            score = self._int_score(view, need, (i,), ctx)
+        for i, score in _share_scores(view, need, ctx):  # the card with the best score, first on ties
             if score > best_score:
                 best, best_score = (i,), score
-        return best
+        return best, best_score
 
     def score(self, view: NodeView, need: Need, picks, ctx: PlacementContext) -> int:
         return self._int_score(view, need, picks, ctx)
@@ -190,16 +212,18 @@ class GpuLedger(FGD):
     name = "gpuledger"
     TIE = 0.01  # below one step of the integer score: a tie-break, never an override
 
-    def pick(self, view: NodeView, need: Need, ctx: PlacementContext):
+    def pick_scored(self, view: NodeView, need: Need, ctx: PlacementContext):
         picks = default_pick(view, need)
-        if picks is None or need.count != 1 or need.milli >= FREE:
-            return picks
-        best, best_score = None, None
-        for i in fitting_units(view, need):
-            score = self._int_score(view, need, (i,), ctx) - self.TIE * view.units[i].milli_free / FREE
-            if best_score is None or score > best_score:
-                best, best_score = (i,), score
-        return best
+        if picks is None:
+            return None, 0
+        if need.count != 1 or need.milli >= FREE:
+            return picks, self._int_score(view, need, picks, ctx)
+        best, best_score, best_int = None, None, 0
+        for i, score in _share_scores(view, need, ctx):
+            ranked = score - self.TIE * view.units[i].milli_free / FREE
+            if best_score is None or ranked > best_score:
+                best, best_score, best_int = (i,), ranked, score
+        return best, best_int
 
     def score(self, view: NodeView, need: Need, picks, ctx: PlacementContext) -> int:
         return self._int_score(view, need, picks, ctx)
