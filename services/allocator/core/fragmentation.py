@@ -88,11 +88,7 @@ def card_fragmentation(card: Card, shapes: tuple[tuple[float, TypicalShape], ...
     Equal to `sum(weight * shape_fragment(card, shape))`, computed once per (milli, models) group
     of shapes: the fitting count and the small lefts are the same for all shapes of a group.
     """
-    global _MEMO_SHAPES
-    if shapes is not _MEMO_SHAPES:  # a new mix (a checkpoint, another trace): old values are void
-        _MEMO.clear()
-        _MEMO_SHAPES = shapes
-        _COMPILED.clear()
+    _sync(shapes)
     key = (card.cpu_free, tuple(sorted(zip(card.lefts, card.models))))  # the measure ignores order
     value = _MEMO.get(key)
     if value is None:
@@ -115,27 +111,106 @@ def _compiled(shapes) -> list[tuple[int, frozenset[str] | None, list[tuple[float
         by_key: dict[tuple, list[tuple[float, int, int]]] = {}
         for weight, shape in shapes:
             by_key.setdefault((shape.milli, shape.models), []).append((weight, shape.cpu, shape.count))
-        groups = _COMPILED["groups"] = [(milli, models, members) for (milli, models), members in by_key.items()]
+        # A CPU-only group's members are reduced to their weight sum here, not per card.
+        groups = _COMPILED["groups"] = [
+            (milli, models, sum(weight for weight, _, _ in members) if milli == 0 else members)
+            for (milli, models), members in by_key.items()]
     return groups
 
 
-def _fragmentation(card: Card, groups) -> float:
-    lefts, models, cpu_free = card.lefts, card.models, card.cpu_free
-    idle = sum(lefts)
-    total = 0.0
-    for milli, allowed, members in groups:
-        if milli == 0:
-            total += idle * sum(weight for weight, _, _ in members)
-            continue
+class Stats(NamedTuple):
+    """What the measure needs of a card, per compiled shape group: how many of its cards fit the
+    group's share, and the milli left on cards too small for it. Integers, so a card changed by a
+    placement is updated exactly (`stats_after`) instead of re-measured."""
+
+    cpu_free: int
+    idle: int
+    fits: tuple[int, ...]
+    small: tuple[int, ...]
+
+
+def card_stats(card: Card, groups) -> Stats:
+    fits_all, small_all = [], []
+    for milli, allowed, _ in groups:
         fits = small = 0
-        for left, model in zip(lefts, models):
-            if left >= milli and (allowed is None or model in allowed):
-                fits += 1
-            elif left < milli:
-                small += left
+        if milli:
+            for left, model in zip(card.lefts, card.models):
+                if left >= milli and (allowed is None or model in allowed):
+                    fits += 1
+                elif left < milli:
+                    small += left
+        fits_all.append(fits)
+        small_all.append(small)
+    return Stats(card.cpu_free, sum(card.lefts), tuple(fits_all), tuple(small_all))
+
+
+def stats_after(stats: Stats, groups, cpu: int, takes) -> Stats:
+    """The stats once `cpu` and, from each (left, model, milli) card of `takes`, `milli` are taken."""
+    fits, small, idle = list(stats.fits), list(stats.small), stats.idle
+    for left, model, milli_taken in takes:
+        now = left - milli_taken
+        idle -= milli_taken
+        for g, (milli, allowed, _) in enumerate(groups):
+            if not milli:
+                continue
+            ok = allowed is None or model in allowed
+            fits[g] += (now >= milli and ok) - (left >= milli and ok)
+            small[g] += (now if now < milli else 0) - (left if left < milli else 0)
+    return Stats(stats.cpu_free - cpu, idle, tuple(fits), tuple(small))
+
+
+def stats_total(stats: Stats, groups) -> float:
+    """F_n from the stats, summed in the groups' order (so equal stats give equal floats)."""
+    idle, cpu_free = stats.idle, stats.cpu_free
+    total = 0.0
+    for (milli, _, members), fits, small in zip(groups, stats.fits, stats.small):
+        if milli == 0:
+            total += idle * members  # the members' weight sum (see _compiled)
+            continue
         for weight, cpu, count in members:
             total += weight * (idle if cpu_free < cpu or fits < count else small)
     return total
+
+
+def _fragmentation(card: Card, groups) -> float:
+    return stats_total(card_stats(card, groups), groups)
+
+
+def view_fragmentation(view: NodeView, shapes) -> tuple[Card, Stats, float, list]:
+    """(card, stats, F_n, compiled groups) of a node view, memoised per view object: needs of
+    every shape score against the same view, and only the cards they take change."""
+    _sync(shapes)
+    hit = _VIEWS.get(id(view))
+    if hit is None or hit[0] is not view:
+        if len(_VIEWS) >= _VIEWS_LIMIT:
+            _VIEWS.clear()
+        groups = _compiled(shapes)
+        card = card_of(view)
+        stats = card_stats(card, groups)
+        hit = _VIEWS[id(view)] = (view, card, stats, stats_total(stats, groups), groups)
+    return hit[1:]
+
+
+def max_shape_cpu(shapes) -> int:
+    """The most CPU any typical shape asks for (memoised with the mix)."""
+    _sync(shapes)
+    most = _COMPILED.get("max_cpu")
+    if most is None:
+        most = _COMPILED["max_cpu"] = max((shape.cpu for _, shape in shapes), default=0)
+    return most
+
+
+def _sync(shapes) -> None:
+    global _MEMO_SHAPES
+    if shapes is not _MEMO_SHAPES:  # a new mix (a checkpoint, another trace): old values are void
+        _MEMO.clear()
+        _VIEWS.clear()
+        _COMPILED.clear()
+        _MEMO_SHAPES = shapes
+
+
+_VIEWS: dict = {}  # id(view) -> (view, ...): the view is kept, so its id is not reused meanwhile
+_VIEWS_LIMIT = 1 << 16
 
 
 def node_fragmentation(view: NodeView, shapes: tuple[tuple[float, TypicalShape], ...]) -> float:
@@ -150,5 +225,6 @@ def after(card: Card, cpu: int, take: Iterable[tuple[int, int]]) -> Card:
     return Card(card.cpu_free - cpu, tuple(lefts), card.models)
 
 
-__all__ = ["TypicalShape", "Card", "typical_shapes", "shapes_from_counts", "card_of",
+__all__ = ["TypicalShape", "Card", "Stats", "typical_shapes", "shapes_from_counts", "card_of",
+           "card_stats", "stats_after", "stats_total", "view_fragmentation", "max_shape_cpu",
            "shape_fragment", "card_fragmentation", "node_fragmentation", "after", "FREE"]

@@ -238,7 +238,7 @@ def _choose_by_rank(state: State, need: Need, policy, ctx: PlacementContext, cei
               if (first := _first_node(group, ctx)) is not None]
     firsts.sort(key=lambda item: item[0][0])
     best: Choice | None = None
-    for candidate in _scored(need, policy, ctx, firsts, _memo_for(state, _scored_need(need), policy, ctx)):
+    for candidate in _scored(need, policy, ctx, firsts, *_memos(state, need, policy, ctx)):
         if best is None or candidate.score > best.score:
             best = candidate
             if best.score >= ceiling:
@@ -251,7 +251,7 @@ def _candidates(state: State, need: Need, policy, ctx: PlacementContext) -> list
     keeps a memo, since a decision changes one node and the others' scores stay the same."""
     firsts = [(first, group) for group in _groups_for(state, need)
               if (first := _first_node(group, ctx)) is not None]
-    return list(_scored(need, policy, ctx, firsts, _memo_for(state, _scored_need(need), policy, ctx)))
+    return list(_scored(need, policy, ctx, firsts, *_memos(state, need, policy, ctx)))
 
 
 def _groups_for(state: State, need: Need):
@@ -275,13 +275,24 @@ def _scored_need(need: Need) -> Need:
     return need._replace(mem=0, label="")
 
 
-def _scored(need: Need, policy, ctx: PlacementContext, firsts, memo):
+def _memos(state: State, need: Need, policy, ctx: PlacementContext) -> tuple[dict | None, dict | None]:
+    """The need's memo, and one shared by needs that differ only in CPU, for the views where the
+    policy says CPU cannot change its answer (`cpu_blind`): claims ask for many CPU amounts."""
+    scored = _scored_need(need)
+    memo = _memo_for(state, scored, policy, ctx)
+    if memo is None or getattr(policy, "cpu_blind", None) is None:
+        return memo, None
+    return memo, _memo_for(state, scored._replace(cpu=-1), policy, ctx)
+
+
+def _scored(need: Need, policy, ctx: PlacementContext, firsts, exact_memo, blind_memo=None):
     scored = _scored_need(need)
     per_node = getattr(policy, "score_group", None)  # scores that depend on how many nodes share a view
     for (rank, name), group in firsts:
         view = group.view
         if view.mem_free < need.mem:
             continue
+        memo = blind_memo if blind_memo is not None and policy.cpu_blind(view, need, ctx) else exact_memo
         if memo is None:
             picks, score = _evaluate(view, scored, policy, ctx)
         else:

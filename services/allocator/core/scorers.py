@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 
 from services.allocator.core.demand import Need
-from services.allocator.core.fragmentation import after, card_fragmentation, card_of
+from services.allocator.core.fragmentation import max_shape_cpu, stats_after, stats_total, view_fragmentation
 from services.allocator.core.placement import PlacementContext, default_pick, eligible, fitting_units
 from services.allocator.core.state import FREE, NodeView
 
@@ -137,27 +137,23 @@ def _sigmoid(x: float) -> float:
 
 def frag_drop(view: NodeView, need: Need, picks, ctx: PlacementContext) -> float:
     """How much the node's fragmentation falls (milli) if the need takes `picks` there."""
-    card = card_of(view)
-    return _drop(card, card_fragmentation(card, ctx.typical_shapes), need, picks, ctx)
-
-
-def _drop(card, before: float, need: Need, picks, ctx: PlacementContext) -> float:
-    placed = after(card, need.cpu, [(i, need.milli) for i in picks])
-    return before - card_fragmentation(placed, ctx.typical_shapes)
+    card, stats, before, groups = view_fragmentation(view, ctx.typical_shapes)
+    takes = [(card.lefts[i], card.models[i], need.milli) for i in picks]
+    return before - stats_total(stats_after(stats, groups, need.cpu, takes), groups)
 
 
 def _share_scores(view: NodeView, need: Need, ctx: PlacementContext):
     """(unit index, FGD's integer score) for each card a one-GPU share may take, one per distinct
     (room left, model): the measure ignores card order, so equal cards score alike and the first
     of them (lowest index) stands for all."""
-    card = card_of(view)
-    before = card_fragmentation(card, ctx.typical_shapes)
+    card, stats, before, groups = view_fragmentation(view, ctx.typical_shapes)
     seen = set()
     for i in fitting_units(view, need):
         key = (card.lefts[i], card.models[i])
         if key not in seen:
             seen.add(key)
-            yield i, int(_sigmoid(_drop(card, before, need, (i,), ctx) / 1000) * 100)
+            placed = stats_after(stats, groups, need.cpu, ((*key, need.milli),))
+            yield i, int(_sigmoid((before - stats_total(placed, groups)) / 1000) * 100)
 
 
 class FGD(BinPack):
@@ -183,6 +179,11 @@ class FGD(BinPack):
 
     def score(self, view: NodeView, need: Need, picks, ctx: PlacementContext) -> int:
         return self._int_score(view, need, picks, ctx)
+
+    def cpu_blind(self, view: NodeView, need: Need, ctx: PlacementContext) -> bool:
+        """True when the need's CPU cannot change its picks or score on this view: CPU enters the
+        measure only as "does the node keep a typical shape's CPU", and here it keeps them all."""
+        return view.cpu_free - need.cpu >= max_shape_cpu(ctx.typical_shapes)
 
     @staticmethod
     def _int_score(view, need, picks, ctx) -> int:
