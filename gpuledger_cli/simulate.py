@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import time
@@ -31,7 +32,18 @@ def simulate(
     plot: Path = typer.Option(None, "--plot", help="write the allocation curves to this PNG"),
     dynamic: bool = typer.Option(False, "--dynamic", help="replay arrivals and departures by time "
                                  "(pending queue when full) instead of the one-pass fill"),
-    live: bool = typer.Option(False, "--live", help="replay through the running system (not built yet)"),
+    live: bool = typer.Option(False, "--live", help="replay through the running system (real NATS, all "
+                              "services) and print claims/s and submit-to-allocated latency"),
+    nats_url: str = typer.Option(None, "--nats-url", envvar="GPULEDGER_NATS_URL", help="--live: the "
+                                 "system to replay through; unset: start one on a temporary folder"),
+    speed: float = typer.Option(None, "--speed", help="--live: clock acceleration (trace seconds per "
+                                "wall second); default 1000"),
+    limit: int = typer.Option(None, "--limit", min=1, help="--live: only the first N pods by creation time"),
+    max_gap: float = typer.Option(None, "--max-gap", help="--live: shorten idle wall gaps between "
+                                  "arrivals to at most this many seconds"),
+    drain: float = typer.Option(15.0, "--drain", min=0, help="--live: after the last submit, wait at "
+                                "most this many seconds for claims to be allocated"),
+    node_prefix: str = typer.Option("live-", "--node-prefix", help="--live: prefix of the trace's node names"),
     speedup: float = typer.Option(1.0, "--speedup", min=0.001, help="--dynamic: divide arrival "
                                   "times by this (run times stay); openb needs ~100 to load the cluster"),
     workers: int = typer.Option(2, "--workers", min=1, max=64, help="processes for the (policy, seed) runs"),
@@ -42,9 +54,10 @@ def simulate(
     from simulator.protocol import parse_seeds
     from simulator.trace import TraceError, read_trace
 
-    if live:
-        _fail("--live is not built yet: it needs the openb nodes registered in a running system; "
-              "use --dynamic for the same replay through the core")
+    if speed is not None and not live:
+        _fail("--speed: applies to --live (with --dynamic use --speedup)")
+    if live and dynamic:
+        _fail("--live and --dynamic: pick one (--dynamic replays through the core in this process)")
     nodes_path, pods_path = nodes or runner.DEFAULT_NODES, pods or runner.DEFAULT_PODS
     policies = list(policy or runner.ALL_POLICIES)
     unknown = [p for p in policies if p not in POLICIES]
@@ -57,6 +70,9 @@ def simulate(
         _fail(str(err))
     if dynamic:
         _dynamic(trace, policies, seed_list[0], as_json, speedup)
+        return
+    if live:
+        _live(trace, nats_url, policy or [], speed, limit, max_gap, drain, node_prefix, as_json)
         return
     started = time.perf_counter()
     done = []
@@ -86,6 +102,27 @@ def _print(summaries, trace, seeds: str, elapsed: float, as_json: bool) -> None:
     typer.echo(report.table(summaries) + "\n")
     typer.echo(report.curves(summaries) + "\n")
     typer.echo(report.failures(summaries))
+
+
+def _live(trace, nats_url, policies: list[str], speed, limit, max_gap, drain, node_prefix, as_json) -> None:
+    from simulator.live import LiveError, LiveOptions, run_live
+    from simulator.live_plan import PlanError, check_options
+
+    if len(policies) > 1:
+        _fail(f"--policy: --live runs one policy (the started system's allocator), got {len(policies)}")
+    speed = 1000.0 if speed is None else speed
+    options = LiveOptions(speed=speed, limit=limit, max_gap=max_gap, drain_s=drain, node_prefix=node_prefix)
+    try:
+        check_options(speed, limit, max_gap, node_prefix)  # before a system is started for nothing
+        try:
+            from uvloop import run as run_loop  # the observer's own overhead is part of the latency
+        except ImportError:
+            run_loop = asyncio.run
+        report = run_loop(run_live(trace, nats_url, options, policies[0] if policies else None,
+                                   progress=lambda line: typer.echo(line, err=True)))
+    except (LiveError, PlanError) as err:
+        _fail(str(err))
+    typer.echo(report.to_json() if as_json else report.text())
 
 
 def _dynamic(trace, policies: list[str], seed: int, as_json: bool, speedup: float) -> None:
