@@ -1,7 +1,7 @@
 """The placement memo (kept across passes, as the allocator keeps it) never changes a decision.
 
 Scores are memoised per node view, and for fragmentation-aware policies also across needs that
-differ only in CPU where the policy says CPU cannot matter (`cpu_blind`). Random claims with CPU
+differ only in CPU where the policy says CPU cannot matter (`cpu_margin`). Random claims with CPU
 requests up to a node's whole CPU make some nodes CPU-tight, so both the shared and the exact
 memo are exercised; the decisions must equal those of passes that memoise nothing.
 """

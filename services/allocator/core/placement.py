@@ -275,24 +275,26 @@ def _scored_need(need: Need) -> Need:
     return need._replace(mem=0, label="")
 
 
-def _memos(state: State, need: Need, policy, ctx: PlacementContext) -> tuple[dict | None, dict | None]:
-    """The need's memo, and one shared by needs that differ only in CPU, for the views where the
-    policy says CPU cannot change its answer (`cpu_blind`): claims ask for many CPU amounts."""
+def _memos(state: State, need: Need, policy, ctx: PlacementContext) -> tuple:
+    """(the need's memo, a memo shared by needs that differ only in CPU, the CPU a node must
+    keep for the shared one to apply): the policy's `cpu_margin` says when CPU cannot change its
+    answer, and claims ask for many CPU amounts."""
     scored = _scored_need(need)
     memo = _memo_for(state, scored, policy, ctx)
-    if memo is None or getattr(policy, "cpu_blind", None) is None:
-        return memo, None
-    return memo, _memo_for(state, scored._replace(cpu=-1), policy, ctx)
+    margin = getattr(policy, "cpu_margin", None)
+    if memo is None or margin is None:
+        return memo, None, 0
+    return memo, _memo_for(state, scored._replace(cpu=-1), policy, ctx), margin(ctx)
 
 
-def _scored(need: Need, policy, ctx: PlacementContext, firsts, exact_memo, blind_memo=None):
+def _scored(need: Need, policy, ctx: PlacementContext, firsts, exact_memo, blind_memo=None, margin=0):
     scored = _scored_need(need)
     per_node = getattr(policy, "score_group", None)  # scores that depend on how many nodes share a view
     for (rank, name), group in firsts:
         view = group.view
         if view.mem_free < need.mem:
             continue
-        memo = blind_memo if blind_memo is not None and policy.cpu_blind(view, need, ctx) else exact_memo
+        memo = blind_memo if blind_memo is not None and view.cpu_free - need.cpu >= margin else exact_memo
         if memo is None:
             picks, score = _evaluate(view, scored, policy, ctx)
         else:

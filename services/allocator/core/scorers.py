@@ -180,10 +180,11 @@ class FGD(BinPack):
     def score(self, view: NodeView, need: Need, picks, ctx: PlacementContext) -> int:
         return self._int_score(view, need, picks, ctx)
 
-    def cpu_blind(self, view: NodeView, need: Need, ctx: PlacementContext) -> bool:
-        """True when the need's CPU cannot change its picks or score on this view: CPU enters the
-        measure only as "does the node keep a typical shape's CPU", and here it keeps them all."""
-        return view.cpu_free - need.cpu >= max_shape_cpu(ctx.typical_shapes)
+    def cpu_margin(self, ctx: PlacementContext) -> int:
+        """A node that keeps this much CPU after a need gives the need the same picks and score
+        whatever its CPU: CPU enters the measure only as "does the node keep a typical shape's
+        CPU", and with this much left it keeps them all."""
+        return max_shape_cpu(ctx.typical_shapes)
 
     @staticmethod
     def _int_score(view, need, picks, ctx) -> int:
