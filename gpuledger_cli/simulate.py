@@ -122,6 +122,9 @@ def _live(trace, nats_url, policies: list[str], speed, limit, max_gap, drain, no
                                    progress=lambda line: typer.echo(line, err=True)))
     except (LiveError, PlanError) as err:
         _fail(str(err))
+    except KeyboardInterrupt:
+        _fail("interrupted" + ("; claims of this run not yet released stay held on that system"
+                               if nats_url else "; the system started for the run was stopped"))
     typer.echo(report.to_json() if as_json else report.text())
 
 

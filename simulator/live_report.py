@@ -55,6 +55,9 @@ class LiveReport:
     submit_to_bound_p50_ms: float | None
     submit_to_bound_p99_ms: float | None
     submit_to_accepted_p50_ms: float | None  # intake: published -> ClaimSubmitted stored
+    submit_to_accepted_p99_ms: float | None
+    accepted_to_allocated_p50_ms: float | None  # the decision: ClaimSubmitted -> ClaimAllocated seen
+    accepted_to_allocated_p99_ms: float | None
     submit_lag_max_ms: float  # how far the submitter fell behind the timetable at worst
     wall_s: float  # first submit -> end of the drain
     setup_s: float  # connect, register the nodes
@@ -84,8 +87,11 @@ class LiveReport:
             f"  claims per second     {self.claims_per_s:.1f} sustained (offered {self.offered_per_s:.1f}, "
             f"peak {self.peak_allocated_per_s:.0f} in 1 s)",
             f"  submit -> allocated   p50 {ms(self.submit_to_allocated_p50_ms)}, p99 {ms(self.submit_to_allocated_p99_ms)}",
+            f"    of which intake     p50 {ms(self.submit_to_accepted_p50_ms)}, p99 {ms(self.submit_to_accepted_p99_ms)}"
+            " (published -> ClaimSubmitted stored)",
+            f"    and decision        p50 {ms(self.accepted_to_allocated_p50_ms)}, "
+            f"p99 {ms(self.accepted_to_allocated_p99_ms)} (stored -> ClaimAllocated seen)",
             f"  submit -> bound       p50 {ms(self.submit_to_bound_p50_ms)}, p99 {ms(self.submit_to_bound_p99_ms)}",
-            f"  submit -> accepted    p50 {ms(self.submit_to_accepted_p50_ms)} (intake stored)",
             f"  submitter lag         max {self.submit_lag_max_ms:.1f} ms behind the timetable",
             f"  wall time             {self.wall_s:.1f} s (setup {self.setup_s:.1f} s)",
         ])
@@ -117,12 +123,22 @@ def build_report(claims: dict[str, ClaimTimes], end: float, released_at_end: set
         submit_to_allocated_p99_ms=_ms(percentile([t.allocated - t.submitted for t in allocated], 99)),
         submit_to_bound_p50_ms=_ms(percentile(_bound(allocated, end), 50)),
         submit_to_bound_p99_ms=_ms(percentile(_bound(allocated, end), 99)),
-        submit_to_accepted_p50_ms=_ms(percentile([t.accepted - t.submitted for t in times
-                                                  if t.accepted is not None], 50)),
+        submit_to_accepted_p50_ms=_ms(percentile(_intake(times), 50)),
+        submit_to_accepted_p99_ms=_ms(percentile(_intake(times), 99)),
+        accepted_to_allocated_p50_ms=_ms(percentile(_decision(allocated), 50)),
+        accepted_to_allocated_p99_ms=_ms(percentile(_decision(allocated), 99)),
         wall_s=round(end - first, 3),
         pending_reasons=dict(Counter(t.pending_code for t in open_ if t.pending_code).most_common()),
         rejected_codes=dict(Counter(t.rejected for t in times if t.rejected).most_common()),
         **run)
+
+
+def _intake(times: list[ClaimTimes]) -> list[float]:
+    return [t.accepted - t.submitted for t in times if t.accepted is not None]
+
+
+def _decision(allocated: list[ClaimTimes]) -> list[float]:
+    return [t.allocated - t.accepted for t in allocated if t.accepted is not None]
 
 
 def _bound(allocated: list[ClaimTimes], end: float) -> list[float]:
