@@ -103,14 +103,14 @@ class LiveRun:
     async def execute(self) -> LiveReport:
         began = time.monotonic()
         start_seq = await self._check_system()
-        self._spawn(self._follow(start_seq), self._bind_forever(), self._release_forever())
-        self.say(f"registering {len(self.trace.nodes)} nodes as {self.options.node_prefix}*")
-        await self.fleet.register()
-        self._spawn(self.fleet.heartbeat_forever(self.options.heartbeat_s or Settings().heartbeat_s))
-        setup_s = time.monotonic() - began
-        span = self.plan[-1].at
-        self.say(f"submitting {len(self.plan)} claims over {span:.1f} s (speed {self.options.speed:g}x)")
         try:
+            self._spawn(self._follow(start_seq), self._bind_forever(), self._release_forever())
+            self.say(f"registering {len(self.trace.nodes)} nodes as {self.options.node_prefix}*")
+            await self.fleet.register()
+            self._spawn(self.fleet.heartbeat_forever(self.options.heartbeat_s or Settings().heartbeat_s))
+            setup_s = time.monotonic() - began
+            self.say(f"submitting {len(self.plan)} claims over {self.plan[-1].at:.1f} s "
+                     f"(speed {self.options.speed:g}x)")
             self._spawn(self._report_progress())
             await self._submit_all()
             await self._drain()
