@@ -66,6 +66,7 @@ CATALOGUE: tuple[GpuModel, ...] = (
     GpuModel("V100M16", None, "Volta", 16, 125.0, ("Tesla V100-SXM2-16GB",)),
     GpuModel("P100", None, "Pascal", 16, 19.0, ("Tesla P100-PCIE-16GB",)),
     GpuModel("T4", None, "Turing", 16, 65.0, ("Tesla T4",)),
+    GpuModel("A10", None, "Ampere", 24, 125.0, ("NVIDIA A10",)),  # in openb's fleet; no seed group
     GpuModel("G1", None, "undisclosed", 32, 100.0),
     GpuModel("G2", None, "undisclosed", 32, 100.0),
     GpuModel("G3", None, "undisclosed", 32, 100.0),

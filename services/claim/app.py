@@ -77,7 +77,16 @@ class ClaimService:
         claim = self.state.claims.get(claim_id)
         return claim is not None and claim.status in SETTLED
 
+    async def catch_up_to(self, claim_id: str) -> None:
+        """Read your writes: a claim this service does not know yet may already be in the stream
+        (published to the intake, or submitted through another replica a moment ago), so before
+        answering "no claim" the view catches up to the stream's end."""
+        if claim_id in self.state.claims or claim_id in self.rejected:
+            return
+        await self.follower.wait_for_seq(await self.log.last_seq(), timeout=5.0)
+
     async def release(self, claim_id: str, reason: str) -> dict:
+        await self.catch_up_to(claim_id)
         claim = self._claim(claim_id)
         if claim.status not in ("pending", "allocated", "bound"):
             return self.view(claim_id) | {"already": claim.status}
@@ -87,6 +96,7 @@ class ClaimService:
         return self.view(claim_id)
 
     async def renew(self, claim_id: str) -> dict:
+        await self.catch_up_to(claim_id)
         claim = self._claim(claim_id)
         if not claim.holds_devices:
             raise DomainError("conflict", f"claim {claim_id} is {claim.status}: only an allocated claim "
@@ -97,6 +107,7 @@ class ClaimService:
         return self.view(claim_id)
 
     async def activity(self, claim_id: str) -> dict:
+        await self.catch_up_to(claim_id)
         self._claim(claim_id)
         await self.log.append(subjects.claim(claim_id), ev.ClaimActivity(claim_id=claim_id, at=self.clock()))
         return {"claim_id": claim_id}
@@ -151,9 +162,11 @@ def register_handlers(ctx: ServiceContext, service: ClaimService) -> None:
         return cmd.ok(await service.activity(c.claim_id))
 
     async def get(c: cmd.GetClaim):
+        await service.catch_up_to(c.claim_id)
         return cmd.ok(service.view(c.claim_id))
 
     async def explain(c: cmd.GetClaim):
+        await service.catch_up_to(c.claim_id)
         return cmd.ok(service.explain(c.claim_id))
 
     async def list_claims(c: cmd.ListClaims):
