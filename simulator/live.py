@@ -251,16 +251,11 @@ class LiveRun:
             self.releasing.add(task)
             task.add_done_callback(self.releasing.discard)
 
-    async def _release(self, claim_id: str, reason: str, tries: int = 4) -> None:
-        """Through the claim service's release command. "not-found" is tried again: the service
-        answers from its own fold of the log, which can be a few ms behind the allocator's
-        decision this run has already seen (a claim released as soon as it is placed)."""
+    async def _release(self, claim_id: str, reason: str) -> None:
+        """Through the claim service's release command (which waits for its own view to reach a
+        claim it does not know yet, so a claim released as soon as it is placed is found)."""
         async with self.gate:
-            for attempt in range(tries):
-                error = await self._release_once(claim_id, reason)
-                if not error.startswith("not-found") or attempt == tries - 1:
-                    break
-                await asyncio.sleep(0.05 * 2 ** attempt)
+            error = await self._release_once(claim_id, reason)
         if error:
             self.release_errors.append(f"{claim_id}: {error}")
         else:
