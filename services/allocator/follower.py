@@ -24,6 +24,19 @@ def decode_or_none(seq: int, subject: str, data: bytes) -> ev.Event | None:
         return None
 
 
+def decode_batch(batch) -> list[tuple[int, ev.Event | None]]:
+    """(seq, event) for each (seq, subject, payload, headers) of a batch; None for a message that
+    does not decode (logged, as in `decode_or_none`). One loop, no call per message around it."""
+    decode, out = ev.decode_event, []
+    append = out.append
+    for seq, subject, data, _headers in batch:
+        try:
+            append((seq, decode(data)))
+        except Exception:  # msgspec.DecodeError / ValidationError: say which and why
+            append((seq, decode_or_none(seq, subject, data)))
+    return out
+
+
 class StateFollower:
     """Folds every event into `state`; `wait_for_seq` lets a handler answer after its own write."""
 

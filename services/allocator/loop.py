@@ -23,9 +23,10 @@ from shared.eventlog import AppendConflict
 from shared.settings import Settings
 from shared.telemetry import extract_context, inject_headers, tracer
 
-from services.allocator.follower import decode_or_none
+from services.allocator.follower import decode_batch, decode_or_none
 from services.allocator.core.decide import POLICY_VERSION, DecideContext, decide
-from services.allocator.core.evolve import evolve
+from services.allocator.core.evolve import (drop_ended_claims, evolve, fold_batch, release_retired,
+                                            retire_later)
 from services.allocator.core.scorers import DEFAULT_POLICY
 from services.allocator.core.state import State, defer_index, flush_index
 
@@ -60,7 +61,7 @@ class Allocator:
         self.settings = settings
         self.name = name
         self.clock = clock
-        self.state = state or State()
+        self.state = drop_ended_claims(state or State())  # decides on live claims only
         self.dirty = asyncio.Event()
         self.caught_up = asyncio.Event()
         self._seen_seq = asyncio.Condition()
@@ -79,16 +80,21 @@ class Allocator:
             self.caught_up.set()
         else:  # catch-up: the placement index is built once, when caught up, not after every event
             defer_index(self.state)
+            retire_later(self.state)
             self._gc_was_on = pause_gc()
         async for batch in self.log.follow_raw(self.state.last_seq + 1):
-            for seq, subject, data, _headers in batch:
-                event = decode_or_none(seq, subject, data)
-                if event is None:
-                    self.state.last_seq = seq
-                else:
-                    self.fold(seq, event)
+            if not self.caught_up.is_set():  # no decision or trace to care for: fold the batch
+                fold_batch(self.state, decode_batch(batch))
+            else:
+                for seq, subject, data, _headers in batch:
+                    event = decode_or_none(seq, subject, data)
+                    if event is None:
+                        self.state.last_seq = seq
+                    else:
+                        self.fold(seq, event)
             if not self.caught_up.is_set() and self.state.last_seq >= start_end:
                 flush_index(self.state)
+                release_retired(self.state)
                 resume_gc(self._gc_was_on)
                 self.caught_up.set()
                 self.dirty.set()  # what the catch-up folded may be waiting for a decision

@@ -25,3 +25,11 @@ def live_digest(state) -> tuple:
     claims, *rest = digest(state)
     live = tuple(c for c in claims if c[1] in LIVE_STATUSES)
     return (live, *rest)
+
+
+def compact_digest(state) -> tuple:
+    """`live_digest` plus the ids of every ended claim: what a state that drops ended claims (the
+    allocator's, `keep_ended` off) must share with one that keeps them."""
+    ended = set(state.ended)
+    ended.update(c.claim_id for c in state.claims.values() if c.status not in LIVE_STATUSES)
+    return (*live_digest(state), tuple(sorted(ended)))

@@ -35,20 +35,34 @@ def fold(events, state: State | None = None) -> State:
     return state
 
 
+def fold_batch(state: State, stored: list[tuple[int, ev.Event | None]]) -> State:
+    """`evolve` over (seq, event) pairs in log order, for catching up on a stored range: the same
+    handlers without a call per event around them. A None event (a message no type matched) is
+    skipped; the state's position ends at the last sequence either way."""
+    handlers = _HANDLERS
+    for seq, event in stored:
+        handler = handlers.get(type(event))
+        if handler is not None:
+            handler(state, event, seq)
+    if stored and stored[-1][0]:
+        state.last_seq = stored[-1][0]
+    return state
+
+
 # --- claims ----------------------------------------------------------------------------------
 
 
 def _claim_submitted(state: State, e: ev.ClaimSubmitted, seq: int) -> None:
-    if e.claim.claim_id in state.claims or e.claim.claim_id in state.ended:
-        return  # a retried submit beyond the dedup window: stored twice, counted once
     spec = e.claim
+    claim_id = spec.claim_id
+    if claim_id in state.claims or claim_id in state.ended:
+        return  # a retried submit beyond the dedup window: stored twice, counted once
     state.submitted += 1
-    claim = Claim(spec=spec, seq=seq or state.submitted, submitted_at=e.at, last_activity=e.at)
-    claim.history.append(f"{e.at:.3f} submitted")
-    state.claims[spec.claim_id] = claim
-    state.pending[spec.claim_id] = None
+    state.claims[claim_id] = Claim(spec, seq or state.submitted, e.at, last_activity=e.at)
+    state.pending[claim_id] = None
     key = (spec.gpus, spec.gpu_milli, spec.mig_profile, spec.cpu_milli)
-    state.shape_counts[key] = state.shape_counts.get(key, 0) + 1
+    counts = state.shape_counts
+    counts[key] = counts.get(key, 0) + 1
     if state.min_priority is None or spec.priority < state.min_priority:
         state.min_priority = spec.priority
     if _is_checkpoint(state.submitted):
@@ -87,13 +101,55 @@ def _claim_rejected(state: State, e: ev.ClaimRejected, seq: int) -> None:
     if claim is not None and claim.status == "pending":
         free(state, claim, "rejected", e.code)
         claim.reasons = list(e.reasons)
+        _ended(state, claim)
 
 
 def _claim_released(state: State, e: ev.ClaimReleased, seq: int) -> None:
     claim = state.claims.get(e.claim_id)
-    if claim is not None and claim.status in ("pending", "allocated", "bound"):
+    if claim is not None and claim.status in _LIVE:
         free(state, claim, "released", e.reason)
-        claim.history.append(f"{e.at:.3f} released: {e.reason}")
+        if state.keep_ended:
+            claim.trail.append((e.at, "released", e.reason))
+        else:
+            _ended(state, claim)
+
+
+_LIVE = frozenset(("pending", "allocated", "bound"))
+
+
+def _ended(state: State, claim: Claim) -> None:
+    """A claim the fold of a stored event just ended: out of `claims` unless the state keeps ended
+    ones; its id stays in `ended`, so a late resubmit is still a repeat."""
+    if not state.keep_ended:
+        claim_id = claim.spec.claim_id
+        del state.claims[claim_id]
+        state.ended[claim_id] = None
+        if state.retired is not None:
+            state.retired.append(claim)
+
+
+def drop_ended_claims(state: State) -> State:
+    """Keep only live claims from now on (the allocator's way: it decides on live claims only);
+    the ended claims the state holds already go the same way."""
+    state.keep_ended = False
+    for claim_id in [c for c, claim in state.claims.items() if claim.status not in _LIVE]:
+        del state.claims[claim_id]
+        state.ended[claim_id] = None
+    return state
+
+
+def retire_later(state: State) -> None:
+    """Catch-up: claims the fold drops are kept aside until `release_retired`. A claim freed as it
+    ends drags its spec, grants and trail back from cold memory one at a time; freeing them all
+    at once, after the replay, costs about half as much."""
+    if state.retired is None:
+        state.retired = []
+
+
+def release_retired(state: State) -> None:
+    retired, state.retired = state.retired, None
+    del retired  # the last reference: freed here, newest first
+    return state
 
 
 def _lease_renewed(state: State, e: ev.LeaseRenewed, seq: int) -> None:
@@ -112,8 +168,8 @@ def _claim_activity(state: State, e: ev.ClaimActivity, seq: int) -> None:
 def _claim_bound(state: State, e: ev.ClaimBound, seq: int) -> None:
     claim = state.claims.get(e.claim_id)
     if claim is not None and claim.status == "allocated":
-        claim.status, claim.env = "bound", dict(e.env)
-        claim.history.append(f"{e.at:.3f} bound on {e.node}")
+        claim.status, claim.env = "bound", e.env  # shared with the event: neither is changed later
+        claim.trail.append((e.at, "bound", e.node))
 
 
 # --- nodes and devices -------------------------------------------------------------------------
@@ -160,6 +216,7 @@ def _end_claims_on_vanished_units(state: State, old: Node, kept: set[str]) -> li
             carried.append(claim)
         else:
             free(state, claim, "lost", "device vanished when the node re-registered")
+            _ended(state, claim)
     return carried
 
 
@@ -283,36 +340,46 @@ def apply_decision(state: State, d, journal: Journal | None = None) -> bool:
         if claim is not None and claim.status == "pending":
             free(state, claim, "rejected", d.code, journal)
             claim.reasons = list(d.reasons)
+            _ended_unless_tentative(state, claim, journal)
     elif isinstance(d, ev.ClaimEvicted):
         if claim is not None and claim.holds_devices:
             free(state, claim, "evicted", f"{d.rule}: {d.detail}", journal)
-            claim.history.append(f"{d.at:.3f} evicted ({d.rule}) for {d.beneficiary}")
+            claim.trail.append((d.at, "evicted", d.rule, d.beneficiary))
+            _ended_unless_tentative(state, claim, journal)
     elif isinstance(d, ev.AllocationExpired):
         if claim is not None and claim.holds_devices:
             free(state, claim, "expired", "lease not renewed", journal)
+            _ended_unless_tentative(state, claim, journal)
     elif isinstance(d, ev.NodeLost):
         _apply_node_lost(state, d, journal)
     return True
+
+
+def _ended_unless_tentative(state: State, claim: Claim, journal: Journal | None) -> None:
+    if journal is None:  # decide's tentative changes are rolled back: the claim must stay
+        _ended(state, claim)
 
 
 def _apply_allocated(state: State, d: ev.ClaimAllocated, journal: Journal | None) -> bool:
     claim = state.claims.get(d.claim_id)
     if claim is None or claim.status != "pending" or not grants_fit(state, claim, d.grants):
         if claim is not None and journal is None:
-            claim.history.append(f"{d.at:.3f} allocation void: state changed before it was stored")
+            claim.trail.append((d.at, "void"))
         return False
     node_name = d.node
     node = state.nodes.get(node_name)
-    if node is None or not node.schedulable:
+    if node is None or node.lost or node.condition != "Ready":  # not node.schedulable
         return False
-    if node.cpu_free < claim.spec.cpu_milli or node.mem_free < claim.spec.memory_mib:
+    spec = claim.spec
+    if node.cpu_free < spec.cpu_milli or node.mem_free < spec.memory_mib:
         return False
-    save_claim(claim, journal)
+    if journal is not None:
+        save_claim(claim, journal)
     claim.tflops, claim.vram_mib = d.tflops, d.vram_mib
     claim.limit_tflops, claim.limit_vram_mib = d.limit_tflops, d.limit_vram_mib
     claim.borrowed_from = d.borrowed_from
-    allocate(state, claim, list(d.grants), node_name, d.at, journal)
-    claim.history.append(f"{d.at:.3f} allocated on {node_name} ({d.policy})")
+    allocate(state, claim, d.grants, node_name, d.at, journal)
+    claim.trail.append((d.at, "allocated", node_name, d.policy))
     return True
 
 
@@ -324,6 +391,7 @@ def _apply_node_lost(state: State, d: ev.NodeLost, journal: Journal | None) -> N
         claim = state.claims[claim_id]
         if claim.holds_devices:
             free(state, claim, "lost", f"node {d.node} lost", journal)
+            _ended_unless_tentative(state, claim, journal)
     from services.allocator.core.ledger import save_node
 
     save_node(node, journal)
@@ -366,4 +434,5 @@ _HANDLERS = {
     ev.EventBatch: _event_batch,
 }
 
-__all__ = ["evolve", "fold", "apply_decision", "needs_for"]
+__all__ = ["evolve", "fold", "fold_batch", "apply_decision", "drop_ended_claims", "retire_later",
+           "release_retired", "needs_for"]

@@ -44,7 +44,7 @@ def save_claim(claim: Claim, journal: Journal | None) -> None:
     saved = {name: getattr(claim, name) for name in _CLAIM_FIELDS}
     saved["grants"] = list(claim.grants)
     saved["reasons"] = list(claim.reasons)
-    saved["history"] = list(claim.history)
+    saved["trail"] = list(claim.trail)
     journal.push(lambda: [setattr(claim, k, v) for k, v in saved.items()])
 
 
@@ -100,21 +100,35 @@ def _save_membership(book: dict, key: str, journal: Journal | None) -> None:
 
 
 def grants_fit(state: State, claim: Claim, grants: list[Grant]) -> bool:
-    """Every granted unit exists on its node, is healthy and has room: no double booking."""
-    seen: set[str] = set()
+    """Every granted unit exists on its node, is healthy and has room: no double booking.
+    (Runs for every allocation folded: the node is looked up once per run of grants on it, and
+    `schedulable`/`healthy` are spelled out.)"""
+    units, nodes = state.units, state.nodes
+    seen: set[str] | None = set() if len(grants) > 1 else None
+    checked = None  # the node last found schedulable
     for grant in grants:
-        unit = state.units.get(grant.uuid)
-        if unit is None or unit.node != grant.node or grant.uuid in seen:
+        uuid = grant.uuid
+        unit = units.get(uuid)
+        if unit is None or unit.node != grant.node:
             return False
-        seen.add(grant.uuid)
-        node = state.nodes.get(unit.node)
-        if node is None or not node.schedulable or not unit.healthy:
+        if seen is not None:
+            if uuid in seen:
+                return False
+            seen.add(uuid)
+        if unit.node != checked:
+            node = nodes.get(unit.node)
+            if node is None or node.lost or node.condition != "Ready":
+                return False
+            checked = unit.node
+        if unit.health != "Healthy":
             return False
-        if grant.milli >= FREE and (unit.holders or unit.milli_free < FREE):
+        milli, milli_free = grant.milli, unit.milli_free
+        if milli_free < milli:
             return False
-        if unit.milli_free < grant.milli:
-            return False
-        if grant.milli < FREE and unit.max_holders and len(unit.holders) >= unit.max_holders:
+        if milli >= FREE:
+            if unit.holders or milli_free < FREE:
+                return False
+        elif unit.max_holders and len(unit.holders) >= unit.max_holders:
             return False
     return True
 
@@ -122,14 +136,17 @@ def grants_fit(state: State, claim: Claim, grants: list[Grant]) -> bool:
 def allocate(state: State, claim: Claim, grants: list[Grant], node_name: str,
              at: float, journal: Journal | None = None) -> None:
     """Give a pending claim its units and host resources; charge its namespace."""
-    spec, cid = claim.spec, claim.spec.claim_id
+    spec = claim.spec
+    cid = spec.claim_id
     node = state.nodes[node_name]
-    units = [state.units[grant.uuid] for grant in grants]
+    units = state.units
     if journal is not None:
-        _remember(state, claim, node, units, journal)
-    for grant, unit in zip(grants, units):
-        unit.milli_free -= grant.milli
-        unit.holders[cid] = grant.milli
+        _remember(state, claim, node, [units[grant.uuid] for grant in grants], journal)
+    for grant in grants:
+        unit = units[grant.uuid]
+        milli = grant.milli
+        unit.milli_free -= milli
+        unit.holders[cid] = milli
     node.cpu_free -= spec.cpu_milli
     node.mem_free -= spec.memory_mib
     node.claims[cid] = None
@@ -139,7 +156,9 @@ def allocate(state: State, claim: Claim, grants: list[Grant], node_name: str,
     state.holding[cid] = None
     if spec.lease_seconds > 0:
         state.leased[cid] = None
-    claim.status, claim.reasons, claim.node = "allocated", [], node_name
+    claim.status, claim.node = "allocated", node_name
+    if claim.reasons:
+        claim.reasons = []
     claim.allocated_at = claim.last_renewed = claim.last_activity = at
     reindex_node(state, node)
 
@@ -156,11 +175,23 @@ def free(state: State, claim: Claim, status: str, reason: str,
         claim.status, claim.end_reason = status, reason
         return
     node = state.nodes.get(claim.node) if claim.node else None
-    units = [u for g in claim.grants if (u := state.units.get(g.uuid)) is not None and cid in u.holders]
+    all_units = state.units
+    epoch = state.capacity_epoch = state.capacity_epoch + 1
+    freed_model = state.freed_model
     if journal is not None:
+        units = [u for g in claim.grants if (u := all_units.get(g.uuid)) is not None and cid in u.holders]
         _remember(state, claim, node, units, journal)
-    for unit in units:
-        unit.milli_free += unit.holders.pop(cid)
+        for unit in units:
+            unit.milli_free += unit.holders.pop(cid)
+            freed_model[unit.model] = epoch
+    else:  # the fold of a stored event: the same changes, without the list for the journal
+        for grant in claim.grants:
+            unit = all_units.get(grant.uuid)
+            if unit is not None:
+                milli = unit.holders.pop(cid, None)
+                if milli is not None:
+                    unit.milli_free += milli
+                    freed_model[unit.model] = epoch
     if node is not None:
         node.cpu_free += spec.cpu_milli
         node.mem_free += spec.memory_mib
@@ -169,10 +200,7 @@ def free(state: State, claim: Claim, status: str, reason: str,
     _charge(state, claim, -1)
     state.leased.pop(cid, None)
     state.holding.pop(cid, None)
-    state.capacity_epoch += 1
-    for unit in units:
-        state.freed_model[unit.model] = state.capacity_epoch
-    state.freed_ns[spec.namespace] = state.capacity_epoch
+    state.freed_ns[spec.namespace] = epoch
     claim.status, claim.end_reason = status, reason
 
 
@@ -190,7 +218,7 @@ def _remember(state: State, claim: Claim, node: Node | None, units: list[Unit], 
 
 
 def _charge(state: State, claim: Claim, sign: int) -> None:
-    usage = state.usage_of(claim.spec.namespace)
+    usage = state.usage.get(claim.spec.namespace) or state.usage_of(claim.spec.namespace)
     usage.tflops += sign * claim.tflops
     usage.vram_mib += sign * claim.vram_mib
     usage.limit_tflops += sign * claim.limit_tflops

@@ -14,7 +14,7 @@ from schemas.types import PoolSpec, QuotaSpec
 from services.allocator.core.evolve import refresh_typical
 from services.allocator.core.state import Claim, Node, State, Usage, reindex_node
 
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2  # 2: claim history as `trail` entries (was formatted lines)
 
 
 class Snapshot(msgspec.Struct):

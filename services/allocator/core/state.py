@@ -137,15 +137,36 @@ class Claim:
     borrowed_from: str = ""
     env: dict[str, str] = field(default_factory=dict)
     end_reason: str = ""
-    history: list[str] = field(default_factory=list)  # short lines for `claim explain`
+    # what `claim explain` shows after the submit line, as (at, kind, *details) entries: the fold
+    # only keeps references (no string formatting per event); `history` formats them when asked
+    trail: list[tuple] = field(default_factory=list)
 
     @property
     def claim_id(self) -> str:
         return self.spec.claim_id
 
     @property
+    def history(self) -> list[str]:
+        """Short lines for `claim explain`: when it was submitted, then each step of the trail."""
+        return [f"{self.submitted_at:.3f} submitted", *map(history_line, self.trail)]
+
+    @property
     def holds_devices(self) -> bool:
         return self.status in ("allocated", "bound")
+
+
+_HISTORY_LINES = {
+    "released": "released: {}",
+    "bound": "bound on {}",
+    "allocated": "allocated on {} ({})",
+    "void": "allocation void: state changed before it was stored",
+    "evicted": "evicted ({}) for {}",
+}
+
+
+def history_line(entry: tuple) -> str:
+    at, kind, *details = entry
+    return f"{at:.3f} " + _HISTORY_LINES[kind].format(*details)
 
 
 @dataclass(slots=True)
@@ -211,8 +232,16 @@ class State:
     shape_counts: dict[tuple, int] = field(default_factory=dict)  # claim shapes seen (for FGD)
     leased: dict[str, None] = field(default_factory=dict)  # allocated claims with a lease
     holding: dict[str, None] = field(default_factory=dict)  # claims holding devices now
-    # ids of ended claims a compact snapshot left out: a late resubmit of one is still a repeat
+    # ids of ended claims a compact snapshot left out, or the fold dropped (`keep_ended` off): a
+    # late resubmit of one is still a repeat
     ended: dict[str, None] = field(default_factory=dict)
+    # False: a claim that ends (released, rejected, evicted, expired, lost) leaves `claims` as the
+    # fold ends it, keeping only its id in `ended`. The allocator decides on live claims only, so it
+    # runs this way (see `drop_ended_claims`); services that answer for old claims keep them.
+    keep_ended: bool = True
+    # A list while catching up: claims dropped from `claims` wait here and are freed together by
+    # `release_retired` (freeing each as it ends touches cold memory: about 1 s per 200k claims).
+    retired: list | None = None
     # the claim-shape mix as of the last checkpoint (see evolve): fragmentation-aware scores use it,
     # and keeping it fixed between checkpoints keeps the per-view score memo valid
     shapes_seen: dict[tuple, int] = field(default_factory=dict)
