@@ -169,17 +169,18 @@ class FrameParser:
         while not done:
             m = plain(buf, pos)  # the common frame, read with one regex match
             if m is not None:
+                subject, seq, pending, length = m.groups()
                 start = m.end()
-                end = start + int(m.group(4))
+                end = start + int(length)
                 if end + 2 > size:
                     break
-                seq = int(m.group(2))
+                seq = int(seq)
                 if seq > until_seq:
                     done = True
                     break
-                append((seq, m.group(1).decode(), buf[start:end], {}))
+                append((seq, subject.decode(), buf[start:end], {}))
                 pos = end + 2
-                if seq >= until_seq or m.group(3) == b"0":
+                if seq >= until_seq or pending == b"0":
                     done = True
                 continue
             eol = find(_CRLF, pos)
