@@ -199,16 +199,61 @@ class FGD(BinPack):
         return int(_sigmoid(need.count * need.milli * weights * (1 + 1e-9) / 1000) * 100)
 
 
-class GpuLedger(FGD):
-    """gpuledger's policy: FGD's fragmentation gradient, and the fullest card among equal scores.
+def _share_drops(view: NodeView, need: Need, ctx: PlacementContext):
+    """(unit index, FGD's fragmentation drop in milli) for each card a one-GPU share may take, one
+    per distinct (room left, model), like `_share_scores` but before FGD's integer sigmoid."""
+    card, stats, before, groups = view_fragmentation(view, ctx.typical_shapes)
+    seen = set()
+    for i in fitting_units(view, need):
+        key = (card.lefts[i], card.models[i])
+        if key not in seen:
+            seen.add(key)
+            yield i, before - stats_total(stats_after(stats, groups, need.cpu, ((*key, need.milli),)), groups)
 
-    Measured on openb (docs/benchmarks.md): telling fragmentation deltas apart more finely than
-    FGD's integer sigmoid loses 1 to 2 points (it spreads load), so the node score is FGD's. Among
-    cards of equal score a share takes the one with least room left (best fit), which FGD leaves to
-    the card index. On the default trace this ties FGD (4.74 vs 4.74 over seeds 42-51); other
-    tie-breaks tried (best-fit nodes, CPU-only pods to busy nodes) did not generalise. Whole-card
-    claims keep NVLink-contiguous picks (`default_pick`); typical shapes come from the caller, or
-    from the claims the allocator has seen (`DecideContext.typical_shapes`).
+
+_CPU_PER_MILLI: tuple = (None, 0.0)  # (shapes, value): the last mix asked about
+
+
+def gpu_pods_cpu_per_milli(shapes) -> float:
+    """CPU (milli) the typical GPU pods ask per milli-GPU, weighted as FGD weights the shapes;
+    0.0 when no typical shape asks for a GPU (then nothing is stranded for lack of CPU)."""
+    global _CPU_PER_MILLI
+    if _CPU_PER_MILLI[0] is not shapes:
+        cpu = sum(weight * shape.cpu for weight, shape in shapes if shape.milli)
+        gpu = sum(weight * shape.milli * shape.count for weight, shape in shapes if shape.milli)
+        _CPU_PER_MILLI = (shapes, cpu / gpu if gpu > 0 else 0.0)
+    return _CPU_PER_MILLI[1]
+
+
+STRAND_CARDS = 16  # the most cards of one node the stranding term counts (see cpu_stranded)
+
+
+def cpu_stranded(idle: int, cpu_free: int, cpu_per_milli: float) -> float:
+    """Idle milli-GPU a node could not fill with the typical GPU pods for lack of CPU, were they
+    to fill it in their usual proportion of CPU to GPU. At most `STRAND_CARDS` cards of it count:
+    no node we know has more plain cards, and the bound makes a node that keeps that many cards'
+    worth of CPU strand nothing, whatever else it holds (`GpuLedger.cpu_margin`)."""
+    if cpu_per_milli <= 0:
+        return 0.0
+    return max(0.0, min(idle, STRAND_CARDS * FREE) - cpu_free / cpu_per_milli)
+
+
+class GpuLedger(FGD):
+    """gpuledger's policy: FGD's fragmentation gradient plus the GPU a placement strands for lack
+    of CPU, and the fullest card among equal scores.
+
+    FGD's measure sees CPU only as "does the next typical pod still fit"; on openb most of the
+    GPU FGD leaves idle beyond the sub-card slivers sits on nodes whose CPU ran out first (free
+    cards and slivers on nodes with no CPU left). So a GPU need's score adds to FGD's drop in
+    fragmentation the drop in `cpu_stranded` (both in milli-GPU, so no weight to choose): the idle
+    GPU of the node that the typical GPU pods, at their mean CPU per GPU, could not use. A pod
+    lighter in CPU than that mean is drawn to nodes short of CPU, a heavier one is kept off them.
+    CPU-only needs keep FGD's score: with the term they fill the CPU slack of empty nodes, which
+    lost 0.5 points on a mix with 4x the CPU-only pods (docs/benchmarks.md). The score stays FGD's
+    integer sigmoid: finer scores spread load and lose 1 to 2 points on openb. Among cards of equal
+    score a share takes the one with least room left. Whole-card claims keep NVLink-contiguous
+    picks (`default_pick`); typical shapes come from the caller, or from the claims the allocator
+    has seen (`DecideContext.typical_shapes`).
     """
 
     name = "gpuledger"
@@ -218,17 +263,55 @@ class GpuLedger(FGD):
         picks = default_pick(view, need)
         if picks is None:
             return None, 0
-        if need.count != 1 or need.milli >= FREE:
+        if need.count == 0:
             return picks, self._int_score(view, need, picks, ctx)
+        strand = self._strand_drop(view, need, ctx)
+        if need.count != 1 or need.milli >= FREE:
+            return picks, _to_int(frag_drop(view, need, picks, ctx) + strand)
         best, best_score, best_int = None, None, 0
-        for i, score in _share_scores(view, need, ctx):
+        for i, drop in _share_drops(view, need, ctx):
+            score = _to_int(drop + strand)
             ranked = score - self.TIE * view.units[i].milli_free / FREE
             if best_score is None or ranked > best_score:
                 best, best_score, best_int = (i,), ranked, score
         return best, best_int
 
     def score(self, view: NodeView, need: Need, picks, ctx: PlacementContext) -> int:
-        return self._int_score(view, need, picks, ctx)
+        if need.count == 0:
+            return self._int_score(view, need, picks, ctx)
+        return _to_int(frag_drop(view, need, picks, ctx) + self._strand_drop(view, need, ctx))
+
+    @staticmethod
+    def _strand_drop(view: NodeView, need: Need, ctx: PlacementContext) -> float:
+        """How much `cpu_stranded` falls on the node if the need lands there (any cards: the
+        term sees only totals)."""
+        rate = gpu_pods_cpu_per_milli(ctx.typical_shapes)
+        idle = view_fragmentation(view, ctx.typical_shapes)[1].idle
+        taken = need.count * need.milli
+        return (cpu_stranded(idle, view.cpu_free, rate)
+                - cpu_stranded(idle - taken, view.cpu_free - need.cpu, rate))
+
+    def cpu_margin(self, ctx: PlacementContext) -> int:
+        """FGD's margin, and enough CPU for `STRAND_CARDS` cards of typical GPU pods: a node that
+        keeps it strands nothing after the need, so the term's drop is the node's stranded GPU
+        before, whatever the need's CPU."""
+        rate = gpu_pods_cpu_per_milli(ctx.typical_shapes)
+        keeps = math.ceil(rate * STRAND_CARDS * FREE) + 1 if rate > 0 else 0
+        return max(super().cpu_margin(ctx), keeps)
+
+    def max_score(self, need: Need, ctx: PlacementContext) -> int:
+        """FGD's bound plus the term's: `cpu_stranded` falls by at most the GPU taken less the
+        GPU the need's CPU would have served, `max(0, r - cpu / rate)`."""
+        weights = sum(weight for weight, _ in ctx.typical_shapes) if ctx.typical_shapes else 1.0
+        taken = need.count * need.milli
+        rate = gpu_pods_cpu_per_milli(ctx.typical_shapes)
+        strand = max(0.0, taken - need.cpu / rate) if rate > 0 and need.count else 0.0
+        return _to_int((taken * weights + strand) * (1 + 1e-9))
+
+
+def _to_int(drop: float) -> int:
+    """FGD's integer score of a drop in milli."""
+    return int(_sigmoid(drop / 1000) * 100)
 
 
 class Random:
