@@ -23,7 +23,7 @@ from shared.settings import Settings
 
 from bench.replay_log import SyntheticLog
 from services.allocator.core.digest import compact_digest
-from services.allocator.core.evolve import drop_ended_claims, fold_batch, release_retired, retire_later
+from services.allocator.core.evolve import defer_dropping, drop_ended_claims, fold_batch
 from services.allocator.core.state import State, defer_index, flush_index
 from services.allocator.follower import decode_batch
 from services.allocator.loop import Allocator, pause_gc, resume_gc
@@ -137,11 +137,11 @@ def _decode_and_fold(batches: list, compare: bool) -> dict:
     eager_s = _fold_eager(batches) if compare else None
     start, state = time.perf_counter(), drop_ended_claims(State())  # as the allocator folds
     defer_index(state)
-    retire_later(state)
+    defer_dropping(state)
     for batch in batches:
         fold_batch(state, decode_batch(batch))
     flush_index(state)
-    release_retired(state)
+    drop_ended_claims(state)
     both_s = time.perf_counter() - start
     return {"decode_s": decode_s, "fold_s": both_s - decode_s, "decode_fold_s": both_s,
             "eager_s": eager_s, "state": state}

@@ -25,8 +25,7 @@ from shared.telemetry import extract_context, inject_headers, tracer
 
 from services.allocator.follower import decode_batch, decode_or_none
 from services.allocator.core.decide import POLICY_VERSION, DecideContext, decide
-from services.allocator.core.evolve import (drop_ended_claims, evolve, fold_batch, release_retired,
-                                            retire_later)
+from services.allocator.core.evolve import defer_dropping, drop_ended_claims, evolve, fold_batch
 from services.allocator.core.scorers import DEFAULT_POLICY
 from services.allocator.core.state import State, defer_index, flush_index
 
@@ -80,7 +79,7 @@ class Allocator:
             self.caught_up.set()
         else:  # catch-up: the placement index is built once, when caught up, not after every event
             defer_index(self.state)
-            retire_later(self.state)
+            defer_dropping(self.state)  # ended claims go all at once when caught up
             self._gc_was_on = pause_gc()
         async for batch in self.log.follow_raw(self.state.last_seq + 1):
             if not self.caught_up.is_set():  # no decision or trace to care for: fold the batch
@@ -94,7 +93,7 @@ class Allocator:
                         self.fold(seq, event)
             if not self.caught_up.is_set() and self.state.last_seq >= start_end:
                 flush_index(self.state)
-                release_retired(self.state)
+                drop_ended_claims(self.state)
                 resume_gc(self._gc_was_on)
                 self.caught_up.set()
                 self.dirty.set()  # what the catch-up folded may be waiting for a decision

@@ -10,8 +10,7 @@ from schemas import events as ev
 from schemas.types import Reason
 from services.allocator.core.decide import DecideContext, decide
 from services.allocator.core.digest import compact_digest, digest
-from services.allocator.core.evolve import (drop_ended_claims, evolve, fold, fold_batch, release_retired,
-                                            retire_later)
+from services.allocator.core.evolve import defer_dropping, drop_ended_claims, evolve, fold, fold_batch
 from services.allocator.core.snapshot import from_snapshot, to_snapshot
 from services.allocator.core.state import State, defer_index, flush_index
 from services.allocator.follower import decode_batch
@@ -57,15 +56,15 @@ def test_a_state_that_drops_ended_claims_decides_and_folds_like_one_that_keeps_t
     assert not any(c.status not in ("pending", "allocated", "bound") for c in world.dropping.claims.values())
     assert compact_digest(world.dropping) == compact_digest(live)
 
-    # a catch-up as the allocator runs it: deferred index, dropped claims parked, batches
+    # a catch-up as the allocator runs it: deferred index, ended claims dropped at the end, batches
     caught_up = drop_ended_claims(State())
     defer_index(caught_up)
-    retire_later(caught_up)
+    defer_dropping(caught_up)
     for start in range(0, len(events), 7):
         fold_batch(caught_up, events[start:start + 7])
     flush_index(caught_up)
-    release_retired(caught_up)
-    assert caught_up.retired is None
+    drop_ended_claims(caught_up)
+    assert all(c.status in ("pending", "allocated", "bound") for c in caught_up.claims.values())
     assert compact_digest(caught_up) == compact_digest(live)
     assert caught_up.last_seq == live.last_seq
 

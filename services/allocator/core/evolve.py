@@ -124,31 +124,25 @@ def _ended(state: State, claim: Claim) -> None:
         claim_id = claim.spec.claim_id
         del state.claims[claim_id]
         state.ended[claim_id] = None
-        if state.retired is not None:
-            state.retired.append(claim)
 
 
 def drop_ended_claims(state: State) -> State:
     """Keep only live claims from now on (the allocator's way: it decides on live claims only);
-    the ended claims the state holds already go the same way."""
+    the ended claims the state holds go now, all together, oldest first."""
     state.keep_ended = False
-    for claim_id in [c for c, claim in state.claims.items() if claim.status not in _LIVE]:
-        del state.claims[claim_id]
-        state.ended[claim_id] = None
+    claims, ended = state.claims, state.ended
+    for claim_id in [c for c, claim in claims.items() if claim.status not in _LIVE]:
+        del claims[claim_id]
+        ended[claim_id] = None
     return state
 
 
-def retire_later(state: State) -> None:
-    """Catch-up: claims the fold drops are kept aside until `release_retired`. A claim freed as it
-    ends drags its spec, grants and trail back from cold memory one at a time; freeing them all
-    at once, after the replay, costs about half as much."""
-    if state.retired is None:
-        state.retired = []
-
-
-def release_retired(state: State) -> None:
-    retired, state.retired = state.retired, None
-    del retired  # the last reference: freed here, newest first
+def defer_dropping(state: State) -> None:
+    """Catch-up: keep ended claims until `drop_ended_claims`, once caught up, drops them together.
+    Freeing a claim as it ends drags its spec, grants and history back from cold memory one claim
+    at a time, between other work: about 1.1 s for the 200k claims of a 1M-event log here, against
+    0.55 s for all of them at once, in the order they came."""
+    state.keep_ended = True
     return state
 
 
@@ -400,8 +394,12 @@ def _apply_node_lost(state: State, d: ev.NodeLost, journal: Journal | None) -> N
 
 
 def _decision_batch(state: State, e: ev.DecisionBatch, seq: int) -> None:
+    allocated = ev.ClaimAllocated
     for decision in e.decisions:
-        apply_decision(state, decision)
+        if type(decision) is allocated:  # most of a batch: straight to it
+            _apply_allocated(state, decision, None)
+        else:
+            apply_decision(state, decision)
     if seq:
         state.last_decision_seq = seq
 
@@ -434,5 +432,5 @@ _HANDLERS = {
     ev.EventBatch: _event_batch,
 }
 
-__all__ = ["evolve", "fold", "fold_batch", "apply_decision", "drop_ended_claims", "retire_later",
-           "release_retired", "needs_for"]
+__all__ = ["evolve", "fold", "fold_batch", "apply_decision", "drop_ended_claims", "defer_dropping",
+           "needs_for"]

@@ -239,9 +239,6 @@ class State:
     # fold ends it, keeping only its id in `ended`. The allocator decides on live claims only, so it
     # runs this way (see `drop_ended_claims`); services that answer for old claims keep them.
     keep_ended: bool = True
-    # A list while catching up: claims dropped from `claims` wait here and are freed together by
-    # `release_retired` (freeing each as it ends touches cold memory: about 1 s per 200k claims).
-    retired: list | None = None
     # the claim-shape mix as of the last checkpoint (see evolve): fragmentation-aware scores use it,
     # and keeping it fixed between checkpoints keeps the per-view score memo valid
     shapes_seen: dict[tuple, int] = field(default_factory=dict)
