@@ -105,14 +105,15 @@ class RangeReader:
                     self.writer.write(b"PONG\r\n")
                 if parser.error:
                     raise RangeReadError(parser.error)
+                received += len(batch)
+                if not done:  # asked before the batch is folded, so the server keeps sending meanwhile
+                    while requested - received < PULL_BATCH:
+                        self._pull()
+                        requested += PULL_BATCH
                 if batch:
-                    received += len(batch)
                     yield batch
                 if done:
                     return
-                while requested - received < PULL_BATCH:
-                    self._pull()
-                    requested += PULL_BATCH
         finally:
             await self.close()
 
