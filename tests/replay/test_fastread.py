@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from schemas import events as ev
 from schemas import subjects
-from shared.fastread import FrameParser
+from shared.fastread import FrameParser, delivery_pattern
 from shared.jetstream import JetStreamEventLog, connect, ensure_streams
 
 ACK = b"$JS.ACK.GPULEDGER.c1.1.%d.%d.1700000000000000000.%d"
@@ -35,9 +35,13 @@ def frames(count: int) -> bytes:
 
 
 @settings(max_examples=50, deadline=None)
-@given(st.lists(st.integers(1, 97), min_size=1, max_size=60))
-def test_frames_cut_anywhere_parse_the_same(cuts):
-    data, got, pos, parser = frames(20), [], 0, FrameParser()
+@given(st.lists(st.integers(1, 97), min_size=1, max_size=60),
+       st.sampled_from([None, ("GPULEDGER", "c1"), ("GPULEDGER", "other")]))
+def test_frames_cut_anywhere_parse_the_same(cuts, consumer):
+    """With the general frame pattern, with the consumer's own (the fast path), and with another
+    consumer's (every frame takes the general path): the same messages."""
+    data, got, pos = frames(20), [], 0
+    parser = FrameParser(delivery_pattern(*consumer)) if consumer else FrameParser()
     for cut in cuts + [len(data)]:
         chunk, pos = data[pos:pos + cut], pos + cut
         batch, done = parser.feed(chunk, until_seq=1000)
