@@ -248,8 +248,9 @@ class GpuLedger(FGD):
     fragmentation the drop in `cpu_stranded` (both in milli-GPU, so no weight to choose): the idle
     GPU of the node that the typical GPU pods, at their mean CPU per GPU, could not use. A pod
     lighter in CPU than that mean is drawn to nodes short of CPU, a heavier one is kept off them.
-    CPU-only needs keep FGD's score: with the term they fill the CPU slack of empty nodes, which
-    lost 0.5 points on a mix with 4x the CPU-only pods (docs/benchmarks.md). The score stays FGD's
+    CPU-only needs keep FGD's score: with the term they fill the CPU slack of empty nodes that
+    8-GPU pods need (0.6 points worse on a mix with 4x the CPU-only pods, docs/benchmarks.md;
+    openb: 4.22 against FGD's 4.74 Unallocated GPU % at 100 % arrived). The score stays FGD's
     integer sigmoid: finer scores spread load and lose 1 to 2 points on openb. Among cards of equal
     score a share takes the one with least room left. Whole-card claims keep NVLink-contiguous
     picks (`default_pick`); typical shapes come from the caller, or from the claims the allocator
