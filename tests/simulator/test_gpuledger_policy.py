@@ -17,6 +17,7 @@ from services.allocator.core.scorers import (STRAND_CARDS, cpu_stranded, get_pol
                                              gpu_pods_cpu_per_milli)
 from services.allocator.core.state import FREE
 from simulator.cluster import cluster_state
+from tests.fleet import Ledger, a100_mig_node, claim
 from tests.simulator.test_policies import node, place, pod
 
 # One typical GPU pod: a whole card with 4 cores, so the GPU pods ask 4 CPU milli per milli-GPU.
@@ -99,3 +100,19 @@ def test_no_node_scores_above_the_ceiling_and_the_margin_makes_cpu_irrelevant(pl
             for other in (0, view.cpu_free - margin):
                 assert policy.pick_scored(view, need._replace(cpu=other), ctx) == (picks, score)
 
+
+
+
+def test_mig_instances_score_as_fgd_scores_them():
+    # the stranding term, like FGD's measure, sees plain cards only: a MIG instance taken on a node
+    # short of CPU (3 cores left for its one plain card) neither frees nor strands any of them
+    ledger = Ledger()
+    ledger.append(a100_mig_node("m"), claim("cpu", gpus=0, cpu_milli=61000))
+    assert ledger.decide(0.0, typical_shapes=SHAPES)
+    view = ledger.state.nodes["m"].view
+    assert view.cpu_free == 3000
+    ctx = PlacementContext(typical_shapes=SHAPES)
+    for cpu in (500, 1000, 3000):
+        need = Need(1, FREE, "1g.10gb", cpu, 0, "", None, "")
+        picks, score = get_policy("gpuledger").pick_scored(view, need, ctx)
+        assert picks is not None and (picks, score) == get_policy("fgd").pick_scored(view, need, ctx)

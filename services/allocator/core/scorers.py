@@ -285,7 +285,10 @@ class GpuLedger(FGD):
     @staticmethod
     def _strand_drop(view: NodeView, need: Need, ctx: PlacementContext) -> float:
         """How much `cpu_stranded` falls on the node if the need lands there (any cards: the
-        term sees only totals)."""
+        term sees only totals). Like FGD's measure it sees plain cards outside pools only, so a
+        MIG instance or a pool's card changes nothing."""
+        if need.mig_profile or need.pool:
+            return 0.0
         rate = gpu_pods_cpu_per_milli(ctx.typical_shapes)
         idle = view_fragmentation(view, ctx.typical_shapes)[1].idle
         taken = need.count * need.milli
