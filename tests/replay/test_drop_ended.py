@@ -153,3 +153,12 @@ def test_decode_batch_skips_an_undecodable_message_and_the_fold_moves_past_it():
     assert stored[1] == (6, None)
     state = fold_batch(State(), stored)
     assert list(state.claims) == ["c1"] and state.last_seq == 6
+
+
+def test_drop_ended_claims_can_hand_the_dropped_claims_over_for_freeing_later():
+    state = fold(enumerate([h100_node("h0"), claim("a", gpus=1, at=1.0), claim("b", gpus=1, at=1.0),
+                            ev.ClaimReleased(claim_id="a", at=2.0)], start=1))
+    aside: list = []
+    drop_ended_claims(state, aside)
+    assert [c.claim_id for c in aside] == ["a"] and aside[0].status == "released"
+    assert list(state.claims) == ["b"] and list(state.ended) == ["a"]

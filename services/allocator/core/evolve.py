@@ -126,14 +126,17 @@ def _ended(state: State, claim: Claim) -> None:
         state.ended[claim_id] = None
 
 
-def drop_ended_claims(state: State) -> State:
+def drop_ended_claims(state: State, aside: list | None = None) -> State:
     """Keep only live claims from now on (the allocator's way: it decides on live claims only);
-    the ended claims the state holds go now, all together, oldest first."""
+    the ended claims the state holds go now, oldest first: freed at once, or put in `aside` for
+    the caller to free when it suits it (the state no longer refers to them)."""
     state.keep_ended = False
     claims, ended = state.claims, state.ended
     for claim_id in [c for c, claim in claims.items() if claim.status not in _LIVE]:
-        del claims[claim_id]
+        claim = claims.pop(claim_id)
         ended[claim_id] = None
+        if aside is not None:
+            aside.append(claim)
     return state
 
 
