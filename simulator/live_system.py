@@ -26,11 +26,21 @@ async def started_system(ready_timeout: float = 120.0, env: dict[str, str] | Non
                 sys.executable, "-m", "gpuledger_cli.main", "up", "--data-dir", str(data),
                 "--ready-timeout", str(ready_timeout), stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE, stderr=log, start_new_session=True,
-                env=_env(env))
+                env=_env(env), preexec_fn=_stop_with_parent)
         try:
             yield await _url_line(proc, log_path, ready_timeout + 15)
         finally:
             await _stop(proc)
+
+
+def _stop_with_parent() -> None:
+    """Linux: SIGINT to the system if this process dies without stopping it (SIGKILL, a test
+    timeout), so no `gpuledger up` is left running on its own. Elsewhere a no-op."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGINT), 0, 0, 0)
 
 
 def _env(extra: dict[str, str] | None) -> dict[str, str]:
