@@ -15,7 +15,7 @@ from shared.service import ServiceContext
 from shared.telemetry import inject_headers
 
 from services.allocator.follower import StateFollower
-from services.claim.intake import consume_intake
+from services.claim.intake import consume_intake, wait_intake_drained
 from services.claim.validation import ClaimInvalid, validate_claim
 from services.claim.views import claim_view, explain_view
 
@@ -30,6 +30,7 @@ class ClaimService:
         self.follower = StateFollower(event_log)
         self.rejected: dict[str, ev.ClaimRejected] = {}  # intake refusals, by claim id
         self.follower.listeners.append(self._remember_rejections)
+        self.intake_drained = None  # async () -> None: set where the durable intake is consumed
 
     def _remember_rejections(self, seq: int, subject: str, event: ev.Event) -> None:
         if isinstance(event, ev.ClaimRejected) and event.claim_id:
@@ -83,6 +84,8 @@ class ClaimService:
         answering "no claim" the view catches up to the stream's end."""
         if claim_id in self.state.claims or claim_id in self.rejected:
             return
+        if self.intake_drained is not None:  # published to the intake, not handled yet
+            await self.intake_drained()
         await self.follower.wait_for_seq(await self.log.last_seq(), timeout=5.0)
 
     async def release(self, claim_id: str, reason: str) -> dict:
@@ -203,5 +206,7 @@ async def build(ctx: ServiceContext) -> None:
     if register_endpoints is not None:
         await register_endpoints(ctx)
     ctx.spawn(service.follower.run(), "claim-follow")
-    ctx.spawn(consume_intake(ctx.nc.jetstream(), service), "claim-intake")
+    js = ctx.nc.jetstream()
+    service.intake_drained = lambda: wait_intake_drained(js)
+    ctx.spawn(consume_intake(js, service), "claim-intake")
 

@@ -50,6 +50,18 @@ async def consume_intake(js, service, batch: int = 256) -> None:
             pass
 
 
+async def wait_intake_drained(js, timeout: float = 5.0) -> None:
+    """Until every intake message published before this call is handled: the stream is a work
+    queue, so a message is gone once acked, and it is acked only after its outcome is folded."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    state = (await js.stream_info(subjects.INTAKE_STREAM)).state
+    target = state.last_seq
+    while state.messages and state.first_seq <= target and loop.time() < deadline:
+        await asyncio.sleep(0.01)
+        state = (await js.stream_info(subjects.INTAKE_STREAM)).state
+
+
 async def handle_intake_batch(service, messages: list[tuple[bytes, dict[str, str]]]) -> None:
     """Everything one fetch drained: each message validated on its own (a refusal is recorded per
     claim), the new claims appended together, as one EventBatch when there are several (one

@@ -122,3 +122,17 @@ async def test_bad_intake_message_is_rejected_and_does_not_block(stack):
     assert "gpus" in neg["data"]["reasons"][0]["message"]
     dead = [s async for s in log.read(subject=subjects.DEAD_LETTER + ".>")]
     assert len(dead) == 2
+
+
+async def test_a_claim_released_right_after_its_intake_publish_is_found(stack):
+    """Read your writes across the intake: the release waits for the intake to handle what was
+    published before it, instead of answering "no claim"."""
+    nc, _, _ = stack
+    js = nc.jetstream()
+    for n in range(5):
+        claim_id = f"quick-{n}"
+        await js.publish(subjects.INTAKE_CLAIMS, msgspec.json.encode(
+            {"claim_id": claim_id, "namespace": "team-b", "gpus": 1}), headers={"Nats-Msg-Id": claim_id})
+        released = await request(nc, subjects.command("claim.release"), {"claim_id": claim_id})
+        assert released["ok"], released
+        assert released["data"]["status"] == "released"
