@@ -142,18 +142,23 @@ def frag_drop(view: NodeView, need: Need, picks, ctx: PlacementContext) -> float
     return before - stats_total(stats_after(stats, groups, need.cpu, takes), groups)
 
 
-def _share_scores(view: NodeView, need: Need, ctx: PlacementContext):
-    """(unit index, FGD's integer score) for each card a one-GPU share may take, one per distinct
-    (room left, model): the measure ignores card order, so equal cards score alike and the first
-    of them (lowest index) stands for all."""
+def _share_drops(view: NodeView, need: Need, ctx: PlacementContext):
+    """(unit index, FGD's fragmentation drop in milli) for each card a one-GPU share may take, one
+    per distinct (room left, model): the measure ignores card order, so equal cards score alike
+    and the first of them (lowest index) stands for all."""
     card, stats, before, groups = view_fragmentation(view, ctx.typical_shapes)
     seen = set()
     for i in fitting_units(view, need):
         key = (card.lefts[i], card.models[i])
         if key not in seen:
             seen.add(key)
-            placed = stats_after(stats, groups, need.cpu, ((*key, need.milli),))
-            yield i, int(_sigmoid((before - stats_total(placed, groups)) / 1000) * 100)
+            yield i, before - stats_total(stats_after(stats, groups, need.cpu, ((*key, need.milli),)), groups)
+
+
+def _share_scores(view: NodeView, need: Need, ctx: PlacementContext):
+    """(unit index, FGD's integer score) for each distinct card a one-GPU share may take."""
+    for i, drop in _share_drops(view, need, ctx):
+        yield i, _to_int(drop)
 
 
 class FGD(BinPack):
@@ -197,18 +202,6 @@ class FGD(BinPack):
         placement stop at the first node, in rank order, that reaches it."""
         weights = sum(weight for weight, _ in ctx.typical_shapes) if ctx.typical_shapes else 1.0
         return int(_sigmoid(need.count * need.milli * weights * (1 + 1e-9) / 1000) * 100)
-
-
-def _share_drops(view: NodeView, need: Need, ctx: PlacementContext):
-    """(unit index, FGD's fragmentation drop in milli) for each card a one-GPU share may take, one
-    per distinct (room left, model), like `_share_scores` but before FGD's integer sigmoid."""
-    card, stats, before, groups = view_fragmentation(view, ctx.typical_shapes)
-    seen = set()
-    for i in fitting_units(view, need):
-        key = (card.lefts[i], card.models[i])
-        if key not in seen:
-            seen.add(key)
-            yield i, before - stats_total(stats_after(stats, groups, need.cpu, ((*key, need.milli),)), groups)
 
 
 _CPU_PER_MILLI: tuple = (None, 0.0)  # (shapes, value): the last mix asked about
