@@ -397,12 +397,8 @@ def _apply_node_lost(state: State, d: ev.NodeLost, journal: Journal | None) -> N
 
 
 def _decision_batch(state: State, e: ev.DecisionBatch, seq: int) -> None:
-    allocated = ev.ClaimAllocated
     for decision in e.decisions:
-        if type(decision) is allocated:  # most of a batch: straight to it
-            _apply_allocated(state, decision, None)
-        else:
-            apply_decision(state, decision)
+        apply_decision(state, decision)
     if seq:
         state.last_decision_seq = seq
 

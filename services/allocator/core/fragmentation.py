@@ -8,7 +8,7 @@ across decisions.
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping, NamedTuple
+from typing import Mapping, NamedTuple
 
 from services.allocator.core.state import FREE, NodeView
 
@@ -217,14 +217,6 @@ def node_fragmentation(view: NodeView, shapes: tuple[tuple[float, TypicalShape],
     return card_fragmentation(card_of(view), shapes)
 
 
-def after(card: Card, cpu: int, take: Iterable[tuple[int, int]]) -> Card:
-    """The card state after taking `milli` from each (index, milli) and `cpu` from the host."""
-    lefts = list(card.lefts)
-    for i, milli in take:
-        lefts[i] -= milli
-    return Card(card.cpu_free - cpu, tuple(lefts), card.models)
-
-
 __all__ = ["TypicalShape", "Card", "Stats", "typical_shapes", "shapes_from_counts", "card_of",
            "card_stats", "stats_after", "stats_total", "view_fragmentation", "max_shape_cpu",
-           "shape_fragment", "card_fragmentation", "node_fragmentation", "after", "FREE"]
+           "shape_fragment", "card_fragmentation", "node_fragmentation", "FREE"]

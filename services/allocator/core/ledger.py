@@ -218,7 +218,7 @@ def _remember(state: State, claim: Claim, node: Node | None, units: list[Unit], 
 
 
 def _charge(state: State, claim: Claim, sign: int) -> None:
-    usage = state.usage.get(claim.spec.namespace) or state.usage_of(claim.spec.namespace)
+    usage = state.usage_of(claim.spec.namespace)
     usage.tflops += sign * claim.tflops
     usage.vram_mib += sign * claim.vram_mib
     usage.limit_tflops += sign * claim.limit_tflops
