@@ -39,7 +39,7 @@ class Unit:
     holders: dict[str, int] = field(default_factory=dict)
 
     @property
-    def healthy(self) -> bool:
+    def healthy(self) -> bool:  # spelled out in ledger.grants_fit too (the fold's hot path)
         return self.health == "Healthy"
 
 
@@ -114,7 +114,7 @@ class Node:
     claims: dict[str, None] = field(default_factory=dict)  # claims holding units or host resources
 
     @property
-    def schedulable(self) -> bool:
+    def schedulable(self) -> bool:  # spelled out in ledger.grants_fit and evolve._apply_allocated too
         return not self.lost and self.condition == "Ready"
 
 
