@@ -18,9 +18,9 @@ from schemas import events as ev
 
 from bench.workload import claim_mix, fleet
 from services.allocator.core.decide import DecideContext, decide
-from services.allocator.core.evolve import evolve
+from ledger.evolve import evolve
 from services.allocator.core.scorers import DEFAULT_POLICY
-from services.allocator.core.state import State
+from ledger.state import State
 from services.allocator.loop import collect_between_passes
 
 

@@ -22,10 +22,10 @@ from shared.natsserver import start_nats_server
 from shared.settings import Settings
 
 from bench.replay_log import SyntheticLog
-from services.allocator.core.digest import compact_digest
-from services.allocator.core.evolve import defer_dropping, drop_ended_claims, fold_batch
-from services.allocator.core.state import State, defer_index, flush_index
-from services.allocator.follower import decode_batch
+from ledger.digest import compact_digest
+from ledger.evolve import defer_dropping, drop_ended_claims, fold_batch
+from ledger.state import State, defer_index, flush_index
+from ledger.follower import decode_batch
 from services.allocator.loop import Allocator, pause_gc, resume_gc
 from services.allocator.snapshots import load_snapshot, save_snapshot
 

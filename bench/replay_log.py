@@ -25,8 +25,8 @@ from schemas.types import DeviceUsage, QuotaSpec, QuotaTotal, Resources
 from bench.workload import claim_mix, fleet
 from bench.replay_placer import place_pending
 from services.allocator.core.decide import POLICY_VERSION
-from services.allocator.core.evolve import evolve
-from services.allocator.core.state import State, defer_index, flush_index
+from ledger.evolve import evolve
+from ledger.state import State, defer_index, flush_index
 
 TICK_S = 0.05  # the writers' batching window: what arrives within it is drained together
 ARRIVALS_PER_NODE_S = 0.3  # a busy fleet: ~300 arrivals/s on 1000 nodes, fleet ~75 % used

@@ -17,7 +17,7 @@ from schemas.types import Grant, Reason
 
 from services.allocator.core.decide import POLICY_VERSION
 from services.allocator.core.demand import Need, cost, needs_for
-from services.allocator.core.state import FREE, Claim, Node, State
+from ledger.state import FREE, Claim, Node, State
 
 PROBES = 16
 

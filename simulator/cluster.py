@@ -6,9 +6,9 @@ from schemas import events as ev
 from schemas.catalogue import MODELS
 from schemas.types import ClaimSpec, DeviceInfo
 
-from services.allocator.core.evolve import evolve
-from services.allocator.core.fragmentation import TypicalShape, typical_shapes
-from services.allocator.core.state import State
+from ledger.evolve import evolve
+from ledger.shapes import TypicalShape, typical_shapes
+from ledger.state import State
 from simulator.trace import NodeRow, PodRow
 
 NAMESPACE = "openb"

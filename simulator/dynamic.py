@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from schemas import events as ev
 
 from services.allocator.core.decide import DecideContext, decide
-from services.allocator.core.evolve import evolve
+from ledger.evolve import evolve
 from simulator.cluster import claim_spec, cluster_state, trace_shapes
 from simulator.onepass import cluster_fragmentation
 from simulator.trace import Trace

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from schemas import events as ev
 
 from services.allocator.core.decide import DecideContext, decide
-from services.allocator.core.evolve import evolve
+from ledger.evolve import evolve
 from services.allocator.core.fragmentation import node_fragmentation
-from services.allocator.core.state import State
+from ledger.state import State
 from simulator.cluster import claim_spec, cluster_state, shape_label
 from simulator.protocol import Workload
 

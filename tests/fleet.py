@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from schemas import events as ev
 from schemas.types import ClaimSpec, DeviceInfo
-from services.allocator.core.evolve import evolve
-from services.allocator.core.state import State
+from ledger.evolve import evolve
+from ledger.state import State
 
 H100_MIB = 81559
 

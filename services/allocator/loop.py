@@ -23,11 +23,11 @@ from shared.eventlog import AppendConflict
 from shared.settings import Settings
 from shared.telemetry import extract_context, inject_headers, tracer
 
-from services.allocator.follower import decode_batch, decode_or_none
+from ledger.follower import decode_batch, decode_or_none
 from services.allocator.core.decide import POLICY_VERSION, DecideContext, decide
-from services.allocator.core.evolve import defer_dropping, drop_ended_claims, evolve, fold_batch
+from ledger.evolve import defer_dropping, drop_ended_claims, evolve, fold_batch
 from services.allocator.core.scorers import DEFAULT_POLICY
-from services.allocator.core.state import State, defer_index, flush_index
+from ledger.state import State, defer_index, flush_index
 
 log = logging.getLogger("gpuledger.allocator")
 

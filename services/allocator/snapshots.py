@@ -12,8 +12,8 @@ from nats.js.errors import NotFoundError, ObjectNotFoundError
 
 from schemas import subjects
 from shared.fastread import RangeReadError, open_range_reader
-from services.allocator.core.snapshot import from_snapshot, to_snapshot
-from services.allocator.core.state import State
+from ledger.snapshot import from_snapshot, to_snapshot
+from ledger.state import State
 
 log = logging.getLogger("gpuledger.allocator")
 SNAPSHOT_NAME = "allocator-state"

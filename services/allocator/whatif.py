@@ -15,8 +15,8 @@ from dataclasses import dataclass, field, replace
 from schemas import events as ev
 
 from services.allocator.core.decide import DecideContext, decide
-from services.allocator.core.evolve import evolve
-from services.allocator.core.state import State
+from ledger.evolve import evolve
+from ledger.state import State
 
 
 @dataclass

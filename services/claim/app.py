@@ -14,7 +14,7 @@ from shared.commands import DomainError, command
 from shared.service import ServiceContext
 from shared.telemetry import inject_headers
 
-from services.allocator.follower import StateFollower
+from ledger.follower import StateFollower
 from services.claim.intake import consume_intake, wait_intake_drained
 from services.claim.validation import ClaimInvalid, validate_claim
 from services.claim.views import claim_view, explain_view

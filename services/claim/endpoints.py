@@ -29,8 +29,8 @@ from schemas.commands import (
 )
 from schemas import events as ev
 from schemas.types import ClaimSpec, EndpointSpec
-from services.allocator.follower import StateFollower
-from services.allocator.core.state import State
+from ledger.follower import StateFollower
+from ledger.state import State
 from services.claim.autoscaler import LIVE, EndpointView, Load, Scaling, Worker, decide_scaling
 from shared.commands import command
 from shared.eventlog import AppendConflict

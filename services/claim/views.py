@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.allocator.core.state import FREE, Claim
+from ledger.state import FREE, Claim
 
 
 def visible_devices_env(claim: Claim) -> dict[str, str]:

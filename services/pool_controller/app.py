@@ -16,7 +16,7 @@ from collections.abc import Callable
 from schemas import subjects
 from schemas.commands import CreatePool, DeletePool, GetPool, ListPools, Reply, UpdatePool, fail, ok
 from schemas.events import decode_event
-from services.allocator.core.state import State
+from ledger.state import State
 from services.pool_controller.admission import AdmissionConfig, PoolPlacement, review
 from services.pool_controller.decisions import Append, Outcome, decide_create, decide_delete, decide_update
 from services.pool_controller.projection import PoolProjection, pool_nodes, pool_status, pool_units

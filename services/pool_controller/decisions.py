@@ -14,7 +14,7 @@ import msgspec
 from schemas import subjects
 from schemas.commands import CreatePool, DeletePool, Reply, UpdatePool, fail, ok
 from schemas.events import Event, PoolAccessChanged, PoolCreated, PoolDeleted
-from services.allocator.core.state import State
+from ledger.state import State
 from services.pool_controller.projection import allocations_in_pool
 from services.pool_controller.validation import (
     MUTABLE_FIELDS,

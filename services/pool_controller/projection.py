@@ -1,6 +1,6 @@
 """What the pool controller knows: the allocator core's fold of the log, read for pools.
 
-Reusing `services.allocator.core.evolve` means a device's pool here is exactly the pool the
+Reusing `ledger.evolve` means a device's pool here is exactly the pool the
 allocator places it in (first pool in creation order whose selectors match), and "does this pool
 have allocations" is the same fold of ClaimAllocated minus released/evicted/expired/lost that the
 allocator uses, not a second bookkeeping that could drift.
@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 import msgspec
 
 from schemas.events import Event
-from services.allocator.core.evolve import evolve
-from services.allocator.core.state import State, Unit
+from ledger.evolve import evolve
+from ledger.state import State, Unit
 
 POOL_SUBJECT_PREFIX = "gpu.evt.pool."
 UNHEALTHY_NODE_CONDITIONS = ("InfraDegraded", "HasFaulted")

@@ -15,7 +15,7 @@ from collections import deque
 
 from schemas import events as ev
 from schemas.types import ClaimSpec, DeviceInfo, Grant
-from services.allocator.core.evolve import fold
+from ledger.evolve import fold
 from services.projector.db import drop_all, make_engine, migrate
 from services.projector.projector import Projector
 

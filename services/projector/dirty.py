@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from schemas import events as ev
-from services.allocator.core.state import State
+from ledger.state import State
 
 
 @dataclass

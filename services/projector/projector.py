@@ -14,8 +14,8 @@ import logging
 from collections.abc import Iterable
 
 from schemas import events as ev
-from services.allocator.core.evolve import apply_decision, evolve
-from services.allocator.core.state import State
+from ledger.evolve import apply_decision, evolve
+from ledger.state import State
 from services.projector import rows
 from services.projector.dirty import Dirty, claims_named, mark_event
 from services.projector.index import index_rows

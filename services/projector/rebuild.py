@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine
 
-from services.allocator.core.evolve import evolve
-from services.allocator.core.state import State
+from ledger.evolve import evolve
+from ledger.state import State
 from services.projector.db import drop_all, migrate
 from services.projector.projector import Projector
 from services.projector.replay import batches

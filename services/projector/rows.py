@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 
 from schemas.types import ClaimSpec, PoolSpec, QuotaSpec
-from services.allocator.core.state import Claim, Node, State, Unit, Usage
+from ledger.state import Claim, Node, State, Unit, Usage
 
 _to_builtins = msgspec.to_builtins
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.allocator.core.state import State
+from ledger.state import State
 
 
 def state_summary(state: State) -> dict[str, Any]:

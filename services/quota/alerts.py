@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from schemas import events as ev
 
-from services.allocator.core.quota import EPS
+from ledger.quota import EPS
 from services.quota.status import resource_uses
 from services.quota.view import QuotaView
 

@@ -19,7 +19,7 @@ from shared.commands import DomainError, command
 from shared.service import ServiceContext
 from shared.settings import Settings
 
-from services.allocator.follower import StateFollower
+from ledger.follower import StateFollower
 from services.quota.alerts import alert_changes
 from services.quota.drift import drift_changes
 from services.quota.quantities import QuantityError

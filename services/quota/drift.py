@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from schemas import events as ev
 
-from services.allocator.core.state import State
+from ledger.state import State
 from services.quota.view import DriftKey, Observations, QuotaView
 
 

@@ -12,8 +12,8 @@ import msgspec
 
 from schemas.types import QuotaSpec
 
-from services.allocator.core.quota import DIMS, EPS, Dim, children_of, own_used
-from services.allocator.core.state import State
+from ledger.quota import DIMS, EPS, Dim, children_of, own_used
+from ledger.state import State
 from services.quota.view import QuotaView
 
 

@@ -1,6 +1,6 @@
 """The quota service's projection: a pure fold of the log.
 
-Usage is the allocator's own fold (`services.allocator.core.evolve`) of allocation events, so the
+Usage is the allocator's own fold (`ledger.evolve`) of allocation events, so the
 status shows exactly what the allocator enforces, never a separate counter. On top of it: the
 alerts and drift reports already in the log (so a restart does not raise them again) and what the
 node agents last observed on each device.
@@ -14,8 +14,8 @@ from typing import NamedTuple
 from schemas import events as ev
 from schemas.types import DeviceUsage
 
-from services.allocator.core.evolve import evolve
-from services.allocator.core.state import State
+from ledger.evolve import evolve
+from ledger.state import State
 
 
 class DriftKey(NamedTuple):

@@ -13,7 +13,7 @@ from schemas import events as ev
 from schemas import subjects
 from schemas.commands import CreateEndpoint, DeleteEndpoint, GetClaim, GetEndpoint, ListEndpoints, ReportEndpointLoad
 from schemas.types import DeviceInfo, EndpointSpec, Grant
-from services.allocator.follower import StateFollower
+from ledger.follower import StateFollower
 from services.claim.endpoints import Endpoints, register_endpoints
 from shared import rpc
 from shared.jetstream import JetStreamEventLog, connect, ensure_streams

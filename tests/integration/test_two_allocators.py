@@ -13,7 +13,7 @@ import pytest
 
 from schemas import events as ev
 from schemas import subjects
-from services.allocator.core.evolve import fold
+from ledger.evolve import fold
 from shared.jetstream import JetStreamEventLog, ensure_streams
 from tests.service.helpers import h100_node, register_nodes, request, running
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from schemas import events as ev
 from schemas.types import ClaimSpec, DeviceInfo, Grant, PoolSpec
-from services.allocator.core.evolve import fold
-from services.allocator.core.state import State
+from ledger.evolve import fold
+from ledger.state import State
 
 
 def card(node: str, index: int, model: str = "A100", health: str = "Healthy") -> DeviceInfo:

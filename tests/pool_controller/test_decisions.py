@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from schemas import events as ev
 from schemas.commands import CreatePool, DeletePool, Reply, UpdatePool
-from services.allocator.core.evolve import evolve
+from ledger.evolve import evolve
 from services.pool_controller.decisions import Append, decide_create, decide_delete, decide_update
 from services.pool_controller.projection import allocations_in_pool, pool_nodes, pool_status
 from services.pool_controller.validation import ClusterFacts

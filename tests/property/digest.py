@@ -1,5 +1,5 @@
 """Kept for the tests that import it here: the digest lives in the core now (the bench uses it)."""
 
-from services.allocator.core.digest import digest
+from ledger.digest import digest
 
 __all__ = ["digest"]

@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 from schemas import events as ev
 from schemas.types import QuotaSpec, QuotaTotal, Resources
 from services.allocator.core.decide import DecideContext, decide
-from services.allocator.core.evolve import fold
-from services.allocator.core.snapshot import from_snapshot, to_snapshot
-from services.allocator.core.state import FREE
+from ledger.evolve import fold
+from ledger.snapshot import from_snapshot, to_snapshot
+from ledger.state import FREE
 from tests.fleet import Ledger, a100_mig_node, claim, h100_node
-from services.allocator.core.digest import live_digest
+from ledger.digest import live_digest
 from tests.property.digest import digest
 
 NAMESPACES = ("team-a", "team-b", "team-c")

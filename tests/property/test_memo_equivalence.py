@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from schemas import events as ev
-from services.allocator.core.fragmentation import TypicalShape, typical_shapes
+from ledger.shapes import TypicalShape, typical_shapes
 from tests.fleet import Ledger, claim, h100_node
 
 # A fixed mix keeps the memo alive across passes (a learned mix moves, and clears it, early on).

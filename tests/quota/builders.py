@@ -7,8 +7,8 @@ from schemas.commands import SetQuota
 from schemas.types import ClaimSpec, DeviceInfo
 
 from services.allocator.core.decide import DecideContext, decide
-from services.allocator.core.evolve import evolve
-from services.allocator.core.state import State
+from ledger.evolve import evolve
+from ledger.state import State
 from services.quota.validation import spec_from_command
 
 

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from schemas import events as ev
 
-from services.allocator.core.quota import DIMS, children_of, cohort_capacity, cohort_used
+from ledger.quota import DIMS, children_of, cohort_capacity, cohort_used
 from tests.quota.builders import add, claim, fleet, node, of_type, quota, step
 
 

@@ -8,8 +8,8 @@ import random
 from schemas import events as ev
 from schemas.types import ClaimSpec, DeviceInfo, DeviceSelector, PoolSpec, QuotaSpec, QuotaTotal, Resources
 from services.allocator.core.decide import DecideContext, decide
-from services.allocator.core.evolve import evolve
-from services.allocator.core.state import State
+from ledger.evolve import evolve
+from ledger.state import State
 
 MODELS = ("A100", "H100", "L4")
 

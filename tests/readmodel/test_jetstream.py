@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gpuledger_cli.main import app
-from services.allocator.core.evolve import fold
+from ledger.evolve import fold
 from services.projector import runner
 from services.projector.db import make_engine, migrate
 from services.projector.projector import Projector

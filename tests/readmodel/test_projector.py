@@ -7,7 +7,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect, select
 
-from services.allocator.core.evolve import fold
+from ledger.evolve import fold
 from services.projector.db import current_revision, drop_all, make_engine, migrate
 from services.projector.models import (
     AllocationRow,

@@ -8,10 +8,10 @@ from hypothesis import strategies as st
 
 from schemas import events as ev
 from services.allocator.core.decide import DecideContext, decide
-from services.allocator.core.digest import digest
-from services.allocator.core.evolve import fold
-from services.allocator.core.snapshot import from_snapshot
-from services.allocator.core.state import State, defer_index, flush_index
+from ledger.digest import digest
+from ledger.evolve import fold
+from ledger.snapshot import from_snapshot
+from ledger.state import State, defer_index, flush_index
 from tests.fleet import Ledger, claim, h100_node
 from tests.property.test_invariants import World, steps
 

@@ -9,11 +9,11 @@ from hypothesis import strategies as st
 from schemas import events as ev
 from schemas.types import Reason
 from services.allocator.core.decide import DecideContext, decide
-from services.allocator.core.digest import compact_digest, digest
-from services.allocator.core.evolve import defer_dropping, drop_ended_claims, evolve, fold, fold_batch
-from services.allocator.core.snapshot import from_snapshot, to_snapshot
-from services.allocator.core.state import State, defer_index, flush_index
-from services.allocator.follower import decode_batch
+from ledger.digest import compact_digest, digest
+from ledger.evolve import defer_dropping, drop_ended_claims, evolve, fold, fold_batch
+from ledger.snapshot import from_snapshot, to_snapshot
+from ledger.state import State, defer_index, flush_index
+from ledger.follower import decode_batch
 from tests.fleet import Ledger, claim, h100_node
 from tests.property.test_invariants import World, steps
 

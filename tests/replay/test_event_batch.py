@@ -8,8 +8,8 @@ import msgspec
 
 from schemas import events as ev
 from schemas import subjects
-from services.allocator.core.digest import digest
-from services.allocator.core.evolve import fold
+from ledger.digest import digest
+from ledger.evolve import fold
 from services.claim.app import ClaimService
 from services.claim.intake import handle_intake_batch
 from services.projector.dirty import claims_named

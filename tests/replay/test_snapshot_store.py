@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from bench.workload import fleet
-from services.allocator.core.digest import digest
-from services.allocator.core.evolve import fold
+from ledger.digest import digest
+from ledger.evolve import fold
 from services.allocator.snapshots import load_snapshot, save_snapshot
 from shared.jetstream import connect
 

@@ -11,11 +11,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from services.allocator.core.demand import Need
-from services.allocator.core.fragmentation import TypicalShape, typical_shapes
+from ledger.shapes import TypicalShape, typical_shapes
 from services.allocator.core.placement import PlacementContext
 from services.allocator.core.scorers import (STRAND_CARDS, cpu_stranded, get_policy,
                                              gpu_pods_cpu_per_milli)
-from services.allocator.core.state import FREE
+from ledger.state import FREE
 from simulator.cluster import cluster_state
 from tests.fleet import Ledger, a100_mig_node, claim
 from tests.simulator.test_policies import node, place, pod

@@ -8,8 +8,9 @@ import pytest
 
 from schemas import events as ev
 from services.allocator.core.decide import DecideContext, decide
-from services.allocator.core.evolve import evolve
-from services.allocator.core.fragmentation import Card, TypicalShape, card_fragmentation, typical_shapes
+from ledger.evolve import evolve
+from ledger.shapes import TypicalShape, typical_shapes
+from services.allocator.core.fragmentation import Card, card_fragmentation
 from simulator.cluster import claim_spec, cluster_state
 from simulator.trace import NodeRow, PodRow
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.allocator.core.fragmentation import Card, TypicalShape, card_fragmentation, shape_fragment
+from ledger.shapes import TypicalShape
+from services.allocator.core.fragmentation import Card, card_fragmentation, shape_fragment
 
 models = st.sampled_from(["H100", "A100", "T4"])
 cards = st.builds(lambda cpu, lefts, ms: Card(cpu, tuple(lefts), tuple(ms[: len(lefts)] + ["H100"] * 8)[: len(lefts)]),

@@ -198,7 +198,7 @@ def test_lower_priority_allocations_are_preempted(ledger):
 
 def test_preemption_is_found_after_a_compact_snapshot_too(ledger):
     from services.allocator.core.decide import DecideContext, decide
-    from services.allocator.core.snapshot import from_snapshot, to_snapshot
+    from ledger.snapshot import from_snapshot, to_snapshot
 
     ledger.append(claim("low", gpus=8, models=["H100"], priority=-5), claim("mid", gpus=8, models=["H100"]))
     ledger.decide(1.0)

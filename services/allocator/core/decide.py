@@ -21,15 +21,15 @@ from schemas.types import Grant, Reason
 
 from schemas.catalogue import models_in_group
 from services.allocator.core.demand import Need, cost, needs_for
-from services.allocator.core.evolve import apply_decision
-from services.allocator.core.ledger import Journal
+from ledger.evolve import apply_decision
+from ledger.holdings import Journal
 from services.allocator.core.placement import Choice, PlacementContext, choose, choose_on, reasons_for
-from services.allocator.core.pools import has_access
-from services.allocator.core.quota import (Cost, borrow_event, quota_check, reclaim_event,
+from ledger.pools import has_access
+from ledger.quota import (Cost, borrow_event, quota_check, reclaim_event,
                                            reclaim_victims, reclaims, single_violation,
                                            total_violation)
 from services.allocator.core.scorers import DEFAULT_POLICY, get_policy
-from services.allocator.core.state import FREE, Claim, State, flush_index
+from ledger.state import FREE, Claim, State, flush_index
 
 POLICY_VERSION = "1"
 

@@ -14,7 +14,7 @@ from typing import NamedTuple
 from schemas.catalogue import MODELS, expand_groups, models_in_group
 from schemas.types import ClaimSpec
 
-from services.allocator.core.state import FREE
+from ledger.state import FREE
 
 TENSOR_PARALLEL_SIZES = (1, 2, 4, 8)
 

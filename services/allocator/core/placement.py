@@ -15,7 +15,7 @@ from schemas.catalogue import MODELS, cuda_compatible
 from schemas.types import Reason
 
 from services.allocator.core.demand import Need
-from services.allocator.core.state import FREE, Group, NodeView, State, UnitView
+from ledger.state import FREE, Group, NodeView, State, UnitView
 
 
 @dataclass

@@ -11,8 +11,8 @@ import msgspec
 
 from schemas.types import PoolSpec, QuotaSpec
 
-from services.allocator.core.evolve import refresh_typical
-from services.allocator.core.state import Claim, Node, State, Usage, reindex_node
+from ledger.evolve import refresh_typical
+from ledger.state import Claim, Node, State, Usage, reindex_node
 
 SNAPSHOT_VERSION = 2  # 2: claim history as `trail` entries (was formatted lines)
 

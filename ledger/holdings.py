@@ -11,7 +11,7 @@ from typing import Callable
 
 from schemas.types import Grant
 
-from services.allocator.core.state import FREE, Claim, Node, State, Unit, reindex_node
+from ledger.state import FREE, Claim, Node, State, Unit, reindex_node
 
 _CLAIM_FIELDS = Claim.__slots__ if hasattr(Claim, "__slots__") else ()
 

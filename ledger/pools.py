@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from schemas.catalogue import MODELS
 from schemas.types import DeviceSelector, PoolSpec
 
-from services.allocator.core.state import Unit
+from ledger.state import Unit
 
 
 def _matches(selector: DeviceSelector, unit: Unit) -> bool:

@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 from schemas import events as ev
 
-from services.allocator.core.evolve import evolve
-from services.allocator.core.state import State
+from ledger.evolve import evolve
+from ledger.state import State
 
 log = logging.getLogger("gpuledger")
 

@@ -21,7 +21,7 @@ from typing import NamedTuple
 from schemas import events as ev
 from schemas.types import QuotaSpec, Reason
 
-from services.allocator.core.state import Claim, State, Usage
+from ledger.state import Claim, State, Usage
 
 GI = 1024
 EPS = 1e-9

@@ -11,10 +11,10 @@ from __future__ import annotations
 from schemas import events as ev
 from schemas.types import DeviceInfo, PoolSpec
 
-from services.allocator.core.demand import needs_for
-from services.allocator.core.ledger import Journal, allocate, free, grants_fit, save_claim
-from services.allocator.core.pools import pool_for_unit
-from services.allocator.core.state import Claim, Node, State, Unit, grow, reindex_node
+from ledger.holdings import Journal, allocate, free, grants_fit, save_claim
+from ledger.pools import pool_for_unit
+from ledger.shapes import shapes_from_counts
+from ledger.state import Claim, Node, State, Unit, grow, reindex_node
 
 
 def evolve(state: State, event: ev.Event, seq: int = 0) -> State:
@@ -80,7 +80,6 @@ SHAPE_WEIGHT_TOLERANCE = 0.02
 def refresh_typical(state: State, counts: dict[tuple, int], only_if_moved: bool = False) -> None:
     """Adopt the shape mix of `counts`; at a checkpoint only if it moved (other shapes, or a weight
     off by more than 2 points), since every change of the mix invalidates all memoised scores."""
-    from services.allocator.core.fragmentation import shapes_from_counts
 
     fresh = shapes_from_counts(counts)
     if only_if_moved and state.typical and not _moved(state.typical, fresh):
@@ -389,7 +388,7 @@ def _apply_node_lost(state: State, d: ev.NodeLost, journal: Journal | None) -> N
         if claim.holds_devices:
             free(state, claim, "lost", f"node {d.node} lost", journal)
             _ended_unless_tentative(state, claim, journal)
-    from services.allocator.core.ledger import save_node
+    from ledger.holdings import save_node
 
     save_node(node, journal)
     node.lost = True
@@ -431,5 +430,4 @@ _HANDLERS = {
     ev.EventBatch: _event_batch,
 }
 
-__all__ = ["evolve", "fold", "fold_batch", "apply_decision", "drop_ended_claims", "defer_dropping",
-           "needs_for"]
+__all__ = ["evolve", "fold", "fold_batch", "apply_decision", "drop_ended_claims", "defer_dropping"]
