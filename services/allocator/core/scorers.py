@@ -16,7 +16,7 @@ import math
 
 from services.allocator.core.demand import Need
 from services.allocator.core.fragmentation import max_shape_cpu, stats_after, stats_total, view_fragmentation
-from services.allocator.core.placement import PlacementContext, default_pick, eligible, fitting_units
+from services.allocator.core.placement import PlacementContext, default_pick, fitting_units
 from ledger.state import FREE, NodeView
 
 CPU_SCALE = 128_000  # the openb paper's normalisation constants (128 cores, 8 GPUs)

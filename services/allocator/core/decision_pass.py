@@ -1,0 +1,75 @@
+"""One decision pass: its settings (`DecideContext`, from the caller), what it accumulates
+(`Pass`) and `emit`, which records a decision and applies it to the state through the pass's
+journal so later claims in the pass see it (decide rolls everything back before returning)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from schemas import events as ev
+from schemas.types import Reason
+
+from ledger.evolve import apply_decision
+from ledger.holdings import Journal
+from ledger.quota import borrow_event
+from ledger.state import Claim, State
+from services.allocator.core.scorers import DEFAULT_POLICY
+
+POLICY_VERSION = "1"
+
+
+@dataclass(frozen=True)
+class DecideContext:
+    now: float
+    policy: str = DEFAULT_POLICY
+    check_timers: bool = True
+    node_timeout_s: float = 30.0
+    stale_after_s: float = 600.0
+    starvation_after_s: float = 300.0
+    max_decisions: int = 512
+    evict: bool = True
+    typical_shapes: tuple = ()  # (weight, TypicalShape); empty: learned from the claims seen
+    rng: Any = None
+    memo: dict | None = field(default=None, compare=False)  # caller-owned score memo (placement)
+    explain_failures: bool = True  # False: skip counting reasons over every node (simulations)
+    # caller-owned: claim id -> capacity epoch at which it last failed. A pass without timers skips
+    # claims that failed at the current epoch: nothing was freed since, so they would fail again.
+    # Time-based rules (stale eviction, starvation holds, leases) run in timer passes, which retry all.
+    failed_at: dict | None = field(default=None, compare=False)
+
+
+@dataclass
+class Pass:
+    """What one pass accumulates: decisions made, nodes held for starving claims."""
+
+    ctx: DecideContext
+    journal: Journal = field(default_factory=Journal)
+    decisions: list = field(default_factory=list)
+    held: dict[str, int] = field(default_factory=dict)  # node -> priority of the claim holding it
+    failed: dict[tuple, list[Reason]] = field(default_factory=dict)  # need shape -> reasons
+    victim_pool: list | None = None  # allocations that eviction may consider, built once per pass
+    lowest_priority: int = 0  # of the pool's allocations: below it no priority preemption exists
+    explain: bool = True  # count reasons for the claim being tried
+    any_stale: bool = False
+    only_node: str = ""  # while trying evictions: place on this node or not at all
+
+
+def emit(state: State, run: Pass, decision) -> bool:
+    borrowed = borrow_for(state, decision)
+    run.decisions.append(decision)
+    applied = apply_decision(state, decision, run.journal)
+    if borrowed is not None and applied:
+        run.decisions.append(borrowed)  # who lent to whom, in the same batch as the grant
+    return applied
+
+
+def borrow_for(state: State, decision):
+    if isinstance(decision, ev.ClaimAllocated) and decision.borrowed_from:
+        return borrow_event(state, decision)
+    return None
+
+
+def pend(state: State, run: Pass, claim: Claim, reasons: list[Reason]) -> None:
+    if reasons != claim.reasons:  # only changes are recorded: the log does not fill with repeats
+        emit(state, run, ev.ClaimPending(claim_id=claim.claim_id, reasons=reasons, at=run.ctx.now))

@@ -1,0 +1,38 @@
+"""Gangs: all members placed in one pass (so they land in one appended batch), or none."""
+
+from __future__ import annotations
+
+from schemas import events as ev
+from schemas.types import Reason
+
+from ledger.state import State
+from services.allocator.core.decision_pass import Pass, emit, pend
+from services.allocator.core.place import try_place
+
+
+def place_gang(state: State, run: Pass, gang_id: str) -> None:
+    """All members or none, in this one pass (so they land in one appended batch)."""
+    members = [state.claims[c] for c in state.pending if state.claims[c].spec.gang_id == gang_id]
+    members.sort(key=lambda c: c.seq)
+    wanted = max(max(m.spec.gang_size for m in members), 1)
+    if len(members) < wanted:
+        reason = Reason("gang-incomplete", f"gang {gang_id}: {len(members)} of {wanted} members submitted")
+        for m in members:
+            pend(state, run, m, [reason])
+        return
+    mark, placed, decisions_before = run.journal.mark(), 0, len(run.decisions)
+    failure: list[Reason] = []
+    for member in members:
+        outcome = try_place(state, run, member)
+        if not isinstance(outcome, ev.ClaimAllocated):
+            failure = outcome.reasons if isinstance(outcome, ev.AllocationRejected) else outcome
+            break
+        emit(state, run, outcome)
+        placed += 1
+    if placed == len(members):
+        return
+    run.journal.rollback(state, mark)
+    del run.decisions[decisions_before:]
+    head = Reason("gang-unplaceable", f"gang {gang_id}: {placed} of {len(members)} placeable", placed)
+    for m in members:
+        pend(state, run, m, [head, *failure[:4]])

@@ -1,0 +1,195 @@
+"""One claim against the state: pool refusal, the needs it may take, quota per model, placement,
+and the allocation (or the ranked reasons it waits)."""
+
+from __future__ import annotations
+
+from schemas import events as ev
+from schemas.types import Grant, Reason
+
+from ledger.pools import has_access
+from ledger.quota import Cost, quota_check, single_violation, total_violation
+from ledger.state import FREE, Claim, State
+from services.allocator.core.decision_pass import POLICY_VERSION, Pass
+from services.allocator.core.demand import Need, cost, needs_for
+from services.allocator.core.placement import Choice, PlacementContext, choose, choose_on, reasons_for
+from services.allocator.core.scorers import get_policy
+
+
+def try_place(state: State, run: Pass, claim: Claim):
+    """ClaimAllocated, AllocationRejected, or the ranked reasons it has to wait."""
+    spec = claim.spec
+    refusal = _refuse_pool(state, claim)
+    if refusal is not None:
+        return refusal
+    needs = needs_for(spec, sorted(k for k in state.groups_by_model if k))
+    if not needs:
+        return _reject(claim, run, "no-such-shape",
+                       f"no GPU model in the fleet can hold {spec.gpu_memory_gib or spec.model_memory_gib:g}Gi "
+                       "on the devices the claim allows")
+    reasons: list[Reason] = []
+    single_refusals: list[Reason] = []
+    # Counting reasons over every node is the expensive part of a failure: a pass without timers
+    # does it only for claims that have none yet; the timer pass (every tick) refreshes them all.
+    run.explain = run.ctx.explain_failures and (run.ctx.check_timers or not claim.reasons)
+    for need in needs:
+        outcome = _try_need(state, run, claim, need, reasons, single_refusals)
+        if outcome is not None:
+            return outcome
+    if not run.explain and not reasons:
+        return list(claim.reasons)
+    if single_refusals and len(single_refusals) == len(needs):
+        return ev.AllocationRejected(claim_id=claim.claim_id, code="quota-single-exceeded",
+                                     reasons=single_refusals[:1], at=run.ctx.now)
+    return _rank(reasons)
+
+
+def _try_need(state, run, claim, need: Need, reasons, single_refusals):
+    models = _models_within_quota(state, claim, need, reasons, single_refusals)
+    if models is not None and not models:
+        return None
+    if models is not None:
+        need = need._replace(models=frozenset(models))
+    shape = (need, _excluded_key(run, claim))
+    if shape in run.failed:
+        reasons.extend(run.failed[shape])
+        return None
+    pctx = _placement_context(state, run, claim, need)
+    policy = get_policy(_policy_name(state, run, need))
+    choice = choose_on(state, run.only_node, need, policy, pctx) if run.only_node else choose(
+        state, need, policy, pctx)
+    if choice is None and run.only_node:
+        return None
+    if choice is None:
+        if not run.explain:
+            return None
+        found = reasons_for(state, need, pctx)
+        run.failed[shape] = found
+        reasons.extend(found)
+        return None
+    return _allocated(state, run, claim, need, choice, policy.name)
+
+
+def _models_within_quota(state, claim, need, reasons, single_refusals):
+    """Models of this need whose cost the namespace can afford; None when no quota applies."""
+    namespace = claim.spec.namespace
+    if namespace not in state.quotas or need.count == 0:
+        return None
+    candidates = need.models or frozenset(m for m in state.groups_by_model if m)
+    allowed = []
+    for model in sorted(candidates):
+        memory = _model_memory(state, model, need)
+        c = _cost(claim, need, model, memory)
+        refusal = single_violation(namespace, state.quotas.get(namespace), c)
+        if refusal is not None:
+            single_refusals.append(refusal)
+            continue
+        refusal = total_violation(state, namespace, c)
+        if refusal is not None:
+            reasons.append(refusal)
+            continue
+        allowed.append(model)
+    return allowed
+
+
+def _model_memory(state: State, model: str, need: Need) -> int:
+    for group in state.groups_by_model.get(model, ()):
+        for unit in group.view.units:
+            if unit.model == model and unit.mig_profile == need.mig_profile:
+                return unit.memory_mib
+    from schemas.catalogue import MODELS
+
+    return MODELS[model].memory_gib * 1024 if model in MODELS else 0
+
+
+def _cost(claim: Claim, need: Need, model: str, unit_memory_mib: int) -> Cost:
+    tflops, vram = cost(need, model, unit_memory_mib)
+    limit_tflops = max(tflops, claim.spec.limit_tflops)
+    limit_vram = max(vram, int(claim.spec.limit_vram_gib * 1024))
+    return Cost(tflops, vram, limit_tflops, limit_vram, need.count)
+
+
+def _allocated(state: State, run: Pass, claim: Claim, need: Need, choice: Choice, policy: str):
+    node = state.nodes[choice.node]
+    units = [node.units[i] for i in choice.picks]
+    grants = [Grant(node=node.name, uuid=u.uuid, index=u.index, milli=need.milli,
+                    memory_mib=u.memory_mib * need.milli // FREE, mig_index=u.mig_index) for u in units]
+    costs = [cost(need._replace(count=1), u.model, u.memory_mib) for u in units]
+    tflops, vram = sum(c[0] for c in costs), sum(c[1] for c in costs)
+    check = quota_check(state, claim.spec.namespace, Cost(
+        tflops, vram, max(tflops, claim.spec.limit_tflops),
+        max(vram, int(claim.spec.limit_vram_gib * 1024)), len(units)))
+    if check.refusal is not None:  # the devices chosen cost more than the model estimate
+        return [check.refusal]
+    islands = sorted({u.island for u in units})
+    explain = [f"node {node.name} scored {choice.score:.0f} under {policy} ({need.label})"]
+    if len(units) > 1:
+        explain.append(f"NVLink island{'s' if len(islands) > 1 else ''} {', '.join(map(str, islands))}")
+    return ev.ClaimAllocated(
+        claim_id=claim.claim_id, namespace=claim.spec.namespace, node=node.name, grants=grants,
+        tflops=round(tflops, 3), vram_mib=int(vram),
+        limit_tflops=round(max(tflops, claim.spec.limit_tflops), 3),
+        limit_vram_mib=int(max(vram, claim.spec.limit_vram_gib * 1024)),
+        borrowed_from=check.borrowed_from, policy=f"{policy}@{POLICY_VERSION}", explain=explain, at=run.ctx.now)
+
+
+def _reject(claim: Claim, run: Pass, code: str, message: str) -> ev.AllocationRejected:
+    return ev.AllocationRejected(claim_id=claim.claim_id, code=code, reasons=[Reason(code, message)],
+                                 at=run.ctx.now)
+
+
+def _refuse_pool(state: State, claim: Claim):
+    spec = claim.spec
+    if not spec.pool:
+        return None
+    pool = state.pools.get(spec.pool)
+    if pool is None:
+        return ev.AllocationRejected(claim_id=claim.claim_id, code="pool-not-found",
+                                     reasons=[Reason("pool-not-found", f"pool {spec.pool} does not exist")])
+    if not has_access(pool, spec.namespace, spec.service_account):
+        return ev.AllocationRejected(
+            claim_id=claim.claim_id, code="pool-access-denied",
+            reasons=[Reason("pool-access-denied",
+                            f"namespace {spec.namespace} has no access to pool {spec.pool}")])
+    return None
+
+
+def _policy_name(state: State, run: Pass, need: Need) -> str:
+    pool = state.pools.get(need.pool) if need.pool else None
+    if pool is not None and pool.strategy == "Spread":
+        return "spread"
+    return run.ctx.policy
+
+
+def _placement_context(state: State, run: Pass, claim: Claim, need: Need) -> PlacementContext:
+    excluded = {n for n, prio in run.held.items() if prio >= claim.spec.priority}
+    return PlacementContext(
+        cuda_versions=tuple(claim.spec.cuda_versions),
+        node_selector=tuple(sorted(claim.spec.node_selector.items())),
+        typical_shapes=_typical_shapes(state, run), rng=run.ctx.rng, excluded=excluded,
+        memo=run.ctx.memo)
+
+
+def _typical_shapes(state: State, run: Pass) -> tuple:
+    """The caller's typical shapes, else those of the claims folded so far (deterministic)."""
+    if run.ctx.typical_shapes:
+        return run.ctx.typical_shapes
+    return state.typical
+
+
+def _excluded_key(run: Pass, claim: Claim) -> tuple:
+    return (claim.spec.priority, tuple(sorted(run.held)), tuple(sorted(claim.spec.cuda_versions)),
+            tuple(sorted(claim.spec.node_selector.items())))
+
+
+# On equal counts, the reason a user can act on or wait out comes before "that node has no such GPU".
+_REASON_ORDER = {"reserved": 0, "no-free-gpu": 1, "host-resources": 2, "gpu-unhealthy": 3,
+                 "cuda-incompatible": 4, "node-selector": 5, "no-such-gpu": 6}
+
+
+def _rank(reasons: list[Reason]) -> list[Reason]:
+    """Merge reasons with the same message; quota first, then by how many nodes say so."""
+    merged: dict[str, Reason] = {}
+    for r in reasons:
+        merged.setdefault(r.message, r)
+    return sorted(merged.values(), key=lambda r: (not r.code.startswith("quota"), -r.count,
+                                                  _REASON_ORDER.get(r.code, 9), r.message))[:8]

@@ -1,0 +1,86 @@
+"""The queue: pending claims by priority then age, with backfill (a claim that does not fit does
+not block the ones behind it) and a skip for claims nothing new could help since they failed."""
+
+from __future__ import annotations
+
+from schemas import events as ev
+from schemas.catalogue import models_in_group
+
+from ledger.quota import reclaims
+from ledger.state import Claim, State
+from services.allocator.core.decision_pass import Pass, emit, pend
+from services.allocator.core.eviction import evict_for, reclaim_for
+from services.allocator.core.gangs import place_gang
+from services.allocator.core.place import try_place
+from services.allocator.core.starvation import hold_node_if_starving
+
+
+def queue_order(state: State) -> list[Claim]:
+    """Pending claims by priority (high first), then age."""
+    claims = [state.claims[c] for c in state.pending]
+    claims.sort(key=lambda c: (-c.spec.priority, c.seq))
+    return claims
+
+
+def walk_queue(state: State, run: Pass, epoch: int) -> None:
+    done_gangs: set[str] = set()
+    failed_at = run.ctx.failed_at
+    skip = failed_at is not None and not run.ctx.check_timers
+    for claim in queue_order(state):
+        if len(run.decisions) >= run.ctx.max_decisions:
+            return
+        if claim.status != "pending":
+            continue
+        key = claim.spec.gang_id or claim.claim_id
+        if skip and key in failed_at and nothing_new_for(state, claim, failed_at[key]):
+            if not claim.spec.gang_id:  # it still keeps its node from the claims behind it
+                hold_node_if_starving(state, run, claim)
+            continue
+        if claim.spec.gang_id:
+            if claim.spec.gang_id not in done_gangs:
+                done_gangs.add(claim.spec.gang_id)
+                place_gang(state, run, claim.spec.gang_id)
+        else:
+            place_one(state, run, claim)
+        if failed_at is not None and claim.status == "pending":
+            failed_at[key] = epoch
+
+
+def nothing_new_for(state: State, claim: Claim, since: int) -> bool:
+    """True when nothing that could let this claim fit changed since it failed at epoch `since`:
+    no capacity added, no quota freed in its namespace, no unit of a model it accepts freed. A
+    claim that accepts any model, or borrows through a parent quota, waits for any change."""
+    if state.capacity_epoch <= since:
+        return True
+    if state.grown_at > since or state.freed_ns.get(claim.spec.namespace, 0) > since:
+        return False
+    models = _accepted_models(claim.spec)
+    quota = state.quotas.get(claim.spec.namespace)
+    if models is None or (quota is not None and quota.parent):
+        return False
+    return all(state.freed_model.get(model, 0) <= since for model in models)
+
+
+def _accepted_models(spec) -> frozenset[str] | None:
+    if spec.gpus == 0 and not spec.model_memory_gib:
+        return None  # CPU only: any free host resources may help
+    if spec.models:
+        return frozenset(spec.models)
+    if spec.gpu_groups and [g.lower() for g in spec.gpu_groups] != ["any"]:
+        return frozenset(m for g in spec.gpu_groups for m in models_in_group(g))
+    return None
+
+
+def place_one(state: State, run: Pass, claim: Claim) -> None:
+    outcome = try_place(state, run, claim)
+    if isinstance(outcome, ev.ClaimAllocated):
+        emit(state, run, outcome)
+    elif isinstance(outcome, ev.AllocationRejected):
+        emit(state, run, outcome)
+    else:
+        if run.ctx.evict and reclaims(outcome) and reclaim_for(state, run, claim):
+            return
+        if run.ctx.evict and evict_for(state, run, claim):
+            return
+        hold_node_if_starving(state, run, claim)
+        pend(state, run, claim, outcome)
