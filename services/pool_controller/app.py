@@ -14,12 +14,16 @@ import time
 from collections.abc import Callable
 
 from schemas import subjects
-from schemas.commands import CreatePool, DeletePool, GetPool, ListPools, Reply, UpdatePool, fail, ok
+from schemas.commands import (
+    CreatePool, DeletePool, GetPool, IgnoreDevice, ListPools, Reply, UpdatePool, fail, ok)
 from schemas.events import decode_event
 from ledger.state import State
 from services.pool_controller.admission import AdmissionConfig, PoolPlacement, review
-from services.pool_controller.decisions import Append, Outcome, decide_create, decide_delete, decide_update
-from services.pool_controller.projection import PoolProjection, pool_nodes, pool_status, pool_units
+from services.pool_controller.decisions import (
+    Append, Outcome, decide_create, decide_delete, decide_ignore, decide_update)
+from services.pool_controller.claim_pods import ClaimBinding
+from services.pool_controller.projection import (
+    PoolProjection, claim_binding, pool_nodes, pool_status, pool_units)
 from services.pool_controller.validation import ClusterFacts
 from services.pool_controller.webhook import start_webhook, tls_context
 from shared.commands import command
@@ -100,6 +104,9 @@ class PoolController:
     async def delete(self, cmd: DeletePool) -> Reply:
         return await self.execute(lambda s: decide_delete(s, cmd, self.clock()))
 
+    async def ignore(self, cmd: IgnoreDevice) -> Reply:
+        return await self.execute(lambda s: decide_ignore(s, cmd, self.clock()))
+
     # --- queries -----------------------------------------------------------------------------
 
     async def get(self, cmd: GetPool) -> Reply:
@@ -125,14 +132,21 @@ class PoolController:
         return {name: PoolPlacement(spec, pool_nodes(self.state, name))
                 for name, spec in self.state.pools.items()}
 
+    def find_claim(self, namespace: str, name: str) -> ClaimBinding | None:
+        claim_id = self.projection.gpuclaims.get((namespace, name))
+        return claim_binding(self.state, claim_id) if claim_id else None
+
     def admit(self, path: str, admission_review: dict) -> dict:
-        return review(admission_review, self.placements(), self.admission, mutate=path == "/mutate")
+        return review(admission_review, self.placements(), self.admission, mutate=path == "/mutate",
+                      find_claim=self.find_claim)
 
 
 def controller_for(ctx: ServiceContext) -> PoolController:
     settings = ctx.settings
     return PoolController(ctx.log, ClusterFacts(settings.k8s_version, settings.dra_enabled),
-                          AdmissionConfig(settings.pool_resource_prefix))
+                          AdmissionConfig(settings.pool_resource_prefix,
+                                          settings.pool_resource_aliases,
+                                          settings.replaced_schedulers))
 
 
 async def build(ctx: ServiceContext) -> PoolController:
@@ -143,6 +157,7 @@ async def build(ctx: ServiceContext) -> PoolController:
     command(broker, subjects.command("pool.create"), CreatePool, controller.create, queue=QUEUE)
     command(broker, subjects.command("pool.update"), UpdatePool, controller.update, queue=QUEUE)
     command(broker, subjects.command("pool.delete"), DeletePool, controller.delete, queue=QUEUE)
+    command(broker, subjects.command("device.ignore"), IgnoreDevice, controller.ignore, queue=QUEUE)
     command(broker, subjects.query("pool.get"), GetPool, controller.get, queue=QUEUE)
     command(broker, subjects.query("pool.list"), ListPools, controller.list, queue=QUEUE)
     ctx.spawn(controller.run_fold(), name="pool-controller-fold")

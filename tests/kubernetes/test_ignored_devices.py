@@ -54,3 +54,32 @@ def test_the_mark_survives_a_snapshot():
     evolve(restored, node_registered("n1"), 10)
     assert restored.units[UUID].health == "Ignored"
     assert restored.ignored == {UUID: "bad fan"}
+
+
+# --- the command (pool controller) -------------------------------------------------------------
+
+from schemas.commands import IgnoreDevice  # noqa: E402
+from services.pool_controller.decisions import Append, decide_ignore  # noqa: E402
+
+
+@pytest.mark.parametrize("cmd, outcome", [
+    (IgnoreDevice(node="n1", device="1"), "append"),
+    (IgnoreDevice(node="n1", device="GPU-n1-1", reason="fan"), "append"),
+    (IgnoreDevice(node="n1", device="0"), "unchanged"),  # already ignored
+    (IgnoreDevice(node="n1", device="0", ignored=False), "append"),
+    (IgnoreDevice(node="n1", device="1", ignored=False), "unchanged"),
+    (IgnoreDevice(node="n1", device="9"), "node n1 has no device '9'"),
+    (IgnoreDevice(node="n2", device="0"), "node n2 is not registered"),
+], ids=["by-index", "by-uuid", "already", "give-back", "not-ignored", "no-device", "no-node"])
+def test_ignore_device_decisions(cmd, outcome):
+    state = state_of(node_registered("n1"), ignore())
+    result = decide_ignore(state, cmd, now=5.0, by="ops")
+    if outcome == "append":
+        assert isinstance(result, Append) and result.subject == "gpu.evt.marks.n1"
+        assert (result.event.ignored, result.event.node, result.event.by) == (cmd.ignored, "n1", "ops")
+        evolve(state, result.event, 3)
+        assert (state.units[result.event.uuid].health == "Ignored") == cmd.ignored
+    elif outcome == "unchanged":
+        assert result.ok and result.data["changed"] is False
+    else:
+        assert not result.ok and outcome in result.error.message
