@@ -12,7 +12,7 @@ from schemas import events as ev
 from schemas.types import DeviceInfo, PoolSpec
 
 from ledger.holdings import Journal, allocate, free, grants_fit, save_claim
-from ledger.pools import pool_for_unit
+from ledger.pools import assign_pools
 from ledger.shapes import shapes_from_counts
 from ledger.state import Claim, Node, State, Unit, grow, reindex_node
 
@@ -293,8 +293,9 @@ def _usage_observed(state: State, e: ev.UsageObserved, seq: int) -> None:
 
 
 def _assign_pools(state: State, node: Node) -> None:
+    pools = assign_pools(state.pools.values(), node.units, node.labels)
     for unit in node.units:
-        pool: PoolSpec | None = pool_for_unit(state.pools.values(), unit, node.labels)
+        pool: PoolSpec | None = pools[unit.uuid]
         unit.pool = pool.name if pool else ""
         unit.max_holders = pool.slices_per_unit if pool else 0
     node.static = None
