@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from schemas import subjects
 from schemas.commands import (
-    CreatePool, DeletePool, GetPool, IgnoreDevice, ListPools, Reply, UpdatePool, fail, ok)
+    CreatePool, DeletePool, GetPool, IgnoreDevice, ListPools, RenderPool, Reply, UpdatePool, fail, ok)
 from schemas.events import decode_event
 from ledger.state import State
 from services.pool_controller.admission import AdmissionConfig, PoolPlacement, review
@@ -24,6 +24,7 @@ from services.pool_controller.decisions import (
 from services.pool_controller.claim_pods import ClaimBinding
 from services.pool_controller.projection import (
     PoolProjection, claim_binding, pool_nodes, pool_status, pool_units)
+from services.pool_controller.rendering import RenderRequest, render_pool
 from services.pool_controller.validation import ClusterFacts
 from services.pool_controller.webhook import start_webhook, tls_context
 from shared.commands import command
@@ -44,6 +45,7 @@ class PoolController:
         self.admission = admission
         self.clock = clock
         self.projection = PoolProjection()
+        self.boot_seq: int | None = None  # the log's end at start: ready once read that far
         self._progress = asyncio.Condition()
         self._writing = asyncio.Lock()
 
@@ -70,6 +72,9 @@ class PoolController:
     async def wait_for(self, seq: int) -> None:
         async with self._progress:
             await self._progress.wait_for(lambda: self.projection.last_seq >= seq)
+
+    def ready(self) -> bool:
+        return self.boot_seq is not None and self.projection.last_seq >= self.boot_seq
 
     async def catch_up(self) -> None:
         await self.wait_for(await self.log.last_seq())
@@ -114,6 +119,16 @@ class PoolController:
         if cmd.name not in self.state.pools:
             return fail("not-found", f"pool {cmd.name} does not exist", "name")
         return ok(pool_status(self.state, cmd.name))
+
+    async def render(self, cmd: RenderPool) -> Reply:
+        await self.catch_up()
+        if cmd.name not in self.state.pools:
+            return fail("not-found", f"pool {cmd.name} does not exist", "name")
+        request = RenderRequest(cmd.namespace, tuple(cmd.claim_namespaces),
+                                cmd.k8s_version or self.facts.k8s_version)
+        rendered = render_pool(self.state, cmd.name, self.admission.resource_of(self.state.pools[cmd.name]),
+                               request)
+        return ok({"objects": rendered.objects, "notes": rendered.notes})
 
     async def list(self, cmd: ListPools) -> Reply:
         await self.catch_up()
@@ -160,6 +175,8 @@ async def build(ctx: ServiceContext) -> PoolController:
     command(broker, subjects.command("device.ignore"), IgnoreDevice, controller.ignore, queue=QUEUE)
     command(broker, subjects.query("pool.get"), GetPool, controller.get, queue=QUEUE)
     command(broker, subjects.query("pool.list"), ListPools, controller.list, queue=QUEUE)
+    command(broker, subjects.query("pool.render"), RenderPool, controller.render, queue=QUEUE)
+    controller.boot_seq = await ctx.log.last_seq()
     ctx.spawn(controller.run_fold(), name="pool-controller-fold")
     if ctx.settings.admission_port:
         await _start_admission(ctx, controller)
@@ -169,7 +186,8 @@ async def build(ctx: ServiceContext) -> PoolController:
 async def _start_admission(ctx: ServiceContext, controller: PoolController) -> None:
     settings = ctx.settings
     tls = tls_context(settings.admission_tls_cert, settings.admission_tls_key)
-    server = await start_webhook(controller.admit, settings.admission_host, settings.admission_port, tls)
+    server = await start_webhook(controller.admit, settings.admission_host, settings.admission_port, tls,
+                                 ready=controller.ready)
     log.info("admission webhook on %s:%d (%s)", settings.admission_host, settings.admission_port,
              "https" if tls else "http")
 
