@@ -13,7 +13,6 @@ Kubernetes objects out. `gpuledger pool render NAME` prints them; the controller
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 
 import yaml
@@ -102,7 +101,8 @@ def max_instances(model_name: str, profile: str) -> int:
     memory_gb = int(profile.split(".", 1)[1].removesuffix("gb"))
     model = MODELS.get(model_name)
     slice_gb = (model.memory_gib / 8) if model else 10
-    return max(1, min(7 // compute, 8 // max(1, math.ceil(memory_gb / slice_gb - 1e-9))))
+    # profile names round memory up (H200's 1g.18gb is one 17.6 GB slice): round, not ceil
+    return max(1, min(7 // compute, 8 // max(1, round(memory_gb / slice_gb))))
 
 
 def _config_map(name: str, namespace: str, pool: str, data: dict[str, str]) -> dict:
