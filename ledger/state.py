@@ -282,7 +282,8 @@ class State:
         index = self.groups_by_free if whole else self.groups_by_share
         seen: dict[Group, None] = {}
         for (model, unit_pool, unit_mig), buckets in sorted(index.items()):
-            if unit_pool != pool or unit_mig != mig_profile or (models is not None and model not in models):
+            kind_ok = unit_mig != "" if mig_profile == "*" else unit_mig == mig_profile  # "*": any MIG
+            if unit_pool != pool or not kind_ok or (models is not None and model not in models):
                 continue
             for room, groups in buckets.items():
                 if (room >= count) if whole else (room + SHARE_STEP > milli):
