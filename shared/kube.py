@@ -15,7 +15,7 @@ from typing import Any
 from lightkube import AsyncClient, codecs
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.resources.core_v1 import Node
-from lightkube.types import PatchType, on_error_retry
+from lightkube.types import PatchType, on_error_retry  # noqa: F401  (PatchType: for callers)
 
 from schemas import kubernetes as k8s
 

@@ -180,6 +180,10 @@ async def build(ctx: ServiceContext) -> PoolController:
     ctx.spawn(controller.run_fold(), name="pool-controller-fold")
     if ctx.settings.admission_port:
         await _start_admission(ctx, controller)
+    if ctx.settings.kube_controller:  # GPUPool objects and node conditions on a cluster (off by default)
+        from services.pool_controller.kube_loop import run as run_kube
+
+        ctx.spawn(run_kube(controller, ctx.settings.kube_namespace), name="pool-controller-kube")
     return controller
 
 

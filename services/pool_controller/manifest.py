@@ -49,13 +49,16 @@ def _flatten_manifest(doc: dict) -> dict:
         flat["backend"] = _BACKENDS.get(flat["backend"], flat["backend"])
     if "nodeSelector" in spec:
         flat["node_selector"] = _node_selector(spec.pop("nodeSelector"))
-    _move(_take(spec, "allocation"), flat, {"mode": "unit", "unit": "unit", "migProfile": "mig_profile",
-                                            "slicesPerUnit": "slices_per_unit",
-                                            "maxDevicesPerNode": "max_devices_per_node"})
-    _move(_take(spec, "scheduling"), flat, {"strategy": "strategy", "topologyKey": "topology_key"})
-    _move(_take(spec, "access"), flat, {"namespaces": "access_namespaces",
-                                        "serviceAccounts": "access_service_accounts",
-                                        "dexGroups": "access_groups", "groups": "access_groups"})
+    # a key left over in a section is a typo or a field we do not know: refused, never dropped
+    for section, names in (
+            ("allocation", {"mode": "unit", "unit": "unit", "migProfile": "mig_profile",
+                            "slicesPerUnit": "slices_per_unit", "maxDevicesPerNode": "max_devices_per_node"}),
+            ("scheduling", {"strategy": "strategy", "topologyKey": "topology_key"}),
+            ("access", {"namespaces": "access_namespaces", "serviceAccounts": "access_service_accounts",
+                        "dexGroups": "access_groups", "groups": "access_groups"})):
+        part = _take(spec, section)
+        _move(part, flat, names)
+        _refuse_left(part, f"spec.{section}")
     selector = _take(spec, "deviceSelector")
     for side in ("include", "exclude"):
         part = _take(selector, side)
