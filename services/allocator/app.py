@@ -13,6 +13,7 @@ from shared.commands import command
 from shared.service import ServiceContext
 
 from services.allocator.loop import Allocator
+from services.allocator.metrics import instrument
 from services.allocator.snapshots import load_snapshot, save_snapshot
 
 log = logging.getLogger("gpuledger.allocator")
@@ -30,6 +31,7 @@ async def build(ctx: ServiceContext) -> None:
     ctx.spawn(allocator.decide_forever(), "allocator-decide")
     ctx.spawn(_snapshot_forever(js, allocator, ctx.settings.snapshot_every), "allocator-snapshot")
     ctx.allocator = allocator  # type: ignore[attr-defined]  # for in-process tests
+    instrument(ctx.metrics, allocator, ctx.log.last_seq)
 
     async def status(_: Query):
         s = allocator.state

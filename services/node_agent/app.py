@@ -136,6 +136,8 @@ def build_real(settings: Settings | None = None, node: str | None = None) -> Bui
 
     async def build(ctx: ServiceContext) -> None:
         await _start_agent(ctx, NodeAgent(nvml, config, ctx.log, ctx.nc, offload=True))
+        ctx.metrics.gauges("gpuledger_agent_nodes", "Nodes this agent process reports for", (),
+                           lambda: {(): 1})
         ctx.on_stop.append(lambda: asyncio.to_thread(nvml.nvmlShutdown))
     return build
 
@@ -164,6 +166,8 @@ def build_simulated(fleet_spec: str = DEFAULT_FLEET, settings: Settings | None =
 
     async def build(ctx: ServiceContext) -> None:
         agents, fakes = simulated_agents(nodes, settings, ctx.log, ctx.nc, **config)
+        ctx.metrics.gauges("gpuledger_agent_nodes", "Nodes this agent process reports for", (),
+                           lambda: {(): len(agents)})
         fleet = SimulatedFleet(agents, fakes)
         ctx.sim_fleet = fleet  # for tests and the demo: faults and processes in-process
         subscriptions = await fleet.subscribe(ctx.nc)
