@@ -51,10 +51,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "projection": ("gpuledger_cli.projection", "The SQL read models: status and rebuilds."),
     "state": ("gpuledger_cli.projection", "The allocator's state at any point of the log."),
     "bench": ("gpuledger_cli.bench", "Benchmarks (figures are wall clock on this machine)."),
-    "simulate": ("gpuledger_cli.simulate", "Placement quality on a trace (openb), or the trace "
-                                           "through the running system with --live."),
-    "whatif": ("gpuledger_cli.whatif", "Re-decide the real log under other settings and compare "
-                                       "claim by claim."),
+    "simulate": ("gpuledger_cli.simulate", "Run the allocator's decision core over a trace with the "
+                                           "FGD paper's one-pass protocol."),
+    "whatif": ("gpuledger_cli.whatif", "Replay the log's claims, releases and hardware facts; at "
+                                       "every recorded decision point let the allocator decide with "
+                                       "these settings instead; compare with what happened."),
 }
 
 

@@ -130,8 +130,8 @@ def process_cmd(
     index: int = typer.Argument(..., help="GPU index"),
     pid: int = typer.Argument(..., help="the fake process id"),
     mig_index: int = typer.Option(-1, "--mig-index", help="MIG instance on that GPU"),
-    used_mib: int = typer.Option(1024, "--used-mib"),
-    utilization: int = typer.Option(50, "--utilization"),
+    used_mib: int = typer.Option(1024, "--used-mib", help="GPU memory the process uses, MiB"),
+    utilization: int = typer.Option(50, "--utilization", help="GPU utilization it causes, percent"),
     stop: bool = typer.Option(False, "--stop", help="end the process instead"),
     nats_url: str = NATS_URL,
 ) -> None:

@@ -62,7 +62,7 @@ def set_quota(
 
 
 @quota_app.command("get")
-def get_quota(namespace: str, as_json: bool = JsonOpt, url: Optional[str] = NatsUrl) -> None:
+def get_quota(namespace: str = typer.Argument(..., help="the namespace"), as_json: bool = JsonOpt, url: Optional[str] = NatsUrl) -> None:
     """Show a namespace's quota and its status."""
     data = run(request(nats_url(url), subjects.command("quota.get"), {"namespace": namespace}))
     if as_json:
@@ -88,7 +88,7 @@ def list_quotas(parent: str = typer.Option("", help="only this parent and its ch
 
 
 @quota_app.command("delete")
-def delete_quota(namespace: str, as_json: bool = JsonOpt, url: Optional[str] = NatsUrl) -> None:
+def delete_quota(namespace: str = typer.Argument(..., help="the namespace"), as_json: bool = JsonOpt, url: Optional[str] = NatsUrl) -> None:
     """Delete a namespace's quota (its claims are no longer limited)."""
     data = run(request(nats_url(url), subjects.command("quota.delete"), {"namespace": namespace}))
     if as_json:
