@@ -16,12 +16,14 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, GCCollector, Histogram,
-                               PlatformCollector, ProcessCollector, generate_latest)
+                               PlatformCollector, ProcessCollector, disable_created_metrics,
+                               generate_latest)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from shared.httpserve import Request, Response, Router
 
 log = logging.getLogger("gpuledger")
+disable_created_metrics()  # a `_created` series per counter and histogram doubles what is scraped
 Values = Callable[[], Mapping[tuple, float]]
 
 

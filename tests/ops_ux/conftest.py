@@ -12,3 +12,12 @@ def demo(tmp_path_factory):
     stack = Stack(tmp_path_factory.mktemp("ops-demo") / "data")
     yield stack
     stack.stop()
+
+
+@pytest.fixture
+def unused_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
