@@ -103,8 +103,10 @@ def asyncapi_document(schemas: dict[str, dict]) -> dict:
         "asyncapi": "3.0.0",
         "info": {"title": "gpuledger", "version": "1.0.0", "description": _INFO},
         "defaultContentType": "application/json",
-        "servers": {"local": {"host": "127.0.0.1:4222", "protocol": "nats", "description":
-                              "Whatever GPULEDGER_NATS_URL names; `gpuledger up` prints it."}},
+        "servers": {"gpuledger": {
+            "host": "{hostPort}", "protocol": "nats",
+            "description": "The server GPULEDGER_NATS_URL names (`gpuledger up` prints it).",
+            "variables": {"hostPort": {"description": "host:port of GPULEDGER_NATS_URL"}}}},
         "channels": {}, "operations": {},
         "components": {"schemas": components, "messages": {}, "messageTraits": _traits()},
     }
