@@ -11,7 +11,8 @@ Kinds:
 - `end`: why an allocated claim ended (ClaimOutcome.code of a final outcome).
 
 tests/contract/test_reason_codes.py fails when code writes a reason code not listed here or one
-listed here is missing from docs/contract.md.
+listed here is missing from docs/contract.md, and when `fleet` here disagrees with the placement
+rules' own `waiting_helps` (services/allocator/core/rules.py).
 """
 
 from __future__ import annotations
@@ -34,10 +35,10 @@ REASONS: tuple[ReasonCode, ...] = (
     ReasonCode("quota-exceeded", "wait", "the namespace (or its cohort) total would be exceeded"),
     ReasonCode("gang-incomplete", "wait", "not every member of the gang is submitted yet"),
     ReasonCode("gang-unplaceable", "wait", "the whole gang does not fit at once now"),
+    ReasonCode("no-nodes", "wait", "no schedulable node is registered yet"),
     ReasonCode("no-such-gpu", "fleet", "nodes have no device of the model, group, pool or MIG profile"),
     ReasonCode("cuda-incompatible", "fleet", "nodes' drivers run none of the allowed CUDA versions"),
     ReasonCode("node-selector", "fleet", "nodes do not match the node selector"),
-    ReasonCode("no-nodes", "fleet", "no schedulable node is registered"),
     # rejected by the allocator (AllocationRejected)
     ReasonCode("quota-single-exceeded", "never", "a per-workload quota limit is smaller than the claim"),
     ReasonCode("pool-not-found", "never", "the pool named does not exist"),

@@ -8,9 +8,11 @@ import msgspec
 
 from schemas.catalogue import CUDA_VERSIONS, GROUP_CHOICES, MIG_PROFILES, MODEL_NAMES
 
-Name = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$",
+# `(?!\n)$`, not `$`: Python's `$` also matches before a final newline ("a\n" would pass here and
+# in Python's jsonschema, but not in JavaScript); the lookahead makes every engine agree.
+Name = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?(?!\n)$",
                                    description="lower-case DNS-like name")]
-ClaimId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$",
+ClaimId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}(?!\n)$",
                                       description="client-chosen id; letters, digits, . _ : -")]
 
 

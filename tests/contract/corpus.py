@@ -64,6 +64,7 @@ HAND_WRITTEN: dict[str, dict] = {
     "no claim id": {"claim_id": None},
     "claim id with a space": {"claim_id": "has space"},
     "claim id ending in a newline": {"claim_id": "ends-in-newline\n"},
+    "namespace ending in a newline": {"namespace": "team-a\n"},
 }
 
 

@@ -82,14 +82,27 @@ def _end_codes() -> set[str]:
 
 
 def codes_the_code_writes() -> set[str]:
-    from services.allocator.core.placement import FILTERS
+    from services.allocator.core.rules import NO_NODES, RESERVED, RULES
     from services.claim.outcome_view import _END_CODES
 
-    found = {code for code, _ in FILTERS} | set(_END_CODES.values()) | _intake_refusal_codes() | _end_codes()
+    found = {rule.code for rule in RULES} | {NO_NODES, RESERVED} | set(_END_CODES.values())
+    return found | _intake_refusal_codes() | _end_codes() | _literal_codes()
+
+
+def _literal_codes() -> set[str]:
+    found: set[str] = set()
     for pattern in WRITERS:
         for path in REPO.glob(pattern):
             found |= _codes_in(ast.parse(path.read_text()))
     return found
+
+
+def test_a_placement_rule_is_fleet_bound_exactly_when_waiting_does_not_help():
+    from services.allocator.core.rules import RULES, waiting_helps
+
+    for rule in RULES:
+        assert (BY_CODE[rule.code].kind == "fleet") == (not rule.waiting_helps), rule.code
+    assert all(waiting_helps(r.code) for r in REASONS if r.kind == "wait")
 
 
 def test_the_scan_finds_codes_of_every_kind():
