@@ -35,8 +35,12 @@ _SEQ, _AT, _SIG, _WRITTEN = range(4)  # fields of a tracked claim: [seq, at, sig
 
 class OutcomeWriter:
     def __init__(self, nc, service, window: int = 1024, checkpoint_every_s: float = 1.0,
-                 refresh_after_s: float = subjects.OUTCOMES_MAX_AGE_S / 2, clock=time.monotonic):
+                 refresh_after_s: float = subjects.OUTCOMES_MAX_AGE_S / 2, clock=time.monotonic,
+                 ack_timeout_s: float = 10.0, retry_after_s: float = 0.5):
         self.js = nc.jetstream(publish_async_max_pending=window)
+        # an ack lost in a reconnect never comes: give up on it after a while and write it again,
+        # so the window of outstanding acks cannot fill up for good
+        self.ack_timeout_s, self.retry_after_s = ack_timeout_s, retry_after_s
         self.service = service
         self.checkpoint_every_s, self.refresh_after_s, self.clock = checkpoint_every_s, refresh_after_s, clock
         self.since = 0  # outcomes of changes up to this ledger sequence are stored (checkpoint read)
@@ -46,6 +50,7 @@ class OutcomeWriter:
         self.flushes: list[tuple[int, asyncio.Task]] = []  # (ledger seq covered, acks) in order
         self.stored_through = 0  # every outcome up to here acked
         self.checkpointed, self._last_checkpoint = 0, 0.0
+        self.failures = 0  # outcomes not sent or not acked (each written again)
         self.wake = asyncio.Event()
 
     # --- noting changes (a follower listener: runs inside the fold, no I/O) ------------------
@@ -103,7 +108,8 @@ class OutcomeWriter:
         while True:
             await self.wake.wait()
             self.wake.clear()
-            await self.flush()
+            if await self.flush():  # some not sent (disconnected): do not spin on them
+                await asyncio.sleep(self.retry_after_s)
 
     def _after_catch_up(self) -> None:
         claims = self.service.state.claims
@@ -115,12 +121,12 @@ class OutcomeWriter:
                 del self.tracked[claim_id]
         self.wake.set()
 
-    async def flush(self) -> None:
-        """Write the outcome of every claim noted since the last flush."""
+    async def flush(self) -> int:
+        """Write the outcome of every claim noted since the last flush; how many were not sent."""
         through = self.service.state.last_seq  # every change up to here is noted
         messages = self._build(self.dirty)  # built before any await: one consistent state
         self.dirty = {}
-        sent = []
+        sent, failed = [], 0
         for claim_id, data, seq, at in messages:
             try:
                 ack = await self.js.publish_async(subjects.outcome(claim_id), data,
@@ -128,9 +134,11 @@ class OutcomeWriter:
             except Exception as err:  # not connected now: write it again later
                 log.warning("outcome of %s not sent (%s): will retry", claim_id, err)
                 self._retry(claim_id, seq, at)
+                failed += 1
                 continue
             sent.append((claim_id, seq, at, ack))
         self.flushes.append((through, asyncio.ensure_future(self._settle(sent))))
+        return failed
 
     def _build(self, dirty: dict[str, None]) -> list[tuple[str, bytes, int, float]]:
         state, rejected, now = self.service.state, self.service.rejected, self.clock()
@@ -158,6 +166,7 @@ class OutcomeWriter:
         return out
 
     def _retry(self, claim_id: str, seq: int, at: float) -> None:
+        self.failures += 1
         track = self.tracked.get(claim_id)
         if track is None or track[_SEQ] <= seq:
             self.tracked[claim_id] = [seq, at, None, 0.0]
@@ -167,11 +176,16 @@ class OutcomeWriter:
         self.wake.set()
 
     async def _settle(self, sent) -> None:
+        failed = []
         for claim_id, seq, at, ack in sent:
             try:
-                await ack
-            except Exception as err:
+                await asyncio.wait_for(ack, self.ack_timeout_s)
+            except Exception as err:  # a JetStream error, or no ack in time
                 log.warning("outcome of %s not stored (%s): will retry", claim_id, err)
+                failed.append((claim_id, seq, at))
+        if failed:  # not at once: the stream may be gone for a while (this flush stays unsettled)
+            await asyncio.sleep(self.retry_after_s)
+            for claim_id, seq, at in failed:
                 self._retry(claim_id, seq, at)
         self._advance()
 

@@ -133,3 +133,31 @@ async def test_what_changed_while_the_service_was_down_is_written_after_a_restar
         assert released.message == "by hand" and released.at == 1.0
         assert (await last_outcome(js, "kept")).status == "pending"
     await nc.close()
+
+
+async def test_an_outcome_the_stream_refused_is_written_once_the_stream_is_back(fresh_nats):
+    from shared.jetstream import outcomes_stream_config
+
+    nc = await nats.connect(fresh_nats.url)
+    js = nc.jetstream()
+    async with running(fresh_nats.url, "claim") as (claim,):
+        writer = claim.claim_outcomes
+        writer.retry_after_s = 0.05
+        await js.delete_stream(subjects.OUTCOMES_STREAM)
+        await publish(js, {"claim_id": "while-gone", "namespace": "team-a"})
+        for _ in range(1000):  # until its write has failed at least once
+            if writer.failures:
+                break
+            await asyncio.sleep(0.01)
+        assert writer.failures and await last_outcome_or_none(js) is None
+        await js.add_stream(outcomes_stream_config())
+        outcome = await outcome_when(js, "while-gone", lambda o: o.status == "pending")
+        assert outcome.claim_id == "while-gone"
+    await nc.close()
+
+
+async def last_outcome_or_none(js):
+    try:
+        return await last_outcome(js, "while-gone")
+    except Exception:  # the stream is gone
+        return None
