@@ -41,3 +41,48 @@ async def test_a_node_publisher_learns_why_its_claim_was_refused(fresh_nats):
     assert out["seen"] == ["rejected"]
     last = out["last"]
     assert last["final"] and last["code"] == "invalid" and "gpus" in last["reasons"][0]["message"]
+
+
+# What docs/contract.md says a publisher needs, and nothing more.
+PUBLISHER_PERMISSIONS = {
+    "publish": ["gpu.intake.claim", "$JS.API.DIRECT.GET.GPULEDGER_OUTCOMES",
+                "$JS.API.DIRECT.GET.GPULEDGER_OUTCOMES.>"],
+    "subscribe": ["gpu.outcome.claim.>", "_INBOX.>"],
+}
+
+
+def _server_with_users(tmp_path):
+    """A real nats-server with two users: `services` (everything) and `publisher` (the above)."""
+    import subprocess
+
+    from shared.natsserver import NatsServer, _wait_ready, find_binary, free_port
+
+    port = free_port()
+    conf = tmp_path / "nats.conf"
+    users = [{"user": "services", "password": "s"},
+             {"user": "publisher", "password": "p", "permissions": PUBLISHER_PERMISSIONS}]
+    conf.write_text(f'listen: "127.0.0.1:{port}"\njetstream {{ store_dir: "{tmp_path / "js"}" }}\n'
+                    f'accounts {{ GPULEDGER {{ jetstream: enabled, users: {json.dumps(users)} }} }}\n')
+    process = subprocess.Popen([find_binary(), "-c", str(conf), "-l", str(tmp_path / "nats.log")],
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               start_new_session=True)
+    server = NatsServer(process, port, tmp_path / "js", tmp_path / "nats.log")
+    _wait_ready(server, 15.0)
+    return server
+
+
+async def test_the_publisher_permissions_the_contract_names_are_enough(tmp_path):
+    require_node()
+    server = _server_with_users(tmp_path)
+    services = f"nats://services:s@127.0.0.1:{server.port}"
+    try:
+        async with running(services, "claim", "allocator"):
+            nc = await nats.connect(services)
+            await register_nodes(JetStreamEventLog(nc), h100_node("node-a"))
+            await nc.close()
+            out = await _run_publisher(f"nats://publisher:p@127.0.0.1:{server.port}",
+                                       {"claim_id": "restricted-1", "namespace": "team-b", "gpus": 1})
+    finally:
+        server.stop()
+    assert out["seen"][-1] == "allocated" and out["last"]["status"] in ("allocated", "bound")
+    assert out["again"]["duplicate"]

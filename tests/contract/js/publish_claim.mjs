@@ -12,7 +12,12 @@ const timer = setTimeout(() => { console.error("no final outcome within 30 s"); 
 const token = claim.claim_id.replace(/[^A-Za-z0-9_:-]/g, "_");
 const subject = `gpu.outcome.claim.${token}`;
 
-const nc = await connect({ servers: process.env.GPULEDGER_NATS_URL });
+// nats.js does not read credentials from a URL: take them apart (nats://user:password@host:port)
+const url = new URL(process.env.GPULEDGER_NATS_URL);
+const nc = await connect({
+  servers: `${url.hostname}:${url.port || 4222}`,
+  ...(url.username ? { user: decodeURIComponent(url.username), pass: decodeURIComponent(url.password) } : {}),
+});
 const js = nc.jetstream();
 const sub = nc.subscribe(subject);  // before publishing: no outcome can be missed
 
@@ -30,7 +35,7 @@ for await (const msg of sub) {
   seen.push(outcome);
   if (outcome.final || outcome.status === "allocated" || outcome.status === "bound") break;
 }
-const jsm = await nc.jetstreamManager();
+const jsm = await nc.jetstreamManager({ checkAPI: false });  // a publisher may not call $JS.API.INFO
 const last = await jsm.direct.getMessage("GPULEDGER_OUTCOMES", { last_by_subj: subject });
 const again = await publish();
 
