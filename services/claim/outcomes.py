@@ -25,6 +25,7 @@ from nats.js.errors import NotFoundError
 from schemas import events as ev
 from schemas import subjects
 from schemas.outcomes import encode_outcome
+from services.claim.ack_window import AckWindow
 from services.claim.outcome_view import outcome_of, rejected_outcome
 
 log = logging.getLogger("gpuledger.claim.outcomes")
@@ -37,7 +38,8 @@ class OutcomeWriter:
     def __init__(self, nc, service, window: int = 1024, checkpoint_every_s: float = 1.0,
                  refresh_after_s: float = subjects.OUTCOMES_MAX_AGE_S / 2, clock=time.monotonic,
                  ack_timeout_s: float = 10.0, retry_after_s: float = 0.5):
-        self.js = nc.jetstream(publish_async_max_pending=window)
+        self.js = nc.jetstream()
+        self.window = AckWindow(nc, window)
         # an ack lost in a reconnect never comes: give up on it after a while and write it again,
         # so the window of outstanding acks cannot fill up for good
         self.ack_timeout_s, self.retry_after_s = ack_timeout_s, retry_after_s
@@ -129,8 +131,7 @@ class OutcomeWriter:
         sent, failed = [], 0
         for claim_id, data, seq, at in messages:
             try:
-                ack = await self.js.publish_async(subjects.outcome(claim_id), data,
-                                                  stream=subjects.OUTCOMES_STREAM)
+                ack = await self.window.publish(subjects.outcome(claim_id), data)
             except Exception as err:  # not connected now: write it again later
                 log.warning("outcome of %s not sent (%s): will retry", claim_id, err)
                 self._retry(claim_id, seq, at)
@@ -176,14 +177,14 @@ class OutcomeWriter:
         self.wake.set()
 
     async def _settle(self, sent) -> None:
-        failed = []
-        for claim_id, seq, at, ack in sent:
-            try:
-                await asyncio.wait_for(ack, self.ack_timeout_s)
-            except Exception as err:  # a JetStream error, or no ack in time
-                log.warning("outcome of %s not stored (%s): will retry", claim_id, err)
-                failed.append((claim_id, seq, at))
+        """Wait for a flush's acks (one wait for all of them, bounded), retry what failed."""
+        if sent:
+            acks = [ack for *_, ack in sent]
+            _, late = await asyncio.wait(acks, timeout=self.ack_timeout_s)
+            self.window.abandon(late)
+        failed = [(claim_id, seq, at) for claim_id, seq, at, ack in sent if not ack.result()]
         if failed:  # not at once: the stream may be gone for a while (this flush stays unsettled)
+            log.warning("%d outcomes not stored (first: %s): will retry", len(failed), failed[0][0])
             await asyncio.sleep(self.retry_after_s)
             for claim_id, seq, at in failed:
                 self._retry(claim_id, seq, at)
@@ -242,11 +243,8 @@ class OutcomeWriter:
 
     async def stop(self, timeout: float = 2.0) -> None:
         """Wait (bounded) for outstanding acks, then record how far outcomes are stored."""
-        try:
-            await asyncio.wait_for(self.js.publish_async_completed(), timeout)
-            await asyncio.wait_for(asyncio.gather(*(t for _, t in self.flushes)), timeout)
-        except Exception:  # asyncio.TimeoutError or a failed ack: recorded as not stored
-            pass
+        if self.flushes:  # a flush settles within ack_timeout_s; do not wait that long to stop
+            await asyncio.wait([t for _, t in self.flushes], timeout=timeout)
         self._collect()
         await self.write_checkpoint()
 
