@@ -29,6 +29,9 @@ GroupName = Literal[GROUP_CHOICES]
 CudaVersion = Literal[CUDA_VERSIONS]
 # "" is the same as leaving it out (encoders in other languages often write every field)
 MigProfile = Literal[("",) + MIG_PROFILES]
+# seed 001's placement policy of a claim; "" and "any" prefer one NVLink island, "contiguous" requires it
+PLACEMENT_POLICIES = ("", "any", "contiguous")
+PlacementPolicy = Literal[PLACEMENT_POLICIES]
 Text = Annotated[str, msgspec.Meta(max_length=MAX_TEXT)]
 SelectorKey = Annotated[str, msgspec.Meta(max_length=MAX_KEY, pattern=r"\S",
                                           description="not empty or blank")]
@@ -78,6 +81,8 @@ class ClaimSpec(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_
     endpoint: str = ""
     service_account: str = ""
     labels: Labels = {}
+    # seed 001: "contiguous" = every GPU from one NVLink island or none; "" = preferred, not required
+    policy: PlacementPolicy = ""
 
 
 class DeviceInfo(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -93,6 +98,10 @@ class DeviceInfo(msgspec.Struct, frozen=True, omit_defaults=True):
     mig_enabled: bool = False  # a card in MIG mode: only its instances are allocatable
     island: int = 0  # NVLink island within the node
     health: str = "Healthy"  # Healthy | Faulted | Ignored
+    # seed 001's names: "nvlink-group-<n>" for GPUs joined by NVLink, "pcie-<index>" for a card
+    # alone; bandwidth in GB/s (both directions) of that link as NVML reports it, 0 when unknown
+    island_name: str = ""
+    bandwidth_gbps: float = 0.0
     pci_bus_id: str = ""
     pci_vendor: str = "10de"
     pci_device: str = ""
