@@ -36,6 +36,7 @@ REASONS: tuple[ReasonCode, ...] = (
     ReasonCode("gang-incomplete", "wait", "not every member of the gang is submitted yet"),
     ReasonCode("gang-unplaceable", "wait", "the whole gang does not fit at once now"),
     ReasonCode("no-nodes", "wait", "no schedulable node is registered yet"),
+    ReasonCode("not-contiguous", "wait", "no node has the GPUs free in one NVLink island (policy contiguous)"),
     ReasonCode("no-such-gpu", "fleet", "nodes have no device of the model, group, pool or MIG profile"),
     ReasonCode("cuda-incompatible", "fleet", "nodes' drivers run none of the allowed CUDA versions"),
     ReasonCode("node-selector", "fleet", "nodes do not match the node selector"),
