@@ -161,3 +161,24 @@ async def last_outcome_or_none(js):
         return await last_outcome(js, "while-gone")
     except Exception:  # the stream is gone
         return None
+
+
+async def test_a_live_claims_outcome_is_rewritten_before_the_streams_max_age_drops_it(stack):
+    nc, contexts = stack
+    js = nc.jetstream()
+    writer = contexts[0].claim_outcomes
+    now = [writer.clock()]
+    writer.clock = lambda: now[0]
+    await publish(js, {"claim_id": "long-lived", "namespace": "team-a", "gpus": 1})
+    await outcome_when(js, "long-lived", lambda o: o.status == "allocated")
+    first = await js.get_last_msg(subjects.OUTCOMES_STREAM, subjects.outcome("long-lived"))
+    assert writer.refresh() == 0  # nothing is old yet
+    now[0] += writer.refresh_after_s
+    assert writer.refresh() >= 1
+    for _ in range(500):
+        again = await js.get_last_msg(subjects.OUTCOMES_STREAM, subjects.outcome("long-lived"))
+        if again.seq > first.seq:
+            break
+        await asyncio.sleep(0.01)
+    assert again.seq > first.seq and decode_outcome(again.data) == decode_outcome(first.data)
+    assert subjects.OUTCOMES_MAX_AGE_S > writer.refresh_after_s
