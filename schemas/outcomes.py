@@ -40,7 +40,7 @@ class ClaimOutcome(msgspec.Struct, tag_field="type", tag=True, frozen=True, kw_o
 
     v: Literal[1]
     claim_id: str
-    namespace: str  # "" for a claim refused at intake before its namespace was read
+    namespace: str  # "" for a claim the intake refused (it never entered the ledger)
     status: Status
     final: bool  # true: the claim has ended and this outcome will not change again
     node: str  # where it holds devices ("" unless allocated or bound)
