@@ -55,7 +55,7 @@ class Dashboard:
     async def claim(self, request: Request) -> Response:
         given = request.params["claim_id"]
         body, status = await self.claim_html(given)
-        wrapped = f'<div id="overview" data-fragment="/fragment/claim/{given}">{body}</div>'
+        wrapped = f'<div id="overview" data-fragment="{render.claim_href(given, "/fragment/claim/")}">{body}</div>'
         return _html(render.page(f"claim {given}", wrapped), status)
 
     async def claim_fragment(self, request: Request) -> Response:

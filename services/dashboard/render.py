@@ -5,9 +5,15 @@ from __future__ import annotations
 
 from datetime import datetime
 from html import escape
+from urllib.parse import quote
 
 from services.dashboard.feed import Line
 from services.dashboard.views import Card, NodeBox, QuotaRow, Waiting
+
+
+def claim_href(claim_id: str, prefix: str = "/claim/") -> str:
+    """A link to a claim's page, safe in an attribute whatever the id holds."""
+    return escape(prefix + quote(claim_id, safe=""))
 
 
 def when(epoch: float) -> str:
@@ -31,7 +37,7 @@ def card(c: Card) -> str:
     holders = ", ".join(f"{claim} ({milli}m)" for claim, milli in c.holders)
     tip = f"GPU {c.label} {c.model} {c.pool or 'no pool'}: {c.state}" + (f" — {holders}" if holders else "")
     fill = c.colours[0] if len(c.colours) == 1 else _stripes(c.colours)
-    held = "".join(f'<a class="holder" href="/claim/{escape(claim)}">{escape(claim[:8])}</a>'
+    held = "".join(f'<a class="holder" href="{claim_href(claim)}">{escape(claim[:8])}</a>'
                    for claim, _ in c.holders)
     return (f'<div class="card {c.state}" style="background:{fill}" title="{escape(tip)}" '
             f'data-uuid="{escape(c.uuid)}" data-state="{c.state}">'
@@ -65,7 +71,7 @@ def queue(rows: list[Waiting]) -> str:
     if not rows:
         return '<h2>Queue</h2><p class="note">no claim is waiting</p>'
     body = "".join(
-        f'<tr><td><a href="/claim/{escape(w.claim_id)}">{escape(w.claim_id)}</a></td><td>{escape(w.namespace)}</td>'
+        f'<tr><td><a href="{claim_href(w.claim_id)}">{escape(w.claim_id)}</a></td><td>{escape(w.namespace)}</td>'
         f'<td>{escape(w.shape)}</td><td>{w.priority}</td><td>{when(w.submitted_at)}</td>'
         f'<td><code>{escape(w.reason_code)}</code> {escape(w.reasons[0] if w.reasons else "")}</td></tr>'
         for w in rows)
@@ -100,7 +106,7 @@ def events(lines: list[Line]) -> str:
 def event_item(line: Line) -> str:
     text = escape(line.text)
     if line.claim_id:
-        text = text.replace(escape(line.claim_id), f'<a href="/claim/{escape(line.claim_id)}">'
+        text = text.replace(escape(line.claim_id), f'<a href="{claim_href(line.claim_id)}">'
                                                    f'{escape(line.claim_id)}</a>', 1)
     return (f'<li data-seq="{line.seq}"><span class="seq">{line.seq}</span> {when(line.at)} '
             f'<b>{escape(line.kind)}</b> {text}</li>')
