@@ -13,9 +13,9 @@ BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000)
 
 
 def instrument(metrics: Metrics, allocator: Allocator, stream_end) -> None:
-    passes = metrics.histogram("gpuledger_decision_pass_seconds",
+    passes = metrics.loop_histogram("gpuledger_decision_pass_seconds",
                                "Time one decision pass took (deciding only, not the append)", PASS_BUCKETS)
-    batches = metrics.histogram("gpuledger_decision_batch_size",
+    batches = metrics.loop_histogram("gpuledger_decision_batch_size",
                                 "Decisions in each DecisionBatch appended (passes that decided anything)",
                                 BATCH_BUCKETS)
 

@@ -16,7 +16,7 @@ def instrument(metrics: Metrics, service, stream_end) -> None:
                    lambda: census.claims_by_status(state()))
     metrics.gauges("gpuledger_pending_claims", "Pending claims by the code of their first reason",
                    ("reason",), lambda: census.pending_by_reason(state()))
-    intake = metrics.histogram("gpuledger_intake_batch_size",
+    intake = metrics.loop_histogram("gpuledger_intake_batch_size",
                                "Claims in each batch drained from the durable intake", INTAKE_BUCKETS)
     service.on_intake_batch = intake.observe
     metrics.follow_fold(lambda: state().last_seq, stream_end)

@@ -49,3 +49,18 @@ def generate(metrics: Metrics) -> str:
     from prometheus_client import generate_latest
 
     return generate_latest(metrics.registry).decode()
+
+
+def test_a_loop_histogram_counts_as_prometheus_does():
+    metrics = Metrics()
+    passes = metrics.loop_histogram("gpuledger_test_pass_seconds", "pass", (0.001, 0.01))
+    for seconds in (0.0005, 0.001, 0.002, 5.0):  # a value equal to a bound is in that bucket
+        passes.observe(seconds)
+    [family] = [f for f in text_string_to_metric_families(generate(metrics))
+                if f.name == "gpuledger_test_pass_seconds"]
+    got = {(s.name, s.labels.get("le")): s.value for s in family.samples}
+    assert got[("gpuledger_test_pass_seconds_bucket", "0.001")] == 2
+    assert got[("gpuledger_test_pass_seconds_bucket", "0.01")] == 3
+    assert got[("gpuledger_test_pass_seconds_bucket", "+Inf")] == 4
+    assert got[("gpuledger_test_pass_seconds_count", None)] == 4
+    assert abs(got[("gpuledger_test_pass_seconds_sum", None)] - 5.0035) < 1e-9
