@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from gpuledger_cli.client import (NatsUrl, ask, connect_or_die, die, local_time, nats_url, print_json,
+from gpuledger_cli.client import (NatsUrl, ask, die, local_time, nats_url, open_requester, print_json,
                                   request, run)
 from schemas import subjects
 
@@ -72,12 +72,12 @@ AsJson = typer.Option(False, "--json", help="print one JSON object")
 async def _for_claim(url: str, given: str, subject: str, extra: dict | None = None):
     """Resolve a typed id or prefix to the one full claim id (the claim service answers), then
     send the command for that id, on one connection."""
-    nc = await connect_or_die(url)
+    conn = await open_requester(url)
     try:
-        found = await ask(nc, subjects.query("claim.resolve"), {"claim_id": given}, service="claim")
-        return await ask(nc, subject, {"claim_id": found["claim_id"], **(extra or {})}, service="claim")
+        found = await ask(conn, subjects.query("claim.resolve"), {"claim_id": given}, service="claim")
+        return await ask(conn, subject, {"claim_id": found["claim_id"], **(extra or {})}, service="claim")
     finally:
-        await nc.close()
+        await conn.close()
 
 
 @claim_app.command("release")

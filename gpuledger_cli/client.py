@@ -78,24 +78,58 @@ async def connect_or_die(url: str):
 async def request(url: str, subject: str, payload: Any, timeout: float = 10.0, service: str = "") -> Any:
     """Send a command (a dict, bytes or a msgspec Command); return its data, or exit with the
     service's error message."""
-    nc = await connect_or_die(url)
+    conn = await open_requester(url)
     try:
-        return await ask(nc, subject, payload, timeout, service)
+        return await ask(conn, subject, payload, timeout, service)
     finally:
-        await nc.close()
+        await conn.close()
 
 
-async def ask(nc, subject: str, payload: Any, timeout: float = 10.0, service: str = "") -> Any:
-    """One request on an open connection: its data, or exit with the service's error message."""
+async def open_requester(url: str):
+    """A connection for requests: the light core-protocol client (`natsreq`) for plain nats://
+    URLs, nats-py for anything it does not do (TLS, nkeys). Exits with a clear message when no
+    server answers or it refuses the credentials."""
+    from gpuledger_cli.natsreq import NatsError, Requester, Unsupported
+
+    try:
+        return await Requester.open(url)
+    except Unsupported:
+        return _NatsPy(await connect_or_die(url))
+    except NatsError as err:
+        die(f"NATS at {url} refused the connection ({err}). Use the GPULEDGER_NATS_URL line "
+            "`gpuledger up` printed, or your deployment's ops user.")
+    except (ConnectionError, OSError) as err:
+        die(f"cannot reach NATS at {url} ({err}). Is `gpuledger up` running? "
+            "Set --nats-url or GPULEDGER_NATS_URL.")
+
+
+class _NatsPy:
+    """nats-py behind the same two calls as `natsreq.Requester`."""
+
+    def __init__(self, nc):
+        self.nc = nc
+
+    async def request(self, subject: str, payload: bytes, timeout: float, headers=None) -> bytes:
+        return (await self.nc.request(subject, payload, timeout=timeout, headers=headers)).data
+
+    async def close(self) -> None:
+        await self.nc.close()
+
+
+async def ask(conn, subject: str, payload: Any, timeout: float = 10.0, service: str = "") -> Any:
+    """One request on an open connection (`open_requester`): its data, or exit with the service's
+    error message."""
     body = payload if isinstance(payload, bytes) else msgspec.json.encode(payload)
     with cli_span(f"cli {subject}") as headers:
         try:
-            msg = await nc.request(subject, body, timeout=timeout, headers=headers or None)
+            data = await conn.request(subject, body, timeout, headers or None)
         except Exception as err:
+            if "permission" in str(err).lower():
+                die(f"NATS refused this user: {err}. Use the ops user's URL.")
             who = f"the {service} service" if service else "the service"
-            die(f"no answer on {subject} within {timeout:g}s ({type(err).__name__}). "
-                f"Is {who} running?")
-    reply = msgspec.json.decode(msg.data)
+            why = str(err) or type(err).__name__
+            die(f"no answer on {subject} within {timeout:g}s ({why}). Is {who} running?")
+    reply = msgspec.json.decode(data)
     if not reply.get("ok"):
         error = reply.get("error") or {}
         field = f" (field {error['field']})" if error.get("field") else ""

@@ -45,9 +45,10 @@ def test_help_imports_no_area_and_no_heavy_library():
 
 
 def test_claim_get_loads_only_what_a_request_needs():
+    """Not even nats-py: a request goes through the light core-protocol client (natsreq)."""
     loaded = imported_by("claim", "get", "x", "--nats-url", "nats://127.0.0.1:9")  # refused at once
-    assert "gpuledger_cli.claims" in loaded and "nats" in loaded
-    assert not {h for h in ("faststream", "opentelemetry", "sqlalchemy", "services", "rich",
+    assert "gpuledger_cli.claims" in loaded and "gpuledger_cli.natsreq" in loaded
+    assert not {h for h in ("faststream", "opentelemetry", "sqlalchemy", "services", "rich", "nats",
                             "prometheus_client") if h in loaded}
 
 
