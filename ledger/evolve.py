@@ -311,11 +311,13 @@ def _pool_deleted(state: State, e: ev.PoolDeleted, seq: int) -> None:
 
 def _quota_set(state: State, e: ev.QuotaSet, seq: int) -> None:
     state.quotas[e.namespace] = e.spec
+    state.quota_tree = None
     grow(state)
 
 
 def _quota_deleted(state: State, e: ev.QuotaDeleted, seq: int) -> None:
     state.quotas.pop(e.namespace, None)
+    state.quota_tree = None
     grow(state)
 
 

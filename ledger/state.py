@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from schemas.types import ClaimSpec, Grant, PoolSpec, QuotaSpec, Reason
 
@@ -219,6 +219,8 @@ class State:
     claims: dict[str, Claim] = field(default_factory=dict)
     pending: dict[str, None] = field(default_factory=dict)  # insertion order = submit order
     quotas: dict[str, QuotaSpec] = field(default_factory=dict)
+    default_quota: QuotaSpec | None = None  # for every namespace without a quota of its own
+    quota_tree: Any = None  # derived from `quotas` (ledger.cohorts.tree_of); None: build it again
     usage: dict[str, Usage] = field(default_factory=dict)
     pools: dict[str, PoolSpec] = field(default_factory=dict)
     groups: dict[NodeView, Group] = field(default_factory=dict)

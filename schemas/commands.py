@@ -63,6 +63,9 @@ class SetQuota(Command):
     parent: str = ""
     borrowing_limit_tflops: str | float | None = None
     borrowing_limit_vram: str | None = None
+    lending_limit_tflops: str | float | None = None  # None: all of its unused quota may be lent
+    lending_limit_vram: str | None = None
+    fair_sharing_weight: float = 1.0  # a larger weight gets a larger share of what siblings borrow
 
 
 class DeleteQuota(Command):

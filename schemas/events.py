@@ -175,10 +175,11 @@ class QuotaBorrowed(Event, tag=True):
 
     claim_id: str
     namespace: str  # the borrower
-    parent: str  # the team/cohort quota it borrowed through
+    parent: str  # the cohort it borrows from (the parent of the first node in `through`)
     lenders: list[str] = []  # siblings with unused quota (and the parent for its unassigned share)
     tflops: float = 0.0  # the part of the claim above the borrower's own quota
     vram_mib: int = 0
+    through: list[str] = []  # the tree nodes this grant takes above their quota, nearest first
 
 
 class QuotaReclaimed(Event, tag=True):
@@ -189,10 +190,11 @@ class QuotaReclaimed(Event, tag=True):
     claim_id: str
     borrower: str
     lender: str
-    parent: str
+    parent: str  # the nearest cohort the borrower and the lender share
     beneficiary: str = ""
     tflops: float = 0.0
     vram_mib: int = 0
+    rule: str = "nominal"  # nominal: the lender is within its own quota | fair-share (see docs/quota.md)
 
 
 # --- serverless endpoints (claim service) --------------------------------------------------------
@@ -256,7 +258,7 @@ class AllocationRejected(Event, tag=True):
 
 class ClaimEvicted(Event, tag=True):
     claim_id: str
-    rule: str  # stale | priority | quota-reclaim
+    rule: str  # stale | priority | quota-reclaim | fair-share
     beneficiary: str = ""
     detail: str = ""
 

@@ -12,7 +12,7 @@ from schemas.types import Reason
 
 from ledger.evolve import apply_decision
 from ledger.holdings import Journal
-from ledger.quota import borrow_event
+from ledger.borrowing import borrow_event
 from ledger.state import Claim, State
 from services.allocator.core.scorers import DEFAULT_POLICY
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from schemas import events as ev
 from schemas.types import Grant, Reason
 
+from ledger.cohorts import quota_of
 from ledger.pools import has_access
 from ledger.quota import Cost, quota_check, single_violation, total_violation
 from ledger.state import FREE, Claim, State
@@ -72,14 +73,15 @@ def _try_need(state, run, claim, need: Need, reasons, single_refusals):
 def _models_within_quota(state, claim, need, reasons, single_refusals):
     """Models of this need whose cost the namespace can afford; None when no quota applies."""
     namespace = claim.spec.namespace
-    if namespace not in state.quotas or need.count == 0:
+    quota = quota_of(state, namespace)
+    if quota is None or need.count == 0:
         return None
     candidates = need.models or frozenset(m for m in state.groups_by_model if m)
     allowed = []
     for model in sorted(candidates):
         memory = _model_memory(state, model, need)
         c = _cost(claim, need, model, memory)
-        refusal = single_violation(namespace, state.quotas.get(namespace), c)
+        refusal = single_violation(namespace, quota, c)
         if refusal is not None:
             single_refusals.append(refusal)
             continue
