@@ -321,6 +321,16 @@ def _quota_deleted(state: State, e: ev.QuotaDeleted, seq: int) -> None:
     grow(state)
 
 
+def _default_quota_set(state: State, e: ev.QuotaDefaultSet, seq: int) -> None:
+    state.default_quota = e.spec
+    grow(state)
+
+
+def _default_quota_deleted(state: State, e: ev.QuotaDefaultDeleted, seq: int) -> None:
+    state.default_quota = None
+    grow(state)
+
+
 # --- allocator decisions -----------------------------------------------------------------------
 
 
@@ -428,6 +438,8 @@ _HANDLERS = {
     ev.PoolDeleted: _pool_deleted,
     ev.QuotaSet: _quota_set,
     ev.QuotaDeleted: _quota_deleted,
+    ev.QuotaDefaultSet: _default_quota_set,
+    ev.QuotaDefaultDeleted: _default_quota_deleted,
     ev.DecisionBatch: _decision_batch,
     ev.EventBatch: _event_batch,
 }

@@ -34,6 +34,7 @@ class Snapshot(msgspec.Struct):
     shape_counts: list[tuple[tuple[int, int, str, int], int]]
     shapes_seen: list[tuple[tuple[int, int, str, int], int]] = []
     ended: list[str] = []
+    default_quota: QuotaSpec | None = None
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -61,7 +62,7 @@ def to_snapshot(state: State, compact: bool = False) -> bytes:
             state.next_rank, state.submitted, list(state.nodes.values()), claims,
             list(state.pending), list(state.leased), state.quotas, state.usage,
             list(state.pools.values()), list(state.shape_counts.items()),
-            list(state.shapes_seen.items()), ended))
+            list(state.shapes_seen.items()), ended, state.default_quota))
     finally:
         for node, view, static in views:
             node.view, node.static = view, static
@@ -73,7 +74,8 @@ def from_snapshot(data: bytes) -> State:
         raise ValueError(f"snapshot version {snap.version} is not {SNAPSHOT_VERSION}: replay from the log")
     state = State(last_seq=snap.last_seq, last_decision_seq=snap.last_decision_seq,
                   capacity_epoch=snap.capacity_epoch, next_rank=snap.next_rank,
-                  submitted=snap.submitted, quotas=dict(snap.quotas), usage=dict(snap.usage))
+                  submitted=snap.submitted, quotas=dict(snap.quotas), usage=dict(snap.usage),
+                  default_quota=snap.default_quota)
     state.pools = {p.name: p for p in snap.pools}
     state.shape_counts = {tuple(k): v for k, v in snap.shape_counts}
     refresh_typical(state, {tuple(k): v for k, v in snap.shapes_seen})

@@ -68,6 +68,22 @@ class SetQuota(Command):
     fair_sharing_weight: float = 1.0  # a larger weight gets a larger share of what siblings borrow
 
 
+class SetDefaultQuota(Command):
+    """The quota of every namespace without one of its own; the same quantities as SetQuota."""
+
+    requests_tflops: str | float | None = None
+    requests_vram: str | None = None
+    limits_tflops: str | float | None = None
+    limits_vram: str | None = None
+    max_workers: int | None = None
+    alert_threshold_percent: float = 95.0
+    single_max_requests_tflops: str | float | None = None
+    single_max_requests_vram: str | None = None
+    single_max_limits_tflops: str | float | None = None
+    single_max_limits_vram: str | None = None
+    single_max_gpu_count: int | None = None
+
+
 class DeleteQuota(Command):
     namespace: str
 

@@ -136,6 +136,17 @@ class QuotaDeleted(Event, tag=True):
     namespace: str
 
 
+class QuotaDefaultSet(Event, tag=True):
+    """The quota of every namespace without one of its own (a namespace quota or a cohort): each
+    such namespace is limited by this spec separately. No parent: defaulted namespaces stand alone."""
+
+    spec: QuotaSpec
+
+
+class QuotaDefaultDeleted(Event, tag=True):
+    """Namespaces without a quota of their own are unlimited again."""
+
+
 class QuotaAlertRaised(Event, tag=True):
     namespace: str
     resource: str
@@ -330,6 +341,8 @@ AnyEvent = (
     | PoolDeleted
     | QuotaSet
     | QuotaDeleted
+    | QuotaDefaultSet
+    | QuotaDefaultDeleted
     | QuotaAlertRaised
     | QuotaAlertCleared
     | DriftDetected

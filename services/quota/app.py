@@ -19,12 +19,13 @@ from shared.commands import DomainError, command
 from shared.service import ServiceContext
 from shared.settings import Settings
 
+from ledger.cohorts import quota_source, tree_of
 from ledger.follower import StateFollower
 from services.quota.alerts import alert_changes
 from services.quota.drift import drift_changes
 from services.quota.quantities import QuantityError
-from services.quota.status import QuotaStatus, all_statuses, namespace_status
-from services.quota.validation import spec_from_command
+from services.quota.status import QuotaStatus, all_statuses, known_namespaces, namespace_status
+from services.quota.validation import spec_from_command, spec_from_default
 from services.quota.view import QuotaView, fold_own
 
 log = logging.getLogger("gpuledger.quota")
@@ -65,7 +66,7 @@ class QuotaService:
     async def reconcile_once(self) -> int:
         """Append what the rules call for now; wait until it is folded back. Returns events appended."""
         view, now = self.view, self.clock()
-        namespaces = set(view.state.quotas) | {ns for ns, _ in view.alerts}
+        namespaces = set(known_namespaces(view.state)) | {ns for ns, _ in view.alerts}
         nodes, self.dirty_nodes = self.dirty_nodes, set()
         changes = alert_changes(view, namespaces, now) + drift_changes(
             view, nodes, self.settings.stale_after_s, now)
@@ -102,17 +103,49 @@ class QuotaService:
                      "is now bounded by the sum of their own quotas"] if children else [])
         return {"namespace": c.namespace, "deleted": True, "seq": appended.seq, "warnings": warnings}
 
+    async def set_default(self, c: cmd.SetDefaultQuota) -> dict:
+        try:
+            spec = spec_from_default(c)
+        except QuantityError as err:
+            raise DomainError("invalid", err.message, err.field)
+        appended = await self.log.append(subjects.DEFAULT_QUOTA, ev.QuotaDefaultSet(spec=spec, at=self.clock()))
+        await self.follower.wait_for_seq(appended.seq)
+        default = self.get_default()
+        over = [s for s in map(self.get, default["applies_to"]) if _warnings(s)]
+        return default | {"seq": appended.seq,
+                          "warnings": [f"{s.namespace}: {w}" for s in over for w in _warnings(s)]}
+
+    async def delete_default(self) -> dict:
+        self.get_default()
+        appended = await self.log.append(subjects.DEFAULT_QUOTA, ev.QuotaDefaultDeleted(at=self.clock()))
+        await self.follower.wait_for_seq(appended.seq)
+        return {"deleted": True, "seq": appended.seq}
+
+    def get_default(self) -> dict:
+        state = self.view.state
+        if state.default_quota is None:
+            raise DomainError("not-found", "no default quota is set: namespaces without a quota of their "
+                                           "own are unlimited", "default")
+        applies = [ns for ns in known_namespaces(state) if quota_source(state, ns) == "default"]
+        return {"spec": state.default_quota, "applies_to": applies, "as_of_seq": self.view.last_seq}
+
     def _quota_status(self, namespace: str) -> QuotaStatus:
         status = namespace_status(self.view, namespace)
         if status is None:
-            raise DomainError("not-found", f"no quota for namespace {namespace!r}", "namespace")
+            raise DomainError("not-found", f"no quota for namespace {namespace!r}: it has none of its "
+                                           "own and no default quota is set, so it is unlimited", "namespace")
         return status
 
     def get(self, namespace: str) -> QuotaStatus:
         return self._quota_status(namespace)
 
     def list(self, parent: str = "") -> list[QuotaStatus]:
-        return [s for s in all_statuses(self.view) if not parent or s.parent == parent or s.namespace == parent]
+        """Every namespace with a quota, in a cohort or with use; under `parent`: its subtree."""
+        statuses = all_statuses(self.view)
+        if not parent:
+            return statuses
+        members = set(tree_of(self.view.state).members(parent))
+        return [s for s in statuses if s.namespace in members]
 
     def status(self, namespace: str = "") -> dict:
         quotas = [self._quota_status(namespace)] if namespace else all_statuses(self.view)
@@ -121,7 +154,7 @@ class QuotaService:
             drift = [d for d in drift if self._drift_namespace(d) in (namespace, "")]
         recent = [e for e in self.view.recent if not namespace or namespace in _namespaces_of(e)]
         return {"as_of_seq": self.view.last_seq, "quotas": quotas, "drift": drift, "recent": recent,
-                "stale_after_s": self.settings.stale_after_s}
+                "stale_after_s": self.settings.stale_after_s, "default": self.view.state.default_quota}
 
     def _drift_namespace(self, drift: ev.DriftDetected) -> str:
         claim = self.view.state.claims.get(drift.claim_id) if drift.claim_id else None
@@ -176,6 +209,18 @@ def register_handlers(ctx: ServiceContext, service: QuotaService) -> None:
     async def quota_status(c: cmd.GetQuotaStatus):
         return cmd.ok(service.status(c.namespace))
 
+    async def set_default(c: cmd.SetDefaultQuota):
+        return cmd.ok(await service.set_default(c))
+
+    async def get_default(c: cmd.Query):
+        return cmd.ok(service.get_default())
+
+    async def delete_default(c: cmd.Query):
+        return cmd.ok(await service.delete_default())
+
+    command(b, subjects.command("quota.default.set"), cmd.SetDefaultQuota, set_default)
+    command(b, subjects.command("quota.default.get"), cmd.Query, get_default)
+    command(b, subjects.command("quota.default.delete"), cmd.Query, delete_default)
     command(b, subjects.command("quota.set"), cmd.SetQuota, set_quota)
     command(b, subjects.command("quota.delete"), cmd.DeleteQuota, delete_quota)
     command(b, subjects.command("quota.get"), cmd.GetQuota, get_quota)

@@ -12,7 +12,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from schemas.commands import SetQuota
+import msgspec
+
+from schemas.commands import SetDefaultQuota, SetQuota
 from schemas.types import QuotaSingle, QuotaSpec, QuotaTotal, Resources
 
 from services.quota.quantities import QuantityError, is_unlimited, optional_tflops, optional_vram
@@ -51,6 +53,11 @@ def spec_from_command(cmd: SetQuota, quotas: Mapping[str, QuotaSpec]) -> QuotaSp
     check_consistent(spec)
     check_hierarchy(cmd.namespace, spec, quotas)
     return spec
+
+
+def spec_from_default(cmd: SetDefaultQuota) -> QuotaSpec:
+    """The validated default quota: the same rules as a namespace's, without a tree to join."""
+    return spec_from_command(SetQuota(namespace="default", **msgspec.structs.asdict(cmd)), {})
 
 
 def check_consistent(spec: QuotaSpec) -> None:
