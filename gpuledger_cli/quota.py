@@ -7,6 +7,7 @@ from typing import Optional
 import typer
 
 from gpuledger_cli.client import NatsUrl, nats_url, print_json, request, run
+from gpuledger_cli.quota_apply import apply_files, print_results
 from gpuledger_cli.quota_show import print_default, print_status, print_table, recent_line
 from schemas import subjects
 
@@ -72,6 +73,26 @@ def _quantities(given: dict) -> dict:
 def _warn(data: dict) -> None:
     for warning in data.get("warnings", []):
         typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW)
+
+
+@quota_app.command("apply")
+def apply_quotas(
+    files: list[str] = typer.Option(..., "--filename", "-f",
+                                    help="manifest file (YAML, several documents allowed, or JSON; '-' "
+                                         "reads stdin): the seed's GPUResourceQuota or a GPUResourceCohort; "
+                                         "repeat for several files"),
+    namespace: str = typer.Option("", "--namespace", "-n",
+                                  help="namespace of a GPUResourceQuota without metadata.namespace"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="validate against the log, store nothing"),
+    as_json: bool = JsonOpt,
+    url: Optional[str] = NatsUrl,
+) -> None:
+    """Create or replace quotas and cohorts from manifests, all of them or none."""
+    data = apply_files(nats_url(url), files, namespace, dry_run)
+    if as_json:
+        print_json(data)
+        return
+    print_results(data)
 
 
 @quota_app.command("get")

@@ -68,6 +68,14 @@ class SetQuota(Command):
     fair_sharing_weight: float = 1.0  # a larger weight gets a larger share of what siblings borrow
 
 
+class ApplyQuotas(Command):
+    """Several quotas at once (a manifest): validated together against the log, parents before
+    children; nothing is stored if any is invalid; one that equals the stored quota is unchanged."""
+
+    quotas: Annotated[list[SetQuota], msgspec.Meta(min_length=1, max_length=1000)]
+    dry_run: bool = False
+
+
 class SetDefaultQuota(Command):
     """The quota of every namespace without one of its own; the same quantities as SetQuota."""
 

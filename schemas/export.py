@@ -14,7 +14,8 @@ from schemas.types import ClaimSpec
 OUT = Path(__file__).parent / "json"
 
 COMMANDS = (commands.SubmitClaim, commands.ReleaseClaim, commands.RenewLease, commands.ReportActivity,
-            commands.GetClaim, commands.ListClaims, commands.SetQuota, commands.SetDefaultQuota,
+            commands.GetClaim, commands.ListClaims, commands.SetQuota, commands.ApplyQuotas,
+            commands.SetDefaultQuota,
             commands.DeleteQuota,
             commands.GetQuota, commands.CreatePool, commands.UpdatePool, commands.DeletePool,
             commands.CreateEndpoint, commands.DeleteEndpoint, commands.ReportEndpointLoad, commands.Reply)

@@ -23,6 +23,7 @@ from ledger.cohorts import quota_source, tree_of
 from ledger.follower import StateFollower
 from services.quota.alerts import alert_changes
 from services.quota.drift import drift_changes
+from services.quota.manifest import parents_first
 from services.quota.quantities import QuantityError
 from services.quota.status import QuotaStatus, all_statuses, known_namespaces, namespace_status
 from services.quota.validation import spec_from_command, spec_from_default
@@ -102,6 +103,40 @@ class QuotaService:
         warnings = ([f"{', '.join(sorted(children))} still name {c.namespace} as parent: their cohort "
                      "is now bounded by the sum of their own quotas"] if children else [])
         return {"namespace": c.namespace, "deleted": True, "seq": appended.seq, "warnings": warnings}
+
+    async def apply(self, c: cmd.ApplyQuotas) -> dict:
+        """Validate every quota against the log and the others in the set, then store the changed
+        ones, parents first. Fields in errors are `quotas[<index>].<field>`."""
+        planned = self._plan(c.quotas)
+        results, last = [], 0
+        for index, namespace, spec in planned:
+            stored = self.view.state.quotas.get(namespace)
+            action = "unchanged" if stored == spec else ("configured" if stored is not None else "created")
+            results.append({"index": index, "namespace": namespace, "action": action})
+            if action != "unchanged" and not c.dry_run:
+                appended = await self.log.append(subjects.quota(namespace),
+                                                 ev.QuotaSet(namespace=namespace, spec=spec, at=self.clock()))
+                last = results[-1]["seq"] = appended.seq
+        if last:
+            await self.follower.wait_for_seq(last)
+        warnings = [] if c.dry_run else [f"{r['namespace']}: {w}" for r in results if r["action"] != "unchanged"
+                                          for w in _warnings(namespace_status(self.view, r["namespace"]))]
+        return {"results": results, "dry_run": c.dry_run, "warnings": warnings}
+
+    def _plan(self, quotas: list[cmd.SetQuota]) -> list[tuple[int, str, object]]:
+        known, planned, seen = dict(self.view.state.quotas), [], {}
+        for index in parents_first(quotas):
+            one = quotas[index]
+            if one.namespace in seen:
+                raise DomainError("invalid", f"{one.namespace} is given twice (also as quota {seen[one.namespace]})",
+                                  f"quotas[{index}].namespace")
+            seen[one.namespace] = index
+            try:
+                spec = known[one.namespace] = spec_from_command(one, known)
+            except QuantityError as err:
+                raise DomainError("invalid", f"{one.namespace}: {err.message}", f"quotas[{index}].{err.field}")
+            planned.append((index, one.namespace, spec))
+        return planned
 
     async def set_default(self, c: cmd.SetDefaultQuota) -> dict:
         try:
@@ -218,6 +253,10 @@ def register_handlers(ctx: ServiceContext, service: QuotaService) -> None:
     async def delete_default(c: cmd.Query):
         return cmd.ok(await service.delete_default())
 
+    async def apply(c: cmd.ApplyQuotas):
+        return cmd.ok(await service.apply(c))
+
+    command(b, subjects.command("quota.apply"), cmd.ApplyQuotas, apply)
     command(b, subjects.command("quota.default.set"), cmd.SetDefaultQuota, set_default)
     command(b, subjects.command("quota.default.get"), cmd.Query, get_default)
     command(b, subjects.command("quota.default.delete"), cmd.Query, delete_default)
