@@ -45,6 +45,9 @@ class ClaimSpec(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_
     memory_mib: Annotated[int, msgspec.Meta(ge=0)] = 0
     limit_tflops: Annotated[float, msgspec.Meta(ge=0)] = 0.0
     limit_vram_gib: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    # TFLOPS requested on each GPU (TensorFusion's tflops request): the allocator gives each GPU the
+    # share of a card that provides it (with gpu_memory_gib: the larger of the two shares)
+    gpu_tflops: Annotated[float, msgspec.Meta(ge=0, le=100_000)] = 0.0
     workload: str = ""
     endpoint: str = ""
     service_account: str = ""

@@ -27,8 +27,7 @@ def try_place(state: State, run: Pass, claim: Claim):
     needs = needs_for(spec, sorted(k for k in state.groups_by_model if k))
     if not needs:
         return _reject(claim, run, "no-such-shape",
-                       f"no GPU model in the fleet can hold {spec.gpu_memory_gib or spec.model_memory_gib:g}Gi "
-                       "on the devices the claim allows")
+                       f"no GPU model in the fleet can hold {_asked(spec)} on the devices the claim allows")
     reasons: list[Reason] = []
     single_refusals: list[Reason] = []
     # Counting reasons over every node is the expensive part of a failure: a pass without timers
@@ -45,6 +44,12 @@ def try_place(state: State, run: Pass, claim: Claim):
         return ev.AllocationRejected(claim_id=claim.claim_id, code="quota-single-exceeded",
                                      reasons=single_refusals[:1], at=run.ctx.now)
     return rank_reasons(reasons)
+
+
+def _asked(spec) -> str:
+    memory = spec.gpu_memory_gib or spec.model_memory_gib
+    asked = [f"{memory:g}Gi"] if memory else []
+    return " and ".join(asked + ([f"{spec.gpu_tflops:g} TFLOPS"] if spec.gpu_tflops else [])) or "the claim"
 
 
 def _try_need(state, run, claim, need: Need, args: tuple, reasons, single_refusals):
