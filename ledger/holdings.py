@@ -200,6 +200,7 @@ def free(state: State, claim: Claim, status: str, reason: str,
     _charge(state, claim, -1)
     state.leased.pop(cid, None)
     state.holding.pop(cid, None)
+    state.idle_watch.pop(cid, None)
     state.freed_ns[spec.namespace] = epoch
     claim.status, claim.end_reason = status, reason
 
@@ -213,7 +214,7 @@ def _remember(state: State, claim: Claim, node: Node | None, units: list[Unit], 
     for unit in units:
         _save_unit(unit, journal)
     _save_usage(state, claim.spec.namespace, journal)
-    for book in (state.pending, state.holding, state.leased):
+    for book in (state.pending, state.holding, state.leased, state.idle_watch):
         _save_membership(book, cid, journal)
 
 

@@ -35,6 +35,7 @@ class Snapshot(msgspec.Struct):
     shapes_seen: list[tuple[tuple[int, int, str, int], int]] = []
     ended: list[str] = []
     default_quota: QuotaSpec | None = None
+    idle_watch: list[str] = []
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -62,7 +63,7 @@ def to_snapshot(state: State, compact: bool = False) -> bytes:
             state.next_rank, state.submitted, list(state.nodes.values()), claims,
             list(state.pending), list(state.leased), state.quotas, state.usage,
             list(state.pools.values()), list(state.shape_counts.items()),
-            list(state.shapes_seen.items()), ended, state.default_quota))
+            list(state.shapes_seen.items()), ended, state.default_quota, list(state.idle_watch)))
     finally:
         for node, view, static in views:
             node.view, node.static = view, static
@@ -83,6 +84,7 @@ def from_snapshot(data: bytes) -> State:
     state.ended = dict.fromkeys(snap.ended)
     state.pending = dict.fromkeys(snap.pending)
     state.leased = dict.fromkeys(snap.leased)
+    state.idle_watch = dict.fromkeys(snap.idle_watch)
     state.holding = {c.spec.claim_id: None for c in snap.claims if c.holds_devices}
     state.min_priority = min((c.spec.priority for c in snap.claims), default=None)  # still a bound
     for node in sorted(snap.nodes, key=lambda n: n.rank):

@@ -37,6 +37,8 @@ class Unit:
     pci_device: str = ""
     milli_free: int = FREE
     holders: dict[str, int] = field(default_factory=dict)
+    observed_at: float = 0.0  # the node agent's last usage report for it (its own clock)
+    busy_at: float = 0.0  # ... the last that showed a process or utilisation on it
 
     @property
     def healthy(self) -> bool:  # spelled out in ledger.grants_fit too (the fold's hot path)
@@ -161,6 +163,9 @@ _HISTORY_LINES = {
     "allocated": "allocated on {} ({})",
     "void": "allocation void: state changed before it was stored",
     "evicted": "evicted ({}) for {}",
+    "unused": "released unused: {}",
+    "drift": "drift {} on {}: {}",
+    "killed": "node agent killed pid {} on {} ({}): {}",
 }
 
 
@@ -234,6 +239,9 @@ class State:
     shape_counts: dict[tuple, int] = field(default_factory=dict)  # claim shapes seen (for FGD)
     leased: dict[str, None] = field(default_factory=dict)  # allocated claims with a lease
     holding: dict[str, None] = field(default_factory=dict)  # claims holding devices now
+    # claims a usage report showed idle on some device since its last busy one: what the timer rule
+    # releasing unused allocations looks at (instead of every claim holding devices)
+    idle_watch: dict[str, None] = field(default_factory=dict)
     # ids of ended claims a compact snapshot left out, or the fold dropped (`keep_ended` off): a
     # late resubmit of one is still a repeat
     ended: dict[str, None] = field(default_factory=dict)

@@ -165,8 +165,9 @@ class DriftDetected(Event, tag=True):
     node: str
     kind: str  # unallocated-process | idle-allocation | missing-device
     uuid: str = ""
-    claim_id: str = ""
+    claim_id: str = ""  # idle-allocation: the claim; unallocated-process: the claim it outlived, if any
     detail: str = ""
+    pid: int = 0  # unallocated-process: the process (one report per process)
 
 
 class DriftCleared(Event, tag=True):
@@ -177,6 +178,19 @@ class DriftCleared(Event, tag=True):
     kind: str
     uuid: str = ""
     claim_id: str = ""
+    pid: int = 0
+
+
+class ProcessKilled(Event, tag=True):
+    """The node agent killed a process that no allocation holds, reported as drift for longer than
+    the operator's grace period (GPULEDGER_KILL_UNALLOCATED_AFTER_S)."""
+
+    node: str
+    uuid: str
+    pid: int
+    claim_id: str = ""  # the claim whose allocation the process outlived, if known
+    reason: str = ""
+    detected_at: float = 0.0  # when the drift was first reported
 
 
 class QuotaBorrowed(Event, tag=True):
@@ -279,6 +293,17 @@ class AllocationExpired(Event, tag=True):
     last_renewed: float
 
 
+class AllocationUnused(Event, tag=True):
+    """The allocator released an allocation on which its node agent showed no process (and no
+    utilisation) for longer than the grace period: usage rebuilt from what runs (seed 003)."""
+
+    claim_id: str
+    idle_since: float  # the allocation, or the last report of a process on its devices
+    observed_at: float  # the node agent's latest report that showed its devices idle
+    grace_s: float
+    reason: str = ""
+
+
 class NodeLost(Event, tag=True):
     node: str
     last_heartbeat: float
@@ -290,7 +315,7 @@ class DecisionBatch(Event, tag=True):
 
     decisions: list[
         ClaimAllocated | ClaimPending | AllocationRejected | ClaimEvicted | AllocationExpired | NodeLost
-        | QuotaBorrowed | QuotaReclaimed
+        | QuotaBorrowed | QuotaReclaimed | AllocationUnused
     ]
     allocator: str = ""
     policy_version: str = ""
@@ -336,6 +361,7 @@ AnyEvent = (
     | NodeConditionChanged
     | UsageObserved
     | ClaimBound
+    | ProcessKilled
     | PoolCreated
     | PoolAccessChanged
     | PoolDeleted
@@ -360,11 +386,12 @@ AnyEvent = (
     | AllocationRejected
     | ClaimEvicted
     | AllocationExpired
+    | AllocationUnused
     | NodeLost
 )
 
 DECISION_TYPES = (ClaimAllocated, ClaimPending, AllocationRejected, ClaimEvicted, AllocationExpired, NodeLost,
-                  QuotaBorrowed, QuotaReclaimed)
+                  QuotaBorrowed, QuotaReclaimed, AllocationUnused)
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(AnyEvent)

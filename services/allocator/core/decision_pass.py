@@ -26,6 +26,7 @@ class DecideContext:
     check_timers: bool = True
     node_timeout_s: float = 30.0
     stale_after_s: float = 600.0
+    release_unused_after_s: float = 0.0  # 0: allocations nothing runs on are never released
     starvation_after_s: float = 300.0
     max_decisions: int = 512
     evict: bool = True
