@@ -48,11 +48,32 @@ class QuotaService:
 
     def _folded(self, seq: int, subject: str, event: ev.Event) -> None:
         fold_own(self.view, event)
-        if isinstance(event, ev.UsageObserved):
-            self.dirty_nodes.add(event.node)
-        elif isinstance(event, ev.DecisionBatch):
-            self.dirty_nodes.update(d.node for d in event.decisions if isinstance(d, ev.ClaimAllocated))
+        self.dirty_nodes.update(self._nodes_to_judge(event))
         self.changed.set()
+
+    def _nodes_to_judge(self, event: ev.Event) -> list[str]:
+        """Nodes whose drift this event may change: observed again, allocated on, or where a claim
+        ended (its processes may outlive it: they are judged now, not at the next periodic report)."""
+        if isinstance(event, ev.UsageObserved):
+            return [event.node]
+        if isinstance(event, ev.EventBatch):
+            return [n for member in event.events for n in self._nodes_to_judge(member)]
+        if isinstance(event, ev.DecisionBatch):
+            return [n for d in event.decisions for n in self._nodes_of_decision(d)]
+        if isinstance(event, ev.ClaimReleased):
+            return self._node_of(event.claim_id)
+        return []
+
+    def _nodes_of_decision(self, decision) -> list[str]:
+        if isinstance(decision, (ev.ClaimAllocated, ev.NodeLost)):
+            return [decision.node]
+        if isinstance(decision, (ev.ClaimEvicted, ev.AllocationExpired, ev.AllocationUnused)):
+            return self._node_of(decision.claim_id)
+        return []
+
+    def _node_of(self, claim_id: str) -> list[str]:
+        claim = self.view.state.claims.get(claim_id)
+        return [claim.node] if claim is not None and claim.node else []
 
     async def reconcile_forever(self, start_seq: int) -> None:
         """After catching up with the log as it was at start, keep alerts and drift current."""
@@ -70,7 +91,7 @@ class QuotaService:
         namespaces = set(known_namespaces(view.state)) | {ns for ns, _ in view.alerts}
         nodes, self.dirty_nodes = self.dirty_nodes, set()
         changes = alert_changes(view, namespaces, now) + drift_changes(
-            view, nodes, self.settings.stale_after_s, now)
+            view, nodes, self.settings.stale_after_s, now, self.settings.release_unused_after_s)
         last = 0
         for event in changes:
             appended = await self.log.append(_subject_of(event), event, msg_id=_msg_id(event, view.last_seq))
@@ -165,7 +186,10 @@ class QuotaService:
         return {"spec": state.default_quota, "applies_to": applies, "as_of_seq": self.view.last_seq}
 
     def _quota_status(self, namespace: str) -> QuotaStatus:
-        status = namespace_status(self.view, namespace)
+        """What get and status answer for a namespace: every namespace `list` shows has one (one
+        with use but no quota, and no default, shows as unlimited)."""
+        known = namespace in known_namespaces(self.view.state)
+        status = namespace_status(self.view, namespace, unlimited=known)
         if status is None:
             raise DomainError("not-found", f"no quota for namespace {namespace!r}: it has none of its "
                                            "own and no default quota is set, so it is unlimited", "namespace")
@@ -187,9 +211,17 @@ class QuotaService:
         drift = sorted(self.view.drifts.values(), key=lambda d: (d.node, d.kind, d.uuid, d.claim_id))
         if namespace:
             drift = [d for d in drift if self._drift_namespace(d) in (namespace, "")]
-        recent = [e for e in self.view.recent if not namespace or namespace in _namespaces_of(e)]
+        recent = [e for e in self.view.recent if not namespace or namespace in self._namespaces_of(e)]
         return {"as_of_seq": self.view.last_seq, "quotas": quotas, "drift": drift, "recent": recent,
                 "stale_after_s": self.settings.stale_after_s, "default": self.view.state.default_quota}
+
+    def _namespaces_of(self, event) -> tuple[str, ...]:
+        if isinstance(event, ev.QuotaBorrowed):
+            return (event.namespace, event.parent, *event.lenders, *event.through)
+        if isinstance(event, ev.QuotaReclaimed):
+            return (event.borrower, event.lender, event.parent)
+        claim = self.view.state.claims.get(getattr(event, "claim_id", "") or "")
+        return (claim.spec.namespace,) if claim is not None else ()
 
     def _drift_namespace(self, drift: ev.DriftDetected) -> str:
         claim = self.view.state.claims.get(drift.claim_id) if drift.claim_id else None
@@ -202,12 +234,6 @@ def _warnings(status: QuotaStatus | None) -> list[str]:
     return [c.message for c in status.conditions if c.type == "Exceeded" and c.reason == "OverQuota"]
 
 
-def _namespaces_of(event) -> tuple[str, ...]:
-    if isinstance(event, ev.QuotaBorrowed):
-        return (event.namespace, event.parent, *event.lenders)
-    if isinstance(event, ev.QuotaReclaimed):
-        return (event.borrower, event.lender, event.parent)
-    return ()
 
 
 def _subject_of(event: ev.Event) -> str:
@@ -220,7 +246,7 @@ def _msg_id(event: ev.Event, based_on_seq: int) -> str:
     """Deterministic: two replicas (or a restart) deciding the same change at the same point of
     the log append it once (JetStream dedup)."""
     if isinstance(event, (ev.DriftDetected, ev.DriftCleared)):
-        key = f"{event.kind}:{event.node}:{event.uuid}:{event.claim_id}"
+        key = f"{event.kind}:{event.node}:{event.uuid}:{event.claim_id}:{event.pid}"
     else:
         key = f"{event.namespace}:{event.resource}"
     return f"quota:{type(event).__name__}:{key}:{based_on_seq}"

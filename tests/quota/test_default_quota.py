@@ -94,7 +94,9 @@ async def test_the_default_quota_through_the_services(fresh_nats):
         web = (await cmd(nc, "get", namespace="web"))["data"]
         assert web["source"] == "default" and web["spec"]["total"]["max_workers"] == 1
         assert (await cmd(nc, "default.delete"))["ok"]
-        assert (await cmd(nc, "get", namespace="web"))["error"]["code"] == "not-found"
+        unlimited = (await cmd(nc, "get", namespace="web"))["data"]  # it has use: shown, without limits
+        assert unlimited["source"] == "none" and unlimited["conditions"][0]["reason"] == "NoQuota"
+        assert (await cmd(nc, "get", namespace="nobody"))["error"]["code"] == "not-found"
         stored = [type(s.event).__name__ async for s in log.read()
                   if isinstance(s.event, (ev.QuotaDefaultSet, ev.QuotaDefaultDeleted))]
         assert stored == ["QuotaDefaultSet", "QuotaDefaultDeleted"]
