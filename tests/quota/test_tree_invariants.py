@@ -12,7 +12,7 @@ from schemas import events as ev
 from ledger.cohorts import Subtrees
 from ledger.evolve import apply_decision
 from ledger.quota import DIMS, SHARED_DIMS, Cost, quota_check
-from tests.quota.builders import add, claim, fleet, node, quota, step
+from tests.quota.builders import add, claim, fleet, node, quota
 from services.allocator.core.decide import DecideContext, decide
 
 VRAM, WORKERS = DIMS[1], DIMS[4]
