@@ -34,6 +34,7 @@ class Snapshot(msgspec.Struct):
     shape_counts: list[tuple[tuple[int, int, str, int], int]]
     shapes_seen: list[tuple[tuple[int, int, str, int], int]] = []
     ended: list[str] = []
+    ignored: dict[str, str] = {}
     default_quota: QuotaSpec | None = None
     idle_watch: list[str] = []
 
@@ -63,7 +64,8 @@ def to_snapshot(state: State, compact: bool = False) -> bytes:
             state.next_rank, state.submitted, list(state.nodes.values()), claims,
             list(state.pending), list(state.leased), state.quotas, state.usage,
             list(state.pools.values()), list(state.shape_counts.items()),
-            list(state.shapes_seen.items()), ended, state.default_quota, list(state.idle_watch)))
+            list(state.shapes_seen.items()), ended, dict(state.ignored),
+            default_quota=state.default_quota, idle_watch=list(state.idle_watch)))
     finally:
         for node, view, static in views:
             node.view, node.static = view, static
@@ -82,6 +84,7 @@ def from_snapshot(data: bytes) -> State:
     refresh_typical(state, {tuple(k): v for k, v in snap.shapes_seen})
     state.claims = {c.spec.claim_id: c for c in snap.claims}
     state.ended = dict.fromkeys(snap.ended)
+    state.ignored = dict(snap.ignored)
     state.pending = dict.fromkeys(snap.pending)
     state.leased = dict.fromkeys(snap.leased)
     state.idle_watch = dict.fromkeys(snap.idle_watch)

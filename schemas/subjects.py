@@ -22,6 +22,12 @@ def pool(name: str) -> str:
     return f"gpu.evt.pool.{_token(name)}"
 
 
+def device_marks(node_name: str) -> str:
+    """Operator marks on a node's devices (Ignored), written by the pool controller: not the
+    node's own subject, which only its agent writes."""
+    return f"gpu.evt.marks.{_token(node_name)}"
+
+
 def quota(namespace: str) -> str:
     return f"gpu.evt.quota.{_token(namespace)}"
 

@@ -52,6 +52,8 @@ class ClaimSpec(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_
     endpoint: str = ""
     service_account: str = ""
     labels: dict[str, str] = {}
+    # seed 001: "contiguous" = every GPU from one NVLink island or none; "" = preferred, not required
+    policy: str = ""
 
 
 class DeviceInfo(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -67,6 +69,10 @@ class DeviceInfo(msgspec.Struct, frozen=True, omit_defaults=True):
     mig_enabled: bool = False  # a card in MIG mode: only its instances are allocatable
     island: int = 0  # NVLink island within the node
     health: str = "Healthy"  # Healthy | Faulted | Ignored
+    # seed 001's names: "nvlink-group-<n>" for GPUs joined by NVLink, "pcie-<index>" for a card
+    # alone; bandwidth in GB/s (both directions) of that link as NVML reports it, 0 when unknown
+    island_name: str = ""
+    bandwidth_gbps: float = 0.0
     pci_bus_id: str = ""
     pci_vendor: str = "10de"
     pci_device: str = ""

@@ -209,4 +209,8 @@ async def build(ctx: ServiceContext) -> None:
     js = ctx.nc.jetstream()
     service.intake_drained = lambda: wait_intake_drained(js)
     ctx.spawn(consume_intake(js, service), "claim-intake")
+    if ctx.settings.kube_controller:  # GpuClaim objects on a cluster (off by default)
+        from services.claim.kube_loop import run as run_kube
+
+        ctx.spawn(run_kube(service), "claim-kube")
 

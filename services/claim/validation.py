@@ -22,9 +22,18 @@ class ClaimInvalid(ValueError):
 
 def validate_claim(spec: ClaimSpec) -> ClaimSpec:
     """Return the claim (normalised) or raise ClaimInvalid naming the first bad field."""
-    for check in (_shape, _models, _groups, _cuda, _mig, _gang, _selector):
+    for check in (_shape, _models, _groups, _cuda, _mig, _gang, _selector, _policy):
         check(spec)
     return _normalise(spec)
+
+
+POLICIES = ("", "any", "contiguous")
+
+
+def _policy(spec: ClaimSpec) -> None:
+    if spec.policy not in POLICIES:
+        raise ClaimInvalid("policy", f"{spec.policy!r} is not a policy: 'contiguous' (every GPU from one "
+                                     "NVLink island, or wait) or 'any' (one island preferred)")
 
 
 def _shape(spec: ClaimSpec) -> None:
