@@ -19,7 +19,7 @@ from typing import NamedTuple
 from schemas import events as ev
 from schemas.types import Reason
 
-from ledger.cohorts import EPS, Subtrees, tree_of
+from ledger.cohorts import EPS, Subtrees, books_of, tree_of
 from ledger.quota import SHARED_DIMS, Cost, within_nominal
 from ledger.state import Claim, State
 
@@ -31,7 +31,7 @@ def _cost_of(decision: ev.ClaimAllocated) -> Cost:
 
 def borrow_event(state: State, decision: ev.ClaimAllocated) -> ev.QuotaBorrowed:
     """Who lends to a claim that takes its branch above its quota (state before the grant)."""
-    books, cost = Subtrees(state), _cost_of(decision)
+    books, cost = books_of(state), _cost_of(decision)
     path = books.tree.ancestors(decision.namespace)
     through = [n for n in path[:-1] if any(books.over(n, d, d.requested(cost)) > EPS for d in SHARED_DIMS)]
     first = through[0] if through else decision.namespace
@@ -94,7 +94,7 @@ def claimant_cost(reasons: list[Reason]) -> Cost | None:
 def reclaim_victims(state: State, claim: Claim, cost: Cost | None = None) -> list[Victim]:
     """Claims whose eviction gives quota back to this one, from the nearest cohort that has any."""
     namespace = claim.spec.namespace
-    books = Subtrees(state)
+    books = books_of(state)
     path = books.tree.ancestors(namespace)
     if len(path) < 2:
         return []
@@ -157,5 +157,5 @@ def namespace_shares(state: State, namespaces) -> dict[str, float]:
     tree = tree_of(state)
     if not tree.parent:
         return {}
-    books = Subtrees(state, tree)
+    books = books_of(state)
     return {ns: books.share(ns, SHARED_DIMS) for ns in namespaces if ns in tree.parent}

@@ -33,6 +33,9 @@ _NO_USE = Usage()
 class QuotaTree(NamedTuple):
     parent: dict[str, str]  # node -> its parent, for every node that has one
     children: dict[str, tuple[str, ...]]  # node -> its children, sorted
+    lends: dict[str, bool]  # resource -> some node of a tree has a lending limit in it
+    capacities: dict[tuple[str, str], float | None]  # (node, resource) -> capacity: quotas only, so
+    # computed once per tree (a quota set or deleted builds a new tree)
 
     def __contains__(self, node: object) -> bool:
         return node in self.parent or node in self.children
@@ -54,14 +57,20 @@ class QuotaTree(NamedTuple):
         return out
 
 
-EMPTY_TREE = QuotaTree({}, {})
-
-
 def tree_of(state: State) -> QuotaTree:
     tree = state.quota_tree
     if tree is None:
         tree = state.quota_tree = build_tree(state.quotas)
     return tree
+
+
+def books_of(state: State) -> "Subtrees":
+    """The tree's arithmetic for the use as it is now: kept while neither quotas nor use change, so
+    the many checks of one decision pass share it."""
+    tree, books = tree_of(state), state.quota_books
+    if books is None or books.tree is not tree or books.version != state.usage_version:
+        books = state.quota_books = Subtrees(state, tree)
+    return books
 
 
 def build_tree(quotas) -> QuotaTree:
@@ -76,12 +85,13 @@ def build_tree(quotas) -> QuotaTree:
             node = parent[node]
         if node in seen:
             del parent[min(seen[seen.index(node):])]
-    if not parent:
-        return EMPTY_TREE
     children: dict[str, list[str]] = {}
     for child, up in sorted(parent.items()):
         children.setdefault(up, []).append(child)
-    return QuotaTree(parent, {k: tuple(v) for k, v in children.items()})
+    lending = [q.lending_limit for ns, q in quotas.items() if ns in parent]
+    lends = {"tflops": any(r.tflops is not None for r in lending),
+             "vram": any(r.vram_mib is not None for r in lending)}
+    return QuotaTree(parent, {k: tuple(v) for k, v in children.items()}, lends, {})
 
 
 def quota_of(state: State, namespace: str) -> QuotaSpec | None:
@@ -104,12 +114,13 @@ def quota_source(state: State, namespace: str) -> str:
 
 
 class Subtrees:
-    """The arithmetic of one state's tree, memoised for one question (use changes between them)."""
+    """The arithmetic of one state's tree, memoised for one version of its use (`books_of`)."""
 
     def __init__(self, state: State, tree: QuotaTree | None = None):
         self.state = state
         self.tree = tree if tree is not None else tree_of(state)
-        self._capacity: dict[tuple[str, str], float | None] = {}
+        self.version = state.usage_version
+        self._capacity = self.tree.capacities
         self._used: dict[tuple[str, str], float] = {}
         self._held: dict[tuple[str, str], float] = {}
 
@@ -123,10 +134,15 @@ class Subtrees:
         key = (node, dim.name)
         if key not in self._capacity:
             own = dim.nominal(self.spec(node))
-            if own is None:
-                kids = self.tree.children.get(node, ())
-                values = [self.capacity(c, dim) for c in kids]
-                own = sum(values) if values and None not in values else None
+            kids = self.tree.children.get(node, ())
+            if own is None and kids:
+                own = 0.0
+                for child in kids:
+                    value = self.capacity(child, dim)
+                    if value is None:
+                        own = None  # an unbounded child: the cohort is unbounded too
+                        break
+                    own += value
             self._capacity[key] = own
         return self._capacity[key]
 
@@ -159,7 +175,13 @@ class Subtrees:
 
     def held_by_others(self, node: str, below: str | None, dim) -> float:
         """What `node`'s children other than `below` hold back from the rest of its subtree."""
+        if dim.lending is None or not self.tree.lends.get(dim.name.split()[0]):
+            return 0.0  # no lending limit in this resource anywhere: nothing is held back
         return sum(self.held_back(c, dim) for c in self.tree.children.get(node, ()) if c != below)
+
+    def held_along(self, path: list[str], level: int, dim) -> float:
+        """What the branches leaving `path` at or below `level` hold back from it."""
+        return sum(self.held_by_others(path[i], path[i - 1] if i else None, dim) for i in range(level + 1))
 
     def over(self, node: str, dim, extra: float = 0.0) -> float:
         """How far `node` uses (with `extra` more) above its own capacity; 0 within it."""

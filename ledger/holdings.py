@@ -81,6 +81,7 @@ def _save_usage(state: State, namespace: str, journal: Journal | None) -> None:
     def undo() -> None:
         (usage.tflops, usage.vram_mib, usage.limit_tflops, usage.limit_vram_mib, usage.workers,
          usage.gpus) = saved
+        state.usage_version += 1
 
     journal.push(undo)
 
@@ -219,6 +220,7 @@ def _remember(state: State, claim: Claim, node: Node | None, units: list[Unit], 
 
 
 def _charge(state: State, claim: Claim, sign: int) -> None:
+    state.usage_version += 1  # quota arithmetic cached for one version of use goes stale
     usage = state.usage_of(claim.spec.namespace)
     usage.tflops += sign * claim.tflops
     usage.vram_mib += sign * claim.vram_mib

@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 from schemas.types import QuotaSpec, Reason
 
-from ledger.cohorts import EPS, Subtrees, quota_of, quota_source, tree_of
+from ledger.cohorts import EPS, Subtrees, books_of, quota_of, quota_source, tree_of
 from ledger.state import State, Usage
 
 GI = 1024
@@ -119,17 +119,14 @@ def quota_check(state: State, namespace: str, cost: Cost) -> QuotaCheck:
     if namespace not in tree:
         quota = quota_of(state, namespace)
         return QuotaCheck(None if quota is None else _standalone(state, namespace, quota, cost))
-    books = Subtrees(state, tree)
+    books = books_of(state)
     path = tree.ancestors(namespace)
+    dims = [d for d in DIMS if any(books.capacity(n, d) is not None for n in path)]  # others: no limit
     within = within_nominal(books, namespace, cost)
-    held = dict.fromkeys((d.name for d in DIMS), 0.0)
     borrowed_from = ""
     for level, node in enumerate(path):
-        below = path[level - 1] if level else None
-        for dim in DIMS:
-            held[dim.name] += books.held_by_others(node, below, dim)
-            verdict = _at_node(books, namespace, node, level, dim, dim.requested(cost),
-                               held[dim.name], within, cost)
+        for dim in dims:
+            verdict = _at_node(books, namespace, path, level, dim, dim.requested(cost), within, cost)
             if isinstance(verdict, Reason):
                 return QuotaCheck(verdict)
             if verdict and not borrowed_from:
@@ -150,15 +147,19 @@ def _standalone(state: State, namespace: str, quota: QuotaSpec, cost: Cost) -> R
     return None
 
 
-def _at_node(books: Subtrees, namespace: str, node: str, level: int, dim: Dim, requested: float,
-             held: float, within: bool, cost: Cost):
+def _at_node(books: Subtrees, namespace: str, path: list[str], level: int, dim: Dim, requested: float,
+             within: bool, cost: Cost):
     """A refusal at this node, True when the node borrows from its parent, else False."""
+    node = path[level]
     capacity = books.capacity(node, dim)
     if capacity is None:
         return False
     used = books.used(node, dim)
-    if used + requested + held <= capacity + EPS:
-        return False
+    held = 0.0
+    if used + requested <= capacity + EPS:  # it fits unless branches leaving the path hold it back
+        held = books.held_along(path, level, dim)
+        if used + requested + held <= capacity + EPS:
+            return False
     parent = books.tree.parent.get(node)
     over = used + requested - capacity
     limit = books.borrowing_limit(node, dim)
@@ -211,10 +212,10 @@ def usage_of(state: State, namespace: str) -> Usage:
 
 def own_used(state: State, namespace: str, dim: Dim, children: list[str] | None = None) -> float:
     """A namespace's use; a cohort's counts its whole subtree (its own claims and its members')."""
-    return Subtrees(state).used(namespace, dim)
+    return books_of(state).used(namespace, dim)
 
 
 def over_nominal(state: State, namespace: str) -> list[Dim]:
     """The shared resources in which the namespace (its subtree) uses more than its own quota."""
-    books = Subtrees(state)
+    books = books_of(state)
     return [d for d in SHARED_DIMS if books.over(namespace, d) > EPS]

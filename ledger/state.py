@@ -230,6 +230,8 @@ class State:
     quotas: dict[str, QuotaSpec] = field(default_factory=dict)
     default_quota: QuotaSpec | None = None  # for every namespace without a quota of its own
     quota_tree: Any = None  # derived from `quotas` (ledger.cohorts.tree_of); None: build it again
+    usage_version: int = 0  # bumped whenever `usage` changes (ledger.cohorts.books_of caches by it)
+    quota_books: Any = None  # ledger.cohorts.Subtrees for (quota_tree, usage_version)
     usage: dict[str, Usage] = field(default_factory=dict)
     pools: dict[str, PoolSpec] = field(default_factory=dict)
     ignored: dict[str, str] = field(default_factory=dict)  # device UUID -> why an operator ignores it

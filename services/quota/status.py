@@ -12,7 +12,7 @@ import msgspec
 
 from schemas.types import QuotaSpec
 
-from ledger.cohorts import Subtrees, quota_of, quota_source, tree_of
+from ledger.cohorts import books_of, quota_of, quota_source, tree_of
 from ledger.quota import DIMS, EPS, SHARED_DIMS, Dim, children_of
 from ledger.state import State
 from services.quota.view import QuotaView
@@ -61,7 +61,7 @@ def used_percent(used: float, limit: float) -> float:
 def resource_uses(state: State, namespace: str, quota: QuotaSpec) -> list[ResourceUse]:
     """Use against the limit per resource: a tree node's capacity (its own total, else its
     children's), else the namespace's quota (its own or the default)."""
-    books = Subtrees(state)
+    books = books_of(state)
     in_tree = namespace in books.tree
     out = []
     for dim in DIMS:
@@ -92,7 +92,7 @@ def namespace_status(view: QuotaView, namespace: str, unlimited: bool = False) -
         resources=uses, conditions=conditions(quota, uses, borrowed, source), parent=quota.parent,
         children=children_of(state, namespace), borrowed=borrowed,
         alerts=sorted(r for (ns, r) in view.alerts if ns == namespace), as_of_seq=view.last_seq,
-        source=source, share=round(Subtrees(state).share(namespace, SHARED_DIMS), 4))
+        source=source, share=round(books_of(state).share(namespace, SHARED_DIMS), 4))
 
 
 def known_namespaces(state: State) -> list[str]:
@@ -134,7 +134,7 @@ def conditions(quota: QuotaSpec, uses: list[ResourceUse], borrowed: dict[str, fl
 
 def _borrowed(state: State, namespace: str, uses: list[ResourceUse]) -> dict[str, float]:
     """Use above the node's own quota that its borrowing limit allows (lent by its cohort)."""
-    books = Subtrees(state)
+    books = books_of(state)
     if namespace not in books.tree.parent:
         return {}
     out = {}

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from schemas import events as ev
 
-from ledger.cohorts import Subtrees
+from ledger.cohorts import Subtrees, books_of
 from ledger.evolve import apply_decision
 from ledger.quota import DIMS, SHARED_DIMS, Cost, quota_check
 from tests.quota.builders import add, claim, fleet, node, quota
@@ -47,7 +47,7 @@ def trees(draw):
 
 actions = st.lists(st.one_of(
     st.tuples(st.just("claim"), st.sampled_from(NAMESPACES), st.sampled_from(["gpu", "half", "two"]),
-              st.integers(-1, 1)),
+              st.integers(-1, 1), st.integers(1, 3)),  # a burst: several decided in one pass
     st.tuples(st.just("release"), st.integers(0, 60)),
     # a namespace's quota lowered or raised under running claims (nothing is evicted for it)
     st.tuples(st.just("requota"), st.sampled_from(NAMESPACES), st.sampled_from([0, 40, 80, 160])),
@@ -64,9 +64,10 @@ def test_no_namespace_or_cohort_ever_uses_more_than_the_tree_grants(tree, action
     requoted = False
     for i, action in enumerate(actions):
         if action[0] == "claim":
-            _, namespace, shape, priority = action
-            ids.append(f"k{i}")
-            add(state, claim(f"k{i}", namespace=namespace, priority=priority, at=float(i), **SHAPES[shape]))
+            _, namespace, shape, priority, burst = action
+            for j in range(burst):
+                ids.append(f"k{i}-{j}")
+                add(state, claim(ids[-1], namespace=namespace, priority=priority, at=float(i), **SHAPES[shape]))
         elif action[0] == "requota":
             _, namespace, nominal = action
             fields = dict(tree[namespace], requests_vram=f"{nominal}Gi")
@@ -99,9 +100,11 @@ def _decide_checking_each_decision(state, now: float) -> None:
 
 
 def _assert_path_within_the_tree(state, namespace: str) -> None:
-    books = Subtrees(state)
+    books, cached = Subtrees(state), books_of(state)
     for name in books.tree.ancestors(namespace):
         _assert_node_within(books, name)
+        assert cached.used(name, VRAM) == books.used(name, VRAM)  # the pass's cache is never stale
+        assert cached.held_back(name, VRAM) == books.held_back(name, VRAM)
 
 
 def _assert_within_the_tree(state) -> None:
@@ -157,7 +160,7 @@ def _assert_guarantees_available(state) -> None:
 # --- reclaim, on one fixed shape so that every example exercises it -----------------------------
 
 reclaim_actions = st.lists(st.one_of(
-    st.tuples(st.just("claim"), st.sampled_from(["a", "b", "c"]), st.integers(-2, 2)),
+    st.tuples(st.just("claim"), st.sampled_from(["a", "b", "c"]), st.integers(-2, 2), st.integers(1, 3)),
     st.tuples(st.just("requota"), st.sampled_from(["a", "b"]), st.sampled_from([0, 80, 160, 240])),
     st.tuples(st.just("release"), st.integers(0, 40)),
 ), min_size=4, max_size=24)
@@ -176,8 +179,9 @@ def test_reclaim_never_evicts_a_namespace_within_its_own_quota(actions, nominal_
     ids: list[str] = []
     for i, action in enumerate(actions):
         if action[0] == "claim":
-            ids.append(f"k{i}")
-            add(state, claim(f"k{i}", namespace=action[1], priority=action[2], at=float(i)))
+            for j in range(action[3]):
+                ids.append(f"k{i}-{j}")
+                add(state, claim(ids[-1], namespace=action[1], priority=action[2], at=float(i)))
         elif action[0] == "requota":
             add(state, quota(action[1], requests_vram=f"{action[2]}Gi", parent="ab",
                              borrowing_limit_vram="unlimited"))

@@ -21,7 +21,8 @@ def queue_order(state: State) -> list[Claim]:
     """Pending claims by priority (high first), then fair share (namespaces of a cohort that borrow
     least first; 0 outside cohorts), then age. Shares are taken once, as the pass starts."""
     claims = [state.claims[c] for c in state.pending]
-    shares = namespace_shares(state, {c.spec.namespace for c in claims}) if claims else {}
+    in_cohorts = claims and tree_of(state).parent  # no tree: no shares, nothing to compute
+    shares = namespace_shares(state, {c.spec.namespace for c in claims}) if in_cohorts else {}
     if shares:
         claims.sort(key=lambda c: (-c.spec.priority, shares.get(c.spec.namespace, 0.0), c.seq))
     else:
