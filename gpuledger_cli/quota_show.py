@@ -21,6 +21,8 @@ def print_status(status: dict) -> None:
     for use in status["resources"]:
         pct = f"  {use['available_percent']:g}% available" if "available_percent" in use else ""
         typer.echo(f"  {use['resource']:<13} {use['shown']}{pct}")
+    if status.get("parent"):
+        typer.echo(f"  limits in {status['parent']}: {_tree_limits(status.get('spec', {}))}")
     for name, amount in status.get("borrowed", {}).items():
         typer.echo(f"  borrowing {name}: {amount:g}")
     if status.get("share"):
@@ -28,6 +30,26 @@ def print_status(status: dict) -> None:
     for condition in status["conditions"]:
         message = f": {condition['message']}" if condition.get("message") else ""
         typer.echo(f"  {condition['type']}={condition['status']} ({condition['reason']}){message}")
+
+
+def _tree_limits(spec: dict) -> str:
+    """Borrowing and lending limits per resource. JSON leaves defaults out: no borrowing_limit at
+    all is the default (borrow nothing); inside one, a missing resource is unlimited (None); a
+    missing lending limit lends all its unused quota."""
+    borrow = spec.get("borrowing_limit", {"tflops": 0.0, "vram_mib": 0})
+    lend = spec.get("lending_limit", {})
+    parts = [f"borrow {_per_resource(borrow, 'unlimited')}", f"lend {_per_resource(lend, 'all unused')}"]
+    weight = spec.get("fair_sharing_weight", 1.0)
+    return ", ".join(parts + ([f"fair sharing weight {weight:g}"] if weight != 1.0 else []))
+
+
+def _per_resource(value: dict, missing: str) -> str:
+    tflops, vram = value.get("tflops"), value.get("vram_mib")
+    if tflops == 0 and vram == 0:
+        return "nothing"
+    shown_tflops = missing if tflops is None else f"{tflops:g}"
+    shown_vram = missing if vram is None else f"{vram / 1024:g}Gi"
+    return shown_vram if shown_tflops == shown_vram else f"TFLOPS {shown_tflops}, VRAM {shown_vram}"
 
 
 def print_table(statuses: list[dict]) -> None:

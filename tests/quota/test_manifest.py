@@ -81,6 +81,10 @@ async def test_a_tree_in_one_file_is_applied_and_listed_as_a_tree(url):  # noqa:
     assert rows["team-b"]["spec"]["lending_limit"] == {"vram_mib": 80 * 1024}
     code, out = await gl(url, "list")
     assert "    team-a" in out  # indented two levels under org and research
+    code, out = await gl(url, "get", "team-b")
+    assert "limits in research: borrow unlimited, lend TFLOPS all unused, VRAM 80Gi" in out
+    code, out = await gl(url, "get", "team-a")
+    assert "limits in research: borrow TFLOPS unlimited, VRAM 160Gi, lend all unused, fair sharing weight 2" in out
 
 
 async def test_an_invalid_document_stores_nothing_and_names_where_it_is(url, tmp_path):  # noqa: F811
