@@ -82,7 +82,7 @@ async def test_a_tree_in_one_file_is_applied_and_listed_as_a_tree(url):  # noqa:
     code, out = await gl(url, "list")
     assert "    team-a" in out  # indented two levels under org and research
     code, out = await gl(url, "get", "team-b")
-    assert "limits in research: borrow unlimited, lend TFLOPS all unused, VRAM 80Gi" in out
+    assert "limits in research: borrow TFLOPS 0, VRAM unlimited, lend TFLOPS all unused, VRAM 80Gi" in out
     code, out = await gl(url, "get", "team-a")
     assert "limits in research: borrow TFLOPS unlimited, VRAM 160Gi, lend all unused, fair sharing weight 2" in out
 
