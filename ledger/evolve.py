@@ -404,7 +404,7 @@ def apply_decision(state: State, d, journal: Journal | None = None) -> bool:
             _ended_unless_tentative(state, claim, journal)
     elif isinstance(d, ev.AllocationUnused):
         if claim is not None and claim.holds_devices:
-            free(state, claim, "released", d.reason or "no process on its devices", journal)
+            free(state, claim, "released", f"unused: {d.reason or 'no process on its devices'}", journal)
             claim.trail.append((d.at, "unused", d.reason))
             _ended_unless_tentative(state, claim, journal)
     elif isinstance(d, ev.NodeLost):

@@ -7,11 +7,20 @@ INTAKE_CLAIMS = "gpu.intake.claim"  # durable: other systems publish JSON claims
 DECISIONS = "gpu.evt.decision"  # the allocator's fenced subject
 INTAKE_BATCHES = "gpu.evt.intake"  # the claim service's drained intake, several claims per message
 DEAD_LETTER = "gpu.evt.deadletter"
+OUTCOMES_STREAM = "GPULEDGER_OUTCOMES"
+OUTCOMES = "gpu.outcome.>"
+OUTCOME_CHECKPOINT = "gpu.outcome.checkpoint"  # the claim service's own: outcomes written up to here
+OUTCOMES_MAX_AGE_S = 7 * 24 * 3600  # an ended claim's outcome is kept a week after its last change
 SNAPSHOT_BUCKET = "gpuledger_snapshots"
 
 
 def claim(claim_id: str) -> str:
     return f"gpu.evt.claim.{_token(claim_id)}"
+
+
+def outcome(claim_id: str) -> str:
+    """Where a claim's ClaimOutcome is written: `gpu.outcome.claim.<token>`."""
+    return f"gpu.outcome.claim.{_token(claim_id)}"
 
 
 def node(name: str) -> str:

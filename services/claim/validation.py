@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from schemas.catalogue import ANY_GROUP, CUDA_VERSIONS, GPU_GROUPS, MODELS
-from schemas.types import ClaimSpec
+from schemas.types import PLACEMENT_POLICIES, ClaimSpec
 
 _MIG = re.compile(r"^[1-7]g\.\d+gb$")
 
@@ -27,7 +27,7 @@ def validate_claim(spec: ClaimSpec) -> ClaimSpec:
     return _normalise(spec)
 
 
-POLICIES = ("", "any", "contiguous")
+POLICIES = PLACEMENT_POLICIES  # one list: the schema's enum and this check
 
 
 def _policy(spec: ClaimSpec) -> None:

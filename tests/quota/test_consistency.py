@@ -99,7 +99,7 @@ async def test_an_allocation_nothing_runs_on_is_released_and_every_view_says_why
         if got["data"]["status"] == "released":
             break
         await asyncio.sleep(0.05)
-    assert got["data"]["end_reason"].startswith("no process on its devices from ")
+    assert got["data"]["end_reason"].startswith("unused: no process on its devices from ")
     assert got["data"]["history"][-1].split(" ", 1)[1].startswith("released unused: no process on its devices")
     code, out = await cli("quota", "status", "team-a", "--nats-url", url)
     assert "released unused: idle-1: no process on its devices" in out

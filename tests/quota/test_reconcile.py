@@ -9,6 +9,7 @@ from schemas.types import DeviceUsage
 
 from ledger.snapshot import from_snapshot, to_snapshot
 from services.allocator.core.decide import DecideContext, decide
+from services.claim.outcome_view import end_code
 from services.quota.drift import drift_changes
 from services.quota.view import QuotaView, fold_event
 from tests.quota.builders import add, claim, fleet, node, of_type, quota, step
@@ -50,6 +51,7 @@ def test_an_allocation_nothing_runs_on_past_the_grace_is_released_with_a_reason(
     claim = state.claims["c1"]
     assert claim.status == "released" and state.usage["team-a"].vram_mib == 0
     assert claim.history[-1] == "951.000 released unused: " + released.reason  # claim explain
+    assert end_code(claim) == "unused"  # what a publisher's ClaimOutcome says: not its holder's release
 
 
 def test_a_process_seen_restarts_the_grace_and_unreported_devices_are_never_judged():
