@@ -27,7 +27,7 @@ from nats.js.errors import NotFoundError
 
 from schemas import subjects
 from schemas.events import (
-    AllocationExpired, ClaimAllocated, ClaimBound, ClaimEvicted, ClaimReleased, DecisionBatch,
+    AllocationExpired, AllocationUnused, ClaimAllocated, ClaimBound, ClaimEvicted, ClaimReleased, DecisionBatch,
     DeviceHealthChanged, DriftDetected, NodeConditionChanged, NodeHeartbeat, NodeLost,
     UsageObserved, decode_event)
 from services.node_agent.binding import bind_env
@@ -36,6 +36,7 @@ from services.node_agent.health import (
     FAULTED, APPLICATION_XIDS, Verdict, XidWatcher, device_verdicts, link_regressions,
     node_condition, probe_card)
 from services.node_agent.islands import active_links
+from services.node_agent.reconcile import ProcessReaper, kill_host_process
 from services.node_agent.usage import observe_usage, usage_signature
 
 log = logging.getLogger("gpuledger.node_agent")
@@ -56,6 +57,7 @@ class AgentConfig:
     xid_ignore: frozenset[int] = APPLICATION_XIDS
     fault_drains_node: bool = True  # HasFaulted while a device is Faulted (seed 004)
     fetch_timeout_s: float = 2.0  # how long one pull for decisions waits before pulling again
+    kill_unallocated_after_s: float = 0.0  # > 0: kill processes no allocation holds (reconcile.py)
 
 
 async def subject_events(js: Any, subject: str):
@@ -106,6 +108,8 @@ class NodeAgent:
         self.on_bound: list[Callable[[ClaimAllocated], None]] = []
         self.on_ended: list[Callable[[str], None]] = []
         self.wake = asyncio.Event()
+        self.last_usages: list = []
+        self.reaper: ProcessReaper | None = None
 
     @property
     def node(self) -> str:
@@ -159,6 +163,7 @@ class NodeAgent:
             await self._rescan()
         await self._watch_health()
         await self._watch_usage()
+        await self._reap()
 
     async def _rescan(self) -> None:
         fresh = await self._nvml(discover, self.nvml, self.node)
@@ -206,12 +211,24 @@ class NodeAgent:
                 at=self.clock(), node=self.node, condition=condition[0], reason=condition[1]))
 
     async def _watch_usage(self) -> None:
-        usages = await self._nvml(observe_usage, self.nvml, self.inventory, self.inventory.notes)
+        usages = self.last_usages = await self._nvml(observe_usage, self.nvml, self.inventory,
+                                                      self.inventory.notes)
         signature, now = usage_signature(usages), self.clock()
         if signature == self.usage_sig and now - self.usage_at < self.config.usage_every_s:
             return
         self.usage_sig, self.usage_at = signature, now
         await self.log.append(subjects.node(self.node), UsageObserved(at=now, node=self.node, devices=usages))
+
+    async def _reap(self) -> None:
+        """The operator's choice: kill processes no allocation holds, past the grace (reconcile.py)."""
+        if self.config.kill_unallocated_after_s <= 0:
+            return
+        if self.reaper is None:
+            kill = getattr(self.nvml, "kill_process", None) or kill_host_process
+            self.reaper = ProcessReaper(self.node, self.config.kill_unallocated_after_s, kill,
+                                        self.nc.jetstream(), self.log, self.clock)
+        if await self.reaper.reap(self.last_usages):
+            self.wake.set()  # report the usage without the killed processes on the next pass
 
     # --- binding --------------------------------------------------------------------------
 
@@ -286,7 +303,7 @@ class NodeAgent:
                 msg_id=f"unbound-{allocation.claim_id}-{uuid}")
 
     def _note_ended(self, decision: Any) -> None:
-        if isinstance(decision, (ClaimEvicted, AllocationExpired)):
+        if isinstance(decision, (ClaimEvicted, AllocationExpired, AllocationUnused)):
             self.claim_ended(decision.claim_id)
         elif isinstance(decision, NodeLost) and decision.node == self.node:
             for claim_id in decision.released:
