@@ -41,7 +41,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "schemas": ("gpuledger_cli.schemas_cmd", "The event and command contract as JSON Schema."),
     "service": ("gpuledger_cli.services_cmd", "Run one service in the foreground (reads GPULEDGER_* "
                                               "settings from the environment)."),
-    "quota": ("gpuledger_cli.quota", "Namespace GPU quotas: limits, status, alerts, borrowing, drift."),
+    "quota": ("gpuledger_cli.quota", "Namespace GPU quotas and cohort trees: limits, status, alerts, "
+                                     "borrowing, reconciliation, drift."),
     "pool": ("gpuledger_cli.pools", "GPU pools (Deckhouse-style): validated, immutable but for access."),
     "webhook": ("gpuledger_cli.webhook", "The pod admission webhook on Kubernetes."),
     "endpoint": ("gpuledger_cli.endpoints", "Serverless endpoints: workers are claims the autoscaler "
