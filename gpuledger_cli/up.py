@@ -67,7 +67,7 @@ def _available_services() -> list[str]:
 
 
 def _children(services: list[str], env: dict[str, str], log_dir: Path, fleet: str | None,
-              book: PortBook) -> list[Child]:
+              book: PortBook, dashboard: bool = True) -> list[Child]:
     """Every service, the simulated agents (--demo) and the dashboard; each serves /metrics on a
     port of its own, which the dashboard merges into one scrape endpoint."""
     exe = sys.executable
@@ -76,8 +76,9 @@ def _children(services: list[str], env: dict[str, str], log_dir: Path, fleet: st
     if fleet:
         children.append(Child("node-agents", [exe, "-m", "services.node_agent", "--fleet", fleet],
                               env | up_web.metrics_port_env(book, "node-agents"), log_dir))
-    argv, web_env = up_web.dashboard_command(book, [c.name for c in children])
-    children.append(Child(up_web.DASHBOARD, argv, env | web_env, log_dir))
+    if dashboard:
+        argv, web_env = up_web.dashboard_command(book, [c.name for c in children])
+        children.append(Child(up_web.DASHBOARD, argv, env | web_env, log_dir))
     return children
 
 
@@ -131,9 +132,12 @@ def register(app: typer.Typer) -> None:
                                     "the one the last start used, kept in DATA_DIR/ports.json, else a "
                                     "free one); remembered for the next start"),
            ready_timeout: float = typer.Option(90.0, "--ready-timeout", help="seconds to wait for every "
-                                               "service (and demo node) to be ready")) -> None:
+                                               "service (and demo node) to be ready"),
+           dashboard: bool = typer.Option(True, "--dashboard/--no-dashboard", help="run the dashboard, "
+                                          "which also serves the one /metrics of the stack (off: "
+                                          "benchmarks that count every process's CPU)")) -> None:
         """Run NATS (embedded by default), all five services and, with --demo, simulated nodes."""
-        _run_up(demo, data_dir, nats_url, fleet, port or None, ready_timeout)
+        _run_up(demo, data_dir, nats_url, fleet, port or None, ready_timeout, dashboard)
 
 
 def _expected_nodes(fleet: str) -> int:
@@ -146,7 +150,7 @@ def _expected_nodes(fleet: str) -> int:
 
 
 def _run_up(demo: bool, data_dir: Path, nats_url: str | None, fleet: str, port: int | None,
-            ready_timeout: float) -> None:
+            ready_timeout: float, dashboard: bool = True) -> None:
     data_dir = data_dir.resolve()
     log_dir = data_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -163,7 +167,7 @@ def _run_up(demo: bool, data_dir: Path, nats_url: str | None, fleet: str, port: 
     env = dict(os.environ, GPULEDGER_NATS_URL=nats_url, GPULEDGER_DATA_DIR=str(data_dir),
                PYTHONUNBUFFERED="1")
     services = _available_services()
-    children = _children(services, env, log_dir, fleet if demo else None, book)
+    children = _children(services, env, log_dir, fleet if demo else None, book, dashboard)
     book.save()
     for change in book.changed:
         _say(change)
@@ -179,12 +183,13 @@ def _run_up(demo: bool, data_dir: Path, nats_url: str | None, fleet: str, port: 
         want = _expected_nodes(fleet) if demo else 0
         try:
             asyncio.run(_start_and_wait(children, nats_url, services, want, ready_timeout))
-            dashboard = up_web.printed_lines(book)[1][1]
-            asyncio.run(up_web.wait_http(f"{dashboard}healthz", ready_timeout))
+            if dashboard:
+                home = up_web.printed_lines(book)[1][1]
+                asyncio.run(up_web.wait_http(f"{home}healthz", ready_timeout))
         except Exception as err:
             _say(f"{err}; see the logs in {log_dir}")
             raise typer.Exit(1)
-        lines = [("GPULEDGER_NATS_URL", nats_url), *up_web.printed_lines(book)]
+        lines = [("GPULEDGER_NATS_URL", nats_url), *(up_web.printed_lines(book) if dashboard else [])]
         sys.stdout.writelines(f"{name}={value}\n" for name, value in lines)
         sys.stdout.flush()
         _say(f"these lines are also in {write_env(data_dir, lines)}: the CLI reads the URL from there")

@@ -14,13 +14,13 @@ WANTED = ("GPULEDGER_NATS_URL", "GPULEDGER_METRICS", "GPULEDGER_DASHBOARD")
 
 
 class Stack:
-    def __init__(self, data_dir: Path, *extra: str):
+    def __init__(self, data_dir: Path, *extra: str, wanted: tuple[str, ...] = WANTED):
         self.data_dir = data_dir
         self.proc = subprocess.Popen([str(BIN), "up", "--demo", "--data-dir", str(data_dir), *extra],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      start_new_session=True)
         self.lines: dict[str, str] = {}
-        while not set(WANTED) <= set(self.lines):
+        while not set(wanted) <= set(self.lines):
             line = self.proc.stdout.readline().strip()
             if not line:
                 self.proc.kill()

@@ -1,5 +1,6 @@
 """`gpuledger up` twice on one data dir prints the same URLs, `--port` chooses and is remembered,
-and the CLI finds the running stack through DATA_DIR/env with no URL given at all."""
+`--no-dashboard` leaves the dashboard out, and the CLI finds the running stack through DATA_DIR/env
+with no URL given at all."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import pytest
 
 from gpuledger_cli.ports import port_is_free
+from gpuledger_cli.stack_env import read_env
 from tests.ops_ux.stack import Stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -29,8 +31,9 @@ def test_restarts_keep_every_url_and_the_cli_needs_none(tmp_path):
     assert second.lines == first.lines
 
     chosen = next(p for p in range(24600, 24700) if port_is_free(p))
-    third = Stack(data, "--port", str(chosen))
+    third = Stack(data, "--port", str(chosen), "--no-dashboard", wanted=("GPULEDGER_NATS_URL",))
     third.stop()
+    assert set(read_env(data)) == {"GPULEDGER_NATS_URL"}  # what it printed: no dashboard, no metrics
     fourth = Stack(data)
     fourth.stop()
     assert third.url.endswith(f":{chosen}") and fourth.url == third.url
