@@ -25,6 +25,7 @@ from shared.telemetry import extract_context, inject_headers, tracer
 
 from ledger.follower import decode_batch, decode_or_none
 from services.allocator.core.decide import POLICY_VERSION, DecideContext, decide
+from services.allocator.node_records import nodes_touched
 from ledger.evolve import defer_dropping, drop_ended_claims, evolve, fold_batch
 from services.allocator.core.scorers import DEFAULT_POLICY
 from ledger.state import State, defer_index, flush_index
@@ -95,6 +96,9 @@ class Allocator:
         self.failed_at: dict = {}  # claim -> capacity epoch it last failed at
         self._gc_was_on = False
         self.reclaiming: asyncio.Task | None = None  # frees the claims a catch-up dropped
+        # the writer of each node's record of live claims (schemas.grants), when there is one:
+        # told which nodes every event folded live touched
+        self.node_records = None
 
     # --- folding ---------------------------------------------------------------------------
 
@@ -110,12 +114,17 @@ class Allocator:
             if not self.caught_up.is_set():  # no decision or trace to care for: fold the batch
                 fold_batch(self.state, decode_batch(batch))
             else:
+                records = self.node_records
                 for seq, subject, data, _headers in batch:
                     event = decode_or_none(seq, subject, data)
                     if event is None:
                         self.state.last_seq = seq
-                    else:
-                        self.fold(seq, event)
+                        continue
+                    if records is not None:
+                        records.mark(nodes_touched(self.state, event))
+                    self.fold(seq, event)
+                if records is not None:
+                    records.flush()
             if not self.caught_up.is_set() and self.state.last_seq >= start_end:
                 flush_index(self.state)
                 dropped: list = []

@@ -19,7 +19,7 @@ from typing import Annotated, Any
 import msgspec
 
 from schemas import subjects
-from schemas.events import ClaimAllocated
+from schemas.grants import LiveClaim
 from services.node_agent.agent import NodeAgent
 from services.node_agent.fakenvml import FakeGpu, FakeMig, FakeNvml, FakeProcess
 
@@ -137,8 +137,10 @@ class SimulatedFleet:
 
     # --- workloads ------------------------------------------------------------------------
 
-    def start_workload(self, node: str, allocation: ClaimAllocated) -> None:
-        """Every bound claim runs a fake process on each granted device until the claim ends."""
+    def start_workload(self, node: str, allocation: LiveClaim) -> None:
+        """Every bound claim runs a fake process on each granted device until the claim ends
+        (started again if the agent restarts and finds it still live and bound)."""
+        self.end_workload(allocation.claim_id)
         fake, started = self.fakes[node], []
         busy = 40 + int(hashlib.sha1(allocation.claim_id.encode()).hexdigest(), 16) % 56
         for grant in allocation.grants:
@@ -154,10 +156,6 @@ class SimulatedFleet:
     def end_workload(self, claim_id: str) -> None:
         for device, pid in self._workloads.pop(claim_id, []):
             device.processes.pop(pid, None)
-
-    def claim_released(self, claim_id: str) -> None:
-        for agent in self.agents.values():
-            agent.claim_ended(claim_id)
 
 
 def _device(fake: FakeNvml, index: int, mig_index: int) -> FakeGpu | FakeMig | None:
