@@ -10,11 +10,13 @@ time beside them (steady under load from other processes); nothing here asserts 
 from __future__ import annotations
 
 import gc
+import hashlib
 import random
 import statistics
 import time
 
 from schemas import events as ev
+from schemas.events import encode_event
 
 from bench.workload import claim_mix, fleet
 from services.allocator.core.decide import DecideContext, decide
@@ -25,8 +27,11 @@ from services.allocator.loop import collect_between_passes
 
 
 class Bench:
-    def __init__(self, nodes: int, policy: str, seed: int):
+    def __init__(self, nodes: int, policy: str, seed: int, digest: bool = False):
         self.state, self.seq, self.rng = State(), 0, random.Random(seed)
+        # every decision made, warm-up included, hashed outside the timed pass: equal digests
+        # before and after a change to the core mean it decided exactly the same
+        self.digest = hashlib.sha256() if digest else None
         self.policy, self.now, self.next_id = policy, 0.0, 0
         self.memo: dict = {}  # the allocator keeps both across passes, as here
         self.failed_at: dict = {}
@@ -60,6 +65,9 @@ class Bench:
         start, cpu_start = time.perf_counter(), time.thread_time()
         decisions = decide(self.state, ctx)
         elapsed, cpu = time.perf_counter() - start, time.thread_time() - cpu_start
+        if self.digest is not None:
+            for decision in decisions:
+                self.digest.update(encode_event(decision))
         if decisions:
             self.fold(ev.DecisionBatch(decisions=decisions, at=self.now))
         return elapsed, cpu, len(decisions)
@@ -69,8 +77,9 @@ class Bench:
         return 1 - sum(u.milli_free for u in units) / (1000 * max(len(units), 1))
 
 
-def run(nodes: int, steps: int = 2000, policy: str = "", seed: int = 1, fill: float = 0.75) -> dict:
-    bench = Bench(nodes, policy or DEFAULT_POLICY, seed)
+def run(nodes: int, steps: int = 2000, policy: str = "", seed: int = 1, fill: float = 0.75,
+        digest: bool = False) -> dict:
+    bench = Bench(nodes, policy or DEFAULT_POLICY, seed, digest)
     while bench.utilisation() < fill:  # warm up: fill the fleet
         for _ in range(200):
             bench.arrive()
@@ -93,7 +102,7 @@ def run(nodes: int, steps: int = 2000, policy: str = "", seed: int = 1, fill: fl
     gc.enable()
     times.sort()
     cpu_times.sort()
-    return {
+    result = {
         "nodes": nodes, "gpus_and_mig_units": len(bench.state.units), "policy": bench.policy,
         "steps": steps, "decisions": made, "node_groups": len(bench.state.groups),
         "pending_at_end": len(bench.state.pending), "utilisation": round(bench.utilisation(), 3),
@@ -106,3 +115,6 @@ def run(nodes: int, steps: int = 2000, policy: str = "", seed: int = 1, fill: fl
         "cpu_p99_us": round(cpu_times[int(len(cpu_times) * 0.99)] * 1e6, 1),
         "decisions_per_s": round(made / sum(times), 1) if sum(times) else 0.0,
     }
+    if bench.digest is not None:
+        result["decisions_sha256"] = bench.digest.hexdigest()
+    return result

@@ -17,13 +17,17 @@ def _emit(result: dict, as_json: bool) -> None:
 
 
 @bench_app.command("decide")
-def decide(nodes: int = typer.Option(1000, "--nodes"), steps: int = typer.Option(2000, "--steps"),
+def decide(nodes: int = typer.Option(1000, "--nodes", help="nodes in the synthetic fleet"),
+           steps: int = typer.Option(2000, "--steps", help="measured decision passes"),
            policy: str = typer.Option("", "--policy", help="placement policy (default: the allocator's)"),
-           seed: int = typer.Option(1, "--seed"), as_json: bool = typer.Option(False, "--json")) -> None:
+           seed: int = typer.Option(1, "--seed", help="seed of the fleet and the claim mix"),
+           digest: bool = typer.Option(False, "--digest", help="also print a SHA-256 of every decision "
+                                       "made (equal digests: a change to the core decided the same)"),
+           as_json: bool = typer.Option(False, "--json", help="print the figures as one JSON line")) -> None:
     """Latency of one decision pass at steady state on a synthetic fleet of 8-GPU nodes."""
     from bench.decide import run
 
-    _emit(run(nodes, steps, policy, seed), as_json)
+    _emit(run(nodes, steps, policy, seed, digest=digest), as_json)
 
 
 @bench_app.command("replay")

@@ -11,7 +11,9 @@ from ledger.quota import Cost, quota_check, single_violation, total_violation
 from ledger.state import FREE, Claim, State
 from services.allocator.core.decision_pass import POLICY_VERSION, Pass
 from services.allocator.core.demand import Need, cost, needs_for
-from services.allocator.core.placement import Choice, PlacementContext, choose, choose_on, reasons_for
+from services.allocator.core.explain import rank_reasons, reasons_for
+from services.allocator.core.placement import Choice, PlacementContext, choose, choose_on
+from services.allocator.core.rules import rule_args
 from services.allocator.core.scorers import get_policy
 
 
@@ -31,8 +33,9 @@ def try_place(state: State, run: Pass, claim: Claim):
     # Counting reasons over every node is the expensive part of a failure: a pass without timers
     # does it only for claims that have none yet; the timer pass (every tick) refreshes them all.
     run.explain = run.ctx.explain_failures and (run.ctx.check_timers or not claim.reasons)
+    args = rule_args(spec, state)
     for need in needs:
-        outcome = _try_need(state, run, claim, need, reasons, single_refusals)
+        outcome = _try_need(state, run, claim, need, args, reasons, single_refusals)
         if outcome is not None:
             return outcome
     if not run.explain and not reasons:
@@ -40,20 +43,20 @@ def try_place(state: State, run: Pass, claim: Claim):
     if single_refusals and len(single_refusals) == len(needs):
         return ev.AllocationRejected(claim_id=claim.claim_id, code="quota-single-exceeded",
                                      reasons=single_refusals[:1], at=run.ctx.now)
-    return _rank(reasons)
+    return rank_reasons(reasons)
 
 
-def _try_need(state, run, claim, need: Need, reasons, single_refusals):
+def _try_need(state, run, claim, need: Need, args: tuple, reasons, single_refusals):
     models = _models_within_quota(state, claim, need, reasons, single_refusals)
     if models is not None and not models:
         return None
     if models is not None:
         need = need._replace(models=frozenset(models))
-    shape = (need, _excluded_key(run, claim))
-    if shape in run.failed:
+    shape = (need, claim.spec.priority, tuple(sorted(run.held)), args)
+    if shape in run.failed:  # the same need, held nodes and rule arguments failed in this pass
         reasons.extend(run.failed[shape])
         return None
-    pctx = _placement_context(state, run, claim, need)
+    pctx = _placement_context(state, run, claim, args)
     policy = get_policy(_policy_name(state, run, need))
     choice = choose_on(state, run.only_node, need, policy, pctx) if run.only_node else choose(
         state, need, policy, pctx)
@@ -160,13 +163,10 @@ def _policy_name(state: State, run: Pass, need: Need) -> str:
     return run.ctx.policy
 
 
-def _placement_context(state: State, run: Pass, claim: Claim, need: Need) -> PlacementContext:
+def _placement_context(state: State, run: Pass, claim: Claim, args: tuple) -> PlacementContext:
     excluded = {n for n, prio in run.held.items() if prio >= claim.spec.priority}
-    return PlacementContext(
-        cuda_versions=tuple(claim.spec.cuda_versions),
-        node_selector=tuple(sorted(claim.spec.node_selector.items())),
-        typical_shapes=_typical_shapes(state, run), rng=run.ctx.rng, excluded=excluded,
-        memo=run.ctx.memo)
+    return PlacementContext(args=args, typical_shapes=_typical_shapes(state, run), rng=run.ctx.rng,
+                            excluded=excluded, memo=run.ctx.memo)
 
 
 def _typical_shapes(state: State, run: Pass) -> tuple:
@@ -174,22 +174,3 @@ def _typical_shapes(state: State, run: Pass) -> tuple:
     if run.ctx.typical_shapes:
         return run.ctx.typical_shapes
     return state.typical
-
-
-def _excluded_key(run: Pass, claim: Claim) -> tuple:
-    return (claim.spec.priority, tuple(sorted(run.held)), tuple(sorted(claim.spec.cuda_versions)),
-            tuple(sorted(claim.spec.node_selector.items())))
-
-
-# On equal counts, the reason a user can act on or wait out comes before "that node has no such GPU".
-_REASON_ORDER = {"reserved": 0, "no-free-gpu": 1, "host-resources": 2, "gpu-unhealthy": 3,
-                 "cuda-incompatible": 4, "node-selector": 5, "no-such-gpu": 6}
-
-
-def _rank(reasons: list[Reason]) -> list[Reason]:
-    """Merge reasons with the same message; quota first, then by how many nodes say so."""
-    merged: dict[str, Reason] = {}
-    for r in reasons:
-        merged.setdefault(r.message, r)
-    return sorted(merged.values(), key=lambda r: (not r.code.startswith("quota"), -r.count,
-                                                  _REASON_ORDER.get(r.code, 9), r.message))[:8]

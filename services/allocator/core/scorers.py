@@ -1,11 +1,12 @@
 """Scoring policies: each says how much it likes a node for a need (higher wins).
 
-A policy is a small object with `pick(view, need, ctx)` (which units inside the node, or None
-if it does not fit) and `score(view, need, picks, ctx)`. Policies are registered by name; the
-simulator runs the very same objects (`gpuledger simulate --policy NAME`).
+A policy (the `Policy` Protocol in policy.py names its members and optional hooks) is a small
+object with `pick(view, need, ctx)` (which units inside the node, or None if it does not fit) and
+`score(view, need, picks, ctx)`. Policies are registered by name; the simulator runs the very same
+objects (`gpuledger simulate --policy NAME`).
 
 `cacheable = True` says the score is a pure function of (view, need, the context's typical shapes
-and filters), so placement may memoise it per node view. The published baselines of the FGD paper
+and the claim's rule arguments), so placement may memoise it per node view. The published baselines of the FGD paper
 (random, dotprod, gpu-packing, gpu-clustering, bestfit, fgd) are here as the paper's simulator
 computes them, integer scores included: integer truncation decides ties, and ties decide results.
 """
@@ -16,18 +17,18 @@ import math
 
 from services.allocator.core.demand import Need
 from services.allocator.core.fragmentation import max_shape_cpu, stats_after, stats_total, view_fragmentation
-from services.allocator.core.placement import PlacementContext, default_pick, fitting_units
+from services.allocator.core.picks import default_pick, fitting_units
+from services.allocator.core.policy import PlacementContext, Policy, PolicyBase, missing_members
 from ledger.state import FREE, NodeView
 
 CPU_SCALE = 128_000  # the openb paper's normalisation constants (128 cores, 8 GPUs)
 GPU_SCALE = 8 * FREE
 
 
-class BinPack:
+class BinPack(PolicyBase):
     """Fill the fullest node that fits (after placing, least GPU and CPU left)."""
 
     name = "binpack"
-    normalize = False
     cacheable = True
 
     def pick(self, view: NodeView, need: Need, ctx: PlacementContext):
@@ -39,11 +40,10 @@ class BinPack:
         return 100 * (1 - (0.5 * cpu_left / CPU_SCALE + 0.5 * gpu_left / GPU_SCALE))
 
 
-class Spread:
+class Spread(PolicyBase):
     """The emptiest node first (a pool's `Spread` strategy)."""
 
     name = "spread"
-    normalize = False
     cacheable = True
 
     def pick(self, view: NodeView, need: Need, ctx: PlacementContext):
@@ -311,11 +311,10 @@ def _to_int(drop: float) -> int:
     return int(_sigmoid(drop / 1000) * 100)
 
 
-class Random:
+class Random(PolicyBase):
     """One feasible node uniformly at random, and a random fitting card in it (the worst case)."""
 
     name = "random"
-    normalize = False
     cacheable = True  # feasibility and picks are pure; the draw happens in score_group/refine
 
     def pick(self, view: NodeView, need: Need, ctx: PlacementContext):
@@ -334,14 +333,19 @@ class Random:
         return (ctx.rng.choice(fitting_units(view, need)),)
 
 
-POLICIES: dict[str, object] = {}
+POLICIES: dict[str, Policy] = {}
 
 
-def register(policy) -> None:
+def register(policy: Policy) -> None:
+    """Make a policy available by its name; one that lacks a member of `Policy` is refused."""
+    missing = missing_members(policy)
+    if missing:
+        raise TypeError(f"{type(policy).__name__} is not a placement Policy: it lacks "
+                        f"{', '.join(missing)} (subclass PolicyBase for the optional hooks' defaults)")
     POLICIES[policy.name] = policy
 
 
-def get_policy(name: str):
+def get_policy(name: str) -> Policy:
     try:
         return POLICIES[name]
     except KeyError:

@@ -1,0 +1,66 @@
+"""Why a need waits: the first rule each node fails (rules.py), counted over nodes, so `claim
+explain` says "12 nodes lack 2 x H100" rather than "no fit"."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from schemas.types import Reason
+
+from ledger.state import State
+from services.allocator.core import rules
+from services.allocator.core.demand import Need
+from services.allocator.core.policy import PlacementContext
+
+
+def reasons_for(state: State, need: Need, ctx: PlacementContext) -> list[Reason]:
+    """Why no node takes this need: reason codes counted over nodes, most common first."""
+    counts: Counter[str] = Counter()
+    memo = _reason_memo(state, need, ctx)
+    groups = state.all_groups()
+    if need.count > 0 and need.models is not None and rules.asks_nothing_before("no-such-gpu", ctx.args):
+        # A node without an accepted model then fails first at "no-such-gpu": count those by group
+        # size and look only at the groups of the accepted models.
+        groups = state.groups_for_models(need.models)
+        lacking = sum(map(len, state.all_groups())) - sum(map(len, groups))
+        if lacking:
+            counts["no-such-gpu"] = lacking
+    for group in groups:
+        view = group.view
+        hit = memo.get(id(view)) if memo is not None else None
+        if hit is None or hit[0] is not view:
+            hit = (view, rules.first_failing(view, need, ctx.args))
+            if memo is not None:
+                memo[id(view)] = hit
+        code = hit[1]
+        if code is None:  # every rule passes, yet no node was chosen: held for a starving claim
+            code = rules.RESERVED if ctx.excluded else "no-free-gpu"
+        counts[code] += len(group)
+    if not counts:
+        return [Reason(rules.NO_NODES, "no schedulable nodes are registered")]
+    return [Reason(code, rules.message(code, n, need, ctx.args), n) for code, n in counts.most_common()]
+
+
+def _reason_memo(state: State, need: Need, ctx: PlacementContext) -> dict | None:
+    """First failing rule per node view, kept across passes like the score memo."""
+    if ctx.memo is None:
+        return None
+    key = ("reasons", need, ctx.args)
+    memo = ctx.memo.get(key)
+    if memo is None:
+        memo = ctx.memo[key] = {}
+    elif len(memo) > 4 * len(state.groups) + 256:
+        live = {id(view) for view in state.groups}
+        for dead in [k for k in memo if k not in live]:
+            del memo[dead]
+    return memo
+
+
+def rank_reasons(reasons: list[Reason]) -> list[Reason]:
+    """Merge reasons with the same message; quota first, then by how many nodes say so, then the
+    rules' `explain_rank` (what a user can wait out or act on before what the fleet lacks)."""
+    merged: dict[str, Reason] = {}
+    for r in reasons:
+        merged.setdefault(r.message, r)
+    return sorted(merged.values(), key=lambda r: (not r.code.startswith("quota"), -r.count,
+                                                  rules.explain_rank(r.code), r.message))[:8]

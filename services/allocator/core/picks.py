@@ -1,0 +1,59 @@
+"""Which units inside one node a need takes: eligibility, NVLink-contiguous whole cards, best-fit
+shares. `default_pick` is what every built-in policy picks with; it refuses exactly the nodes the
+rules marked `decided_by_pick` refuse (see rules.py and its property test)."""
+
+from __future__ import annotations
+
+from ledger.state import FREE, NodeView, UnitView
+from services.allocator.core.demand import Need
+
+
+def eligible(unit: UnitView, need: Need) -> bool:
+    """Right model, pool and kind (card or MIG profile) for this need."""
+    if need.models is not None and unit.model not in need.models:
+        return False
+    return unit.pool == need.pool and unit.mig_profile == need.mig_profile
+
+
+def fitting_units(view: NodeView, need: Need) -> list[int]:
+    if need.milli >= FREE:
+        return [i for i, u in enumerate(view.units) if u.is_free and eligible(u, need)]
+    return [i for i, u in enumerate(view.units) if u.can_share(need.milli) and eligible(u, need)]
+
+
+def pick_contiguous(view: NodeView, need: Need) -> tuple[int, ...] | None:
+    """Whole units: all from one NVLink island if possible (the smallest island that fits, so
+    big islands stay whole for big claims), else the islands with most free units first."""
+    free = fitting_units(view, need)
+    if len(free) < need.count:
+        return None
+    by_island: dict[int, list[int]] = {}
+    for i in free:
+        by_island.setdefault(view.units[i].island, []).append(i)
+    fitting = [ids for ids in by_island.values() if len(ids) >= need.count]
+    if fitting:
+        best = min(fitting, key=lambda ids: (len(ids), ids[0]))
+        return tuple(best[: need.count])
+    ordered = sorted(by_island.values(), key=lambda ids: (-len(ids), ids[0]))
+    picked = [i for ids in ordered for i in ids][: need.count]
+    return tuple(sorted(picked))
+
+
+def pick_best_fit(view: NodeView, need: Need) -> tuple[int, ...] | None:
+    """Shares: the units with the least room that still fits (lowest index on ties)."""
+    fits = fitting_units(view, need)
+    if len(fits) < need.count:
+        return None
+    fits.sort(key=lambda i: (view.units[i].milli_free, i))
+    return tuple(sorted(fits[: need.count]))
+
+
+def default_pick(view: NodeView, need: Need) -> tuple[int, ...] | None:
+    """Host CPU and memory first, then the units: contiguous whole cards or best-fit shares."""
+    if view.cpu_free < need.cpu or view.mem_free < need.mem:
+        return None
+    if need.count == 0:
+        return ()
+    if need.milli >= FREE:
+        return pick_contiguous(view, need)
+    return pick_best_fit(view, need)
