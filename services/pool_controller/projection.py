@@ -27,6 +27,10 @@ class PoolProjection:
 
     def apply(self, seq: int, subject: str, event: Event) -> None:
         evolve(self.state, event, seq)
+        self.saw(seq, subject, event)
+
+    def saw(self, seq: int, subject: str, event: Event) -> None:
+        """What the fold does not keep: the last sequence of each pool subject (the fence)."""
         if subject.startswith(POOL_SUBJECT_PREFIX):
             self.subject_seqs[subject] = seq
 

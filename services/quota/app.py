@@ -19,7 +19,7 @@ from shared.commands import DomainError, command
 from shared.service import ServiceContext
 from shared.settings import Settings
 
-from ledger.follower import StateFollower
+from ledger.follower import Follower
 from services.quota.alerts import alert_changes
 from services.quota.drift import drift_changes
 from services.quota.quantities import QuantityError
@@ -36,7 +36,7 @@ class QuotaService:
         self.settings = settings
         self.clock = clock
         self.view = QuotaView()
-        self.follower = StateFollower(event_log, self.view.state)
+        self.follower = Follower(event_log, self.view.state, places=False)  # reports use, never places
         self.follower.listeners.append(self._folded)
         self.changed = asyncio.Event()
         self.dirty_nodes: set[str] = set()
