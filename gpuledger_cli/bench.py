@@ -65,9 +65,9 @@ def _rates(raw: str) -> list[float | None]:
 def e2e(claims: int = typer.Option(20_000, "--claims", min=1, help="claims published per run"),
         rate: float = typer.Option(0.0, "--rate", min=0.0, help="claims/s offered, open loop "
                                    "(0: as fast as the intake acknowledges them)"),
-        nodes: int = typer.Option(40, "--nodes", min=1, help="simulated 8-GPU nodes (the default "
-                                  "leaves room: each claim is released once allocated)"),
-        hold_ms: float = typer.Option(0.0, "--hold-ms", min=0.0, help="how long a claim holds its "
+        nodes: int = typer.Option(100, "--nodes", min=1, help="simulated 8-GPU nodes (the default "
+                                  "leaves room: each claim is released shortly after it is allocated)"),
+        hold_ms: float = typer.Option(20.0, "--hold-ms", min=0.0, help="how long a claim holds its "
                                       "GPUs after it is seen allocated, before its release"),
         sweep: bool = typer.Option(False, "--sweep", help="one run per rate of --rates on the same "
                                    "stack, and a table"),

@@ -6,9 +6,12 @@ Two folds over the stored events, in log order:
   grant the allocator should never have written, whatever the services' fold made of it;
 - the services' own fold (`ledger.evolve`, ended claims kept), against which every binding is
   judged at its position in the log: a binding of an allocation that never took effect is
-  `bound_void`, of a claim that had already ended `bound_after_end`, onto a device another live
-  claim held `bound_foreign`, a claim bound twice `bound_twice`. Allocations the fold voided are
-  `void_allocations`.
+  `bound_void`, and `bound_foreign` when another live claim held its devices; a claim bound twice
+  is `bound_twice`. A binding stored after its claim ended is `bound_after_end`: an agent acts on
+  its node's record of live claims, and a release stored a moment before the record that drops the
+  claim reaches the agent loses that race (the fold ignores such a binding, the agent stops the
+  workload when the record comes; its device may meanwhile be granted again, which is counted in
+  `bound_after_end_reallocated`). Allocations the fold voided are `void_allocations`.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ class Findings:
     bound_after_end: int = 0
     bound_foreign: int = 0
     bound_twice: int = 0
+    bound_after_end_reallocated: int = 0
 
     def figures(self) -> dict[str, int]:
         out = asdict(self)
@@ -139,11 +143,12 @@ class Checker:
         on_node = claim is not None and bool(claim.grants) and claim.node == bound.node
         if on_node and claim.holds_devices:
             return
-        if on_node:  # it held these devices once: it ended before the binding was stored
-            found.bound_after_end += 1
-        else:  # never held anything on that node: an allocation that did not take effect
-            found.bound_void += 1
         devices = bound.env.get("NVIDIA_VISIBLE_DEVICES", "").split(",")
         units = self.state.units
-        if any(u in units and set(units[u].holders) - {bound.claim_id} for u in devices):
-            found.bound_foreign += 1
+        held = any(u in units and set(units[u].holders) - {bound.claim_id} for u in devices)
+        if on_node:  # it held these devices once: it ended before the binding was stored
+            found.bound_after_end += 1
+            found.bound_after_end_reallocated += held
+        else:  # never held anything on that node: an allocation that did not take effect
+            found.bound_void += 1
+            found.bound_foreign += held

@@ -27,8 +27,8 @@ SAMPLE_S = 0.5
 class Options:
     claims: int = 20_000
     rate: float | None = None  # claims/s offered; None: as fast as the intake acknowledges
-    nodes: int = 40
-    hold_s: float = 0.0
+    nodes: int = 100  # 800 GPUs: with claims held ~20 ms, room at every rate this machine reaches
+    hold_s: float = 0.02
     drain_s: float = 60.0  # after the last publish, how long claims may take to settle
     settle_s: float = 4.0  # then, for the agents' usage reports to show stopped workloads
     idle_s: float = 1.0  # CPU of the idle stack measured this long before the load

@@ -33,7 +33,7 @@ def test_a_clean_log_has_nothing_to_report():
     assert found["allocated"] == found["bindings"] == 1
     assert {k: v for k, v in found.items() if k not in ("allocated", "decided", "bindings")} == {
         "double_booked": 0, "void_allocations": 0, "bound_void": 0, "bound_after_end": 0,
-        "bound_foreign": 0, "bound_twice": 0}
+        "bound_foreign": 0, "bound_twice": 0, "bound_after_end_reallocated": 0}
 
 
 def test_a_device_granted_to_two_live_claims_is_double_booked_though_the_fold_voids_it():
@@ -64,6 +64,13 @@ def test_binding_a_void_allocation_onto_a_device_another_claim_holds():
                   ev.DecisionBatch(decisions=[allocated("a", 0)]),
                   ev.DecisionBatch(decisions=[allocated("b", 0)]), bound("a", 0), bound("b", 0))
     assert (found["bound_void"], found["bound_foreign"]) == (1, 1)
+
+
+def test_a_binding_after_the_release_onto_a_device_granted_again_is_told_apart():
+    found = check(h100_node(NODE), submitted("a"), submitted("b"),
+                  ev.DecisionBatch(decisions=[allocated("a", 0)]), ev.ClaimReleased(claim_id="a"),
+                  ev.DecisionBatch(decisions=[allocated("b", 0)]), bound("a", 0))
+    assert (found["bound_after_end"], found["bound_after_end_reallocated"], found["bound_foreign"]) == (1, 1, 0)
 
 
 def test_binding_after_the_release_and_binding_twice():
