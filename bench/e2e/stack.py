@@ -19,9 +19,17 @@ class StackError(RuntimeError):
     pass
 
 
+FLEET_GROUP_MAX = 1000  # nodes in one group of a fleet spec
+
+
 def fleet_spec(nodes: int) -> str:
-    """Nodes of 8 H100 in two NVLink islands: the shape most claims of the mix fit."""
-    return f"{nodes}xH100x8:islands=2"
+    """Nodes of 8 H100 in two NVLink islands (the shape most claims of the mix fit), in groups of
+    at most 1,000 (a fleet spec's limit; node names run on across groups)."""
+    groups, left = [], nodes
+    while left > 0:
+        groups.append(f"{min(left, FLEET_GROUP_MAX)}xH100x8:islands=2")
+        left -= FLEET_GROUP_MAX
+    return ",".join(groups)
 
 
 @dataclass
