@@ -28,6 +28,9 @@ from services.quota.validation import spec_from_command
 from services.quota.view import QuotaView, fold_own
 
 log = logging.getLogger("gpuledger.quota")
+# Alerts and drift are looked at again at most this often: they are about minutes of use, and a
+# look after every folded batch (every claim, under load) cost more than the fold itself.
+RECONCILE_EVERY_S = 0.25
 
 
 class QuotaService:
@@ -61,6 +64,7 @@ class QuotaService:
             await self.changed.wait()
             self.changed.clear()
             await self.reconcile_once()
+            await asyncio.sleep(RECONCILE_EVERY_S)
 
     async def reconcile_once(self) -> int:
         """Append what the rules call for now; wait until it is folded back. Returns events appended."""
