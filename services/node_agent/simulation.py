@@ -59,7 +59,16 @@ class SimulatedFleet:
         self.agents = {a.node: a for a in agents}
         self.fakes = fakes
         self._pids = itertools.count(40_000)
-        self._workloads: dict[str, list[tuple[Any, int]]] = {}
+        self._workloads: dict[str, tuple[str, list[tuple[Any, int]]]] = {}  # claim -> node, processes
+        self._touched: set[str] = set(self.fakes)  # nodes whose fake NVML changed since their last look
+        for node, agent in self.agents.items():
+            agent.changed = lambda node=node: self._take_change(node)
+
+    def _take_change(self, node: str) -> bool:
+        if node in self._touched:
+            self._touched.discard(node)
+            return True
+        return False
 
     # --- commands -------------------------------------------------------------------------
 
@@ -109,6 +118,7 @@ class SimulatedFleet:
         else:
             raise CommandError(f"health: must be Faulted or Healthy, got {command.health!r} "
                                "(Ignored is an operator's decision, not simulated hardware)")
+        self._touched.add(command.node)
         return {"node": command.node, "uuid": gpu.uuid, "health": command.health}
 
     def process(self, command: ProcessCommand) -> dict:
@@ -122,6 +132,7 @@ class SimulatedFleet:
                 raise CommandError(f"pid: no process {command.pid} on that device")
         else:
             raise CommandError(f"action: must be start or stop, got {command.action!r}")
+        self._touched.add(command.node)
         return {"node": command.node, "uuid": target.uuid, "pid": command.pid}
 
     def _target(self, command: ProcessCommand) -> FakeGpu | FakeMig:
@@ -151,11 +162,15 @@ class SimulatedFleet:
             memory = grant.memory_mib or device.memory_mib * grant.milli // 1000
             device.processes[pid] = FakeProcess(pid, int(memory * 0.8), busy)
             started.append((device, pid))
-        self._workloads[allocation.claim_id] = started
+        self._workloads[allocation.claim_id] = (node, started)
+        self._touched.add(node)
 
     def end_workload(self, claim_id: str) -> None:
-        for device, pid in self._workloads.pop(claim_id, []):
+        node, started = self._workloads.pop(claim_id, ("", []))
+        for device, pid in started:
             device.processes.pop(pid, None)
+        if node:
+            self._touched.add(node)
 
 
 def _device(fake: FakeNvml, index: int, mig_index: int) -> FakeGpu | FakeMig | None:
