@@ -128,13 +128,21 @@ def real_nvml() -> Any:
 # --- builders ---------------------------------------------------------------------------------
 
 
+REGISTERING = 32  # registrations in flight at once: a fleet of thousands starts in seconds
+
+
 async def _start_agents(ctx: ServiceContext, agents: list[NodeAgent]) -> None:
     """Register every node, start its loops, then watch the records of all of them at once."""
-    for agent in agents:
-        await agent.register()
+    gate = asyncio.Semaphore(REGISTERING)
+
+    async def start(agent: NodeAgent) -> None:
+        async with gate:
+            await agent.register()
         ctx.spawn(agent.heartbeat_loop(), f"heartbeat-{agent.node}")
         ctx.spawn(agent.watch_loop(), f"watch-{agent.node}")
         ctx.spawn(agent.binder.run(), f"bind-{agent.node}")
+
+    await asyncio.gather(*(start(agent) for agent in agents))
     subscription = await watch_records(ctx.nc, [agent.binder for agent in agents])
 
     async def unsubscribe() -> None:
