@@ -31,6 +31,7 @@ from services.node_agent.retry import TRANSIENT, Backoff, every
 from services.node_agent.usage import observe_usage, usage_signature
 
 log = logging.getLogger("gpuledger.node_agent")
+LOOKS = frozenset(("rescan", "health", "usage"))  # what a watch pass may look at
 
 
 @dataclass
@@ -63,13 +64,13 @@ class NodeAgent:
         self.usage_sig: tuple | None = None
         self.usage_at = float("-inf")
         self.rescanned_at = 0.0
-        # a simulated node's: True when its fake NVML changed since asked last (None: real NVML,
-        # which cannot tell, so every pass looks)
-        self.changed: Callable[[], bool] | None = None
-        self._looking = False
+        # a simulated node's: what of its fake NVML changed since asked last ("health", "usage");
+        # None on real NVML, which cannot tell, so every pass looks at everything
+        self.changes: Callable[[], set[str]] | None = None
+        self._due: set[str] = set()  # looks a failed pass still owes
         self.binder = Binder(config.node, event_log, self.devices, clock)
         self.wake = asyncio.Event()
-        self._looking: set[asyncio.Task] = set()
+        self._leftover_tasks: set[asyncio.Task] = set()
 
     @property
     def on_bound(self) -> list[Callable[[LiveClaim], None]]:
@@ -136,33 +137,41 @@ class NodeAgent:
         await every(lambda: 0.0, self._watch_then_wait, f"{self.node}: health and usage watch")
 
     async def _watch_then_wait(self) -> None:
-        if self._looking or not self._quiet():
-            self._looking = True  # until a pass went through: a failed one is tried again
-            await self.watch_once()
-            self._looking = False
+        self._due |= self._looks_due()
+        if self._due:  # kept until a pass went through: a failed one is tried again
+            await self.watch_once(self._due)
+            self._due = set()
         try:
             await asyncio.wait_for(self.wake.wait(), self.config.watch_s)
         except asyncio.TimeoutError:
             pass
         self.wake.clear()
 
-    def _quiet(self) -> bool:
-        """Nothing to look at: a simulated node whose fake NVML did not change, with no rescan, no
-        usage report and no XID hold due. A fleet of 2,000 such nodes would otherwise spend a
-        third of a core every 3 s passes over hardware that cannot change unseen."""
-        if self.changed is None or self.changed():  # asked first: this pass sees the change
-            return False
-        now, config = self.clock(), self.config
-        if now - self.rescanned_at >= config.rescan_s or now - self.usage_at >= config.usage_every_s:
-            return False
-        return not any(until <= now for until, _xid in self.xid_until.values())
+    def _looks_due(self) -> set[str]:
+        """What to look at this pass: everything on real NVML; on a simulated node only what its
+        fake NVML changed, and what a timer makes due (rescan, the periodic usage report, the end
+        of an XID hold). A fleet of 2,000 simulated nodes would otherwise spend a third of a core
+        every 3 s on passes over hardware that cannot change unseen, and a workload started or
+        stopped costs a usage look, not a health probe of every card."""
+        if self.changes is None:
+            return set(LOOKS)
+        due, now, config = set(self.changes()), self.clock(), self.config
+        if now - self.rescanned_at >= config.rescan_s:
+            due.add("rescan")
+        if now - self.usage_at >= config.usage_every_s:
+            due.add("usage")
+        if any(until <= now for until, _xid in self.xid_until.values()):
+            due.add("health")
+        return due
 
-    async def watch_once(self) -> None:
-        """One pass: rediscover when due, then health, then usage."""
-        if self.clock() - self.rescanned_at >= self.config.rescan_s:
+    async def watch_once(self, looks: set[str] | frozenset[str] = LOOKS) -> None:
+        """One pass: rediscover when due, then health, then usage (those of `looks`)."""
+        if "rescan" in looks and self.clock() - self.rescanned_at >= self.config.rescan_s:
             await self._rescan()
-        await self._watch_health()
-        await self._watch_usage()
+        if "health" in looks or "rescan" in looks:
+            await self._watch_health()
+        if "usage" in looks or "rescan" in looks:
+            await self._watch_usage()
 
     async def _rescan(self) -> None:
         fresh = await self._nvml(discover, self.nvml, self.node)
@@ -218,8 +227,8 @@ class NodeAgent:
     def look_for_leftovers(self, claim: LiveClaim, kill: bool) -> None:
         """An ended claim's hook on a real node: see whether its processes are still there."""
         task = asyncio.ensure_future(self.leftover_processes(claim, kill))
-        self._looking.add(task)
-        task.add_done_callback(self._looking.discard)
+        self._leftover_tasks.add(task)
+        task.add_done_callback(self._leftover_tasks.discard)
 
     async def leftover_processes(self, claim: LiveClaim, kill: bool) -> list[int]:
         """Processes still running on the devices of an ended claim that no live claim holds now:

@@ -60,15 +60,13 @@ class SimulatedFleet:
         self.fakes = fakes
         self._pids = itertools.count(40_000)
         self._workloads: dict[str, tuple[str, list[tuple[Any, int]]]] = {}  # claim -> node, processes
-        self._touched: set[str] = set(self.fakes)  # nodes whose fake NVML changed since their last look
+        # node -> what of its fake NVML changed since its agent last looked
+        self._touched: dict[str, set[str]] = {node: {"health", "usage"} for node in self.fakes}
         for node, agent in self.agents.items():
-            agent.changed = lambda node=node: self._take_change(node)
+            agent.changes = lambda node=node: self._touched.pop(node, set())
 
-    def _take_change(self, node: str) -> bool:
-        if node in self._touched:
-            self._touched.discard(node)
-            return True
-        return False
+    def _touch(self, node: str, *looks: str) -> None:
+        self._touched.setdefault(node, set()).update(looks)
 
     # --- commands -------------------------------------------------------------------------
 
@@ -118,7 +116,7 @@ class SimulatedFleet:
         else:
             raise CommandError(f"health: must be Faulted or Healthy, got {command.health!r} "
                                "(Ignored is an operator's decision, not simulated hardware)")
-        self._touched.add(command.node)
+        self._touch(command.node, "health", "usage")
         return {"node": command.node, "uuid": gpu.uuid, "health": command.health}
 
     def process(self, command: ProcessCommand) -> dict:
@@ -132,7 +130,7 @@ class SimulatedFleet:
                 raise CommandError(f"pid: no process {command.pid} on that device")
         else:
             raise CommandError(f"action: must be start or stop, got {command.action!r}")
-        self._touched.add(command.node)
+        self._touch(command.node, "usage")
         return {"node": command.node, "uuid": target.uuid, "pid": command.pid}
 
     def _target(self, command: ProcessCommand) -> FakeGpu | FakeMig:
@@ -163,14 +161,14 @@ class SimulatedFleet:
             device.processes[pid] = FakeProcess(pid, int(memory * 0.8), busy)
             started.append((device, pid))
         self._workloads[allocation.claim_id] = (node, started)
-        self._touched.add(node)
+        self._touch(node, "usage")
 
     def end_workload(self, claim_id: str) -> None:
         node, started = self._workloads.pop(claim_id, ("", []))
         for device, pid in started:
             device.processes.pop(pid, None)
         if node:
-            self._touched.add(node)
+            self._touch(node, "usage")
 
 
 def _device(fake: FakeNvml, index: int, mig_index: int) -> FakeGpu | FakeMig | None:

@@ -12,15 +12,16 @@ from services.node_agent.simulation import ProcessCommand, SimulatedFleet
 
 
 class Counting:
-    """Counts the NVML process queries a watch pass makes on one fake."""
+    """Counts the calls a watch pass makes to one NVML function of one fake (by default the
+    process query of the usage look)."""
 
-    def __init__(self, fake):
-        self.calls, self.real = 0, fake.nvmlDeviceGetComputeRunningProcesses
-        fake.nvmlDeviceGetComputeRunningProcesses = self
+    def __init__(self, fake, name="nvmlDeviceGetComputeRunningProcesses"):
+        self.calls, self.real = 0, getattr(fake, name)
+        setattr(fake, name, self)
 
-    def __call__(self, handle):
+    def __call__(self, *args):
         self.calls += 1
-        return self.real(handle)
+        return self.real(*args)
 
 
 async def usage_reports(log, node):
@@ -56,3 +57,16 @@ async def test_a_real_node_is_watched_every_pass():
     first = counting.calls
     await agent._watch_then_wait()
     assert counting.calls == 2 * first
+
+
+async def test_a_workload_that_starts_or_stops_costs_a_usage_look_not_a_health_probe():
+    log = InMemoryEventLog()
+    agents, fakes = simulated_agents(parse_fleet("1xH100x8"), Settings(), log, None, watch_s=0.0)
+    fleet = SimulatedFleet(agents, fakes)
+    (agent,) = agents
+    await agent.register()
+    await agent._watch_then_wait()
+    usage, health = Counting(fakes[agent.node]), Counting(fakes[agent.node], "nvmlDeviceGetTotalEccErrors")
+    fleet.process(ProcessCommand(node=agent.node, index=1, pid=78))
+    await agent._watch_then_wait()
+    assert usage.calls > 0 and health.calls == 0
