@@ -79,6 +79,8 @@ def e2e(claims: int = typer.Option(20_000, "--claims", min=1, help="claims publi
                                       "long the claims may take to be decided and released"),
         settle_s: float = typer.Option(4.0, "--settle-s", min=0.0, help="after the run, how long the "
                                        "agents get to report stopped workloads before the check"),
+        data_dir: str = typer.Option("", "--data-dir", help="run the stack in this folder and keep it "
+                                     "(logs in DIR/logs); default: a temporary one, removed after"),
         as_json: bool = typer.Option(False, "--json", help="print only the JSON object")) -> None:
     """The whole stack (gpuledger up --demo) under a load of raw JSON claims published to the
     intake: throughput, publish-to-allocated latency, lost and double-booked claims, CPU per claim
@@ -89,7 +91,7 @@ def e2e(claims: int = typer.Option(20_000, "--claims", min=1, help="claims publi
     from bench.e2e.run import Options, run_on_new_stack
 
     options = Options(claims=claims, rate=rate or None, nodes=nodes, hold_s=hold_ms / 1000,
-                      drain_s=drain_s, settle_s=settle_s)
+                      drain_s=drain_s, settle_s=settle_s, data_dir=data_dir)
     say = (lambda _line: None) if as_json else (lambda line: typer.echo(line, err=True))
     if sweep:
         chosen = _rates(rates)

@@ -32,14 +32,16 @@ class Options:
     drain_s: float = 60.0  # after the last publish, how long claims may take to settle
     settle_s: float = 4.0  # then, for the agents' usage reports to show stopped workloads
     idle_s: float = 1.0  # CPU of the idle stack measured this long before the load
+    data_dir: str = ""  # where the stack runs, kept after; "": a temporary folder, removed
 
 
 async def run_on_new_stack(options: Options, runs: list[tuple[float | None, int]],
                            say=lambda _line: None) -> list[dict]:
     """Start the stack, do each run of (rate, claims) on it in turn, stop the stack."""
     with tempfile.TemporaryDirectory(prefix="gpuledger-e2e-") as tmp:
-        say(f"starting gpuledger up --demo with {options.nodes} nodes")
-        stack = await start_stack(options.nodes, Path(tmp) / "data")
+        folder = Path(options.data_dir) if options.data_dir else Path(tmp) / "data"
+        say(f"starting gpuledger up --demo with {options.nodes} nodes in {folder}")
+        stack = await start_stack(options.nodes, folder)
         try:
             ops, publisher = await nats.connect(stack.url), await nats.connect(stack.publisher_url)
             try:

@@ -143,15 +143,7 @@ async def _start_agents(ctx: ServiceContext, agents: list[NodeAgent]) -> None:
         ctx.spawn(agent.binder.run(), f"bind-{agent.node}")
 
     await asyncio.gather(*(start(agent) for agent in agents))
-    subscription = await watch_records(ctx.nc, [agent.binder for agent in agents])
-
-    async def unsubscribe() -> None:
-        try:
-            await subscription.unsubscribe()
-        except Exception:  # the connection is closing: the consumer goes with it
-            pass
-
-    ctx.on_stop.append(unsubscribe)
+    ctx.spawn(watch_records(ctx.nc, [agent.binder for agent in agents]).run(), "node-records")
 
 
 def build_real(settings: Settings | None = None, node: str | None = None) -> Builder:

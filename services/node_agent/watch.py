@@ -13,14 +13,14 @@ import msgspec
 
 from schemas import subjects
 from schemas.grants import decode_grants
-from shared.latest import watch_latest
+from shared.latest import LatestWatch
 from services.node_agent.binder import Binder
 
 log = logging.getLogger("gpuledger.node_agent")
 
 
-async def watch_records(nc, binders: list[Binder]):
-    """Offer each binder the records of its node, the current one first; returns the subscription."""
+def watch_records(nc, binders: list[Binder]) -> LatestWatch:
+    """Offer each binder the records of its node, the current one first: `run()` the watch."""
     by_subject = {subjects.node_grants(binder.node): binder for binder in binders}
 
     async def on_msg(msg) -> None:
@@ -34,4 +34,4 @@ async def watch_records(nc, binders: list[Binder]):
             return
         binder.offer(record)
 
-    return await watch_latest(nc.jetstream(), subjects.NODE_GRANTS_STREAM, list(by_subject), on_msg)
+    return LatestWatch(nc.jetstream(), subjects.NODE_GRANTS_STREAM, list(by_subject), on_msg)
