@@ -2,6 +2,7 @@ FROM python:3.11-slim
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY schemas schemas
+COPY ledger ledger
 COPY shared shared
 COPY services services
 COPY gpuledger_cli gpuledger_cli

@@ -6,6 +6,11 @@ STAMP := $(VENV)/.installed
 ARGS ?=
 PYTEST_ARGS ?=
 
+# The Node.js side of the contract tests (ajv, @asyncapi/parser, nats): installed when npm is here;
+# without it those tests skip, saying what is missing.
+NODE_PKG := tests/contract/js
+NODE_STAMP := $(NODE_PKG)/node_modules/.installed
+
 .PHONY: run test install schemas bench clean
 
 $(STAMP): pyproject.toml
@@ -17,10 +22,16 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+$(NODE_STAMP): $(NODE_PKG)/package.json $(NODE_PKG)/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+	  npm ci --no-audit --no-fund --loglevel=error --prefix $(NODE_PKG) && touch $@ \
+	    || echo "npm ci failed: the Node.js contract tests will skip"; \
+	else echo "npm not found: the Node.js contract tests will skip"; fi
+
 run: $(STAMP)
 	@$(VENV)/bin/gpuledger up --demo $(ARGS)
 
-test: $(STAMP)
+test: $(STAMP) $(NODE_STAMP)
 	@$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 schemas: $(STAMP)

@@ -29,21 +29,18 @@ def show(data: Any, as_json: bool, render: Callable[[Any], str]) -> None:
 
 
 def read_document(path: Path) -> dict:
-    """A JSON file (or YAML, when PyYAML is installed); '-' reads standard input."""
+    """A YAML or JSON document (JSON is YAML); '-' reads standard input."""
+    import yaml
+
     text = typer.get_text_stream("stdin").read() if str(path) == "-" else _read(path)
-    if str(path).endswith((".yaml", ".yml")):
-        try:
-            import yaml  # optional: not a dependency of gpuledger
-        except ModuleNotFoundError:
-            _die(f"{path}: reading YAML needs PyYAML (pip install pyyaml); or give a JSON file")
-        try:
-            return yaml.safe_load(text)
-        except yaml.YAMLError as err:
-            _die(f"{path}: not valid YAML: {err}")
     try:
         return json.loads(text)
-    except ValueError as err:
-        _die(f"{path}: not valid JSON: {err}")
+    except ValueError:
+        pass
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        _die(f"{path}: neither JSON nor YAML: {err}")
 
 
 def _read(path: Path) -> str:

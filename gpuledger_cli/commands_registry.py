@@ -14,6 +14,7 @@ AREAS = (
     "gpuledger_cli.services_cmd",
     "gpuledger_cli.quota",
     "gpuledger_cli.pools",
+    "gpuledger_cli.webhook",
     "gpuledger_cli.endpoints",
     "gpuledger_cli.nodes",
     "gpuledger_cli.projection",

@@ -8,15 +8,16 @@ import typer
 
 from gpuledger_cli.command_client import nats_url_option, read_document, send, show
 from schemas import subjects
-from schemas.commands import CreatePool, DeletePool, GetPool, ListPools, UpdatePool
+from schemas.commands import (
+    CreatePool, DeletePool, GetPool, IgnoreDevice, ListPools, RenderPool, UpdatePool)
 from services.pool_controller.manifest import ManifestError, pool_from_document
 
 SERVICE = "pool-controller"
 pool_app = typer.Typer(help="GPU pools (Deckhouse-style): validated, immutable but for access.",
                        no_args_is_help=True)
 
-FILE = typer.Option(..., "-f", "--file", help="Pool as JSON (or YAML with PyYAML): a GPUPool "
-                    "manifest or a flat PoolSpec; '-' reads stdin.")
+FILE = typer.Option(..., "-f", "--file", help="Pool as YAML or JSON: a GPUPool manifest (seed "
+                    "004's, as written) or a flat PoolSpec; '-' reads stdin.")
 JSON = typer.Option(False, "--json", help="Print the reply as JSON.")
 
 
@@ -37,6 +38,51 @@ def create(file: Path = FILE, as_json: bool = JSON, nats_url: str = nats_url_opt
     """Create a pool (re-creating an identical one is a no-op)."""
     data = send(nats_url, subjects.command("pool.create"), CreatePool(pool=_load(file)), SERVICE)
     show(data, as_json, lambda d: f"pool {d['pool']} {'created' if d['created'] else 'exists, unchanged'}")
+
+
+@pool_app.command("apply")
+def apply(file: Path = FILE, as_json: bool = JSON, nats_url: str = nats_url_option()) -> None:
+    """Create the pool, or bring an existing one's access in line (kubectl-apply style); a change
+    to any immutable field is refused naming it."""
+    pool = _load(file)
+    existing = send(nats_url, subjects.query("pool.list"), ListPools(), SERVICE)
+    if any(p["name"] == pool.name for p in existing):
+        data = send(nats_url, subjects.command("pool.update"), UpdatePool(pool=pool), SERVICE)
+        show(data, as_json, lambda d: f"pool {d['pool']} {'configured' if d['changed'] else 'unchanged'}")
+        return
+    data = send(nats_url, subjects.command("pool.create"), CreatePool(pool=pool), SERVICE)
+    show(data, as_json, lambda d: f"pool {d['pool']} {'created' if d['created'] else 'unchanged'}")
+
+
+@pool_app.command("render")
+def render(name: str,
+           namespace: str = typer.Option("gpuledger", "--namespace", "-n", help="Namespace of the "
+                                         "device-plugin and MIG manager ConfigMaps."),
+           claim_namespace: list[str] = typer.Option([], "--claim-namespace", help="dra pools: "
+                                                     "render a ResourceClaimTemplate here (repeat; "
+                                                     "default: the pool's access namespaces)."),
+           k8s_version: str = typer.Option("", "--k8s-version", help="Cluster version the DRA "
+                                           "objects are for (default: the controller's)."),
+           nats_url: str = nats_url_option()) -> None:
+    """Print the cluster objects the pool needs as YAML (pipe into kubectl apply -f -)."""
+    import yaml
+
+    data = send(nats_url, subjects.query("pool.render"), RenderPool(
+        name=name, namespace=namespace, claim_namespaces=claim_namespace, k8s_version=k8s_version), SERVICE)
+    notes = "".join(f"# note: {n}\n" for n in data["notes"])
+    typer.echo(notes + yaml.safe_dump_all(data["objects"], sort_keys=False), nl=False)
+
+
+@pool_app.command("ignore")
+def ignore(node: str, device: str = typer.Argument(..., help="UUID, <index> or <index>:<mig index>."),
+           reason: str = typer.Option("", "--reason", help="Why (shown with the device)."),
+           undo: bool = typer.Option(False, "--undo", help="Give the device back instead."),
+           as_json: bool = JSON, nats_url: str = nats_url_option()) -> None:
+    """Mark a device Ignored (seed 004: out of service; running work is not evicted)."""
+    data = send(nats_url, subjects.command("device.ignore"),
+                IgnoreDevice(node=node, device=device, ignored=not undo, reason=reason), SERVICE)
+    state = "ignored" if data["ignored"] else "in service"
+    show(data, as_json, lambda d: f"{node} {d['uuid']} {state}{'' if d['changed'] else ' (unchanged)'}")
 
 
 @pool_app.command("update")

@@ -12,7 +12,7 @@ from schemas import events as ev
 from schemas.types import DeviceInfo, PoolSpec
 
 from ledger.holdings import Journal, allocate, free, grants_fit, save_claim
-from ledger.pools import pool_for_unit
+from ledger.pools import assign_pools
 from ledger.shapes import shapes_from_counts
 from ledger.state import Claim, Node, State, Unit, grow, reindex_node
 
@@ -171,16 +171,22 @@ def _claim_bound(state: State, e: ev.ClaimBound, seq: int) -> None:
 # --- nodes and devices -------------------------------------------------------------------------
 
 
-def _unit_from(device: DeviceInfo, node: str) -> Unit:
+IGNORED = "Ignored"
+
+
+def _unit_from(device: DeviceInfo, node: str, ignored: dict[str, str]) -> Unit:
+    health = IGNORED if device.uuid in ignored else device.health
     return Unit(uuid=device.uuid, node=node, index=device.index, mig_index=device.mig_index,
                 model=device.model, memory_mib=device.memory_mib, island=device.island,
-                mig_profile=device.mig_profile, health=device.health, product=device.product,
-                pci_vendor=device.pci_vendor, pci_device=device.pci_device)
+                mig_profile=device.mig_profile, health=health, product=device.product,
+                pci_vendor=device.pci_vendor, pci_device=device.pci_device,
+                island_name=device.island_name, bandwidth_gbps=device.bandwidth_gbps,
+                reported_health=device.health)
 
 
 def _node_registered(state: State, e: ev.NodeRegistered, seq: int) -> None:
     old = state.nodes.get(e.node)
-    units = [_unit_from(d, e.node) for d in e.devices if not d.mig_enabled]
+    units = [_unit_from(d, e.node, state.ignored) for d in e.devices if not d.mig_enabled]
     carried = _end_claims_on_vanished_units(state, old, {u.uuid for u in units}) if old else []
     if old is not None:
         old.lost = True  # takes it out of the placement index before it is replaced
@@ -242,10 +248,27 @@ def _device_health(state: State, e: ev.DeviceHealthChanged, seq: int) -> None:
     unit = state.units.get(e.uuid)
     if unit is None or unit.node != e.node:
         return
-    unit.health = e.health
+    unit.reported_health = e.health
+    _set_health(state, unit, IGNORED if e.uuid in state.ignored else e.health)
+
+
+def _set_health(state: State, unit: Unit, health: str) -> None:
+    unit.health = health
     if unit.healthy:
         grow(state)
-    reindex_node(state, state.nodes[e.node])
+    reindex_node(state, state.nodes[unit.node])
+
+
+def _device_ignore(state: State, e: ev.DeviceIgnoreChanged, seq: int) -> None:
+    """An operator's Ignored wins over the agent's health; un-ignored, the last report applies.
+    Kept by UUID, so a re-registration (or a device that registers later) stays Ignored."""
+    if e.ignored:
+        state.ignored[e.uuid] = e.reason
+    else:
+        state.ignored.pop(e.uuid, None)
+    unit = state.units.get(e.uuid)
+    if unit is not None and unit.node == e.node:
+        _set_health(state, unit, IGNORED if e.ignored else unit.reported_health)
 
 
 def _node_condition(state: State, e: ev.NodeConditionChanged, seq: int) -> None:
@@ -270,8 +293,9 @@ def _usage_observed(state: State, e: ev.UsageObserved, seq: int) -> None:
 
 
 def _assign_pools(state: State, node: Node) -> None:
+    pools = assign_pools(state.pools.values(), node.units, node.labels)
     for unit in node.units:
-        pool: PoolSpec | None = pool_for_unit(state.pools.values(), unit, node.labels)
+        pool: PoolSpec | None = pools[unit.uuid]
         unit.pool = pool.name if pool else ""
         unit.max_holders = pool.slices_per_unit if pool else 0
     node.static = None
@@ -424,6 +448,7 @@ _HANDLERS = {
     ev.PoolCreated: _pool_created,
     ev.PoolAccessChanged: _pool_access,
     ev.PoolDeleted: _pool_deleted,
+    ev.DeviceIgnoreChanged: _device_ignore,
     ev.QuotaSet: _quota_set,
     ev.QuotaDeleted: _quota_deleted,
     ev.DecisionBatch: _decision_batch,

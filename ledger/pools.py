@@ -58,6 +58,28 @@ def pool_for_unit(pools: Iterable[PoolSpec], unit: Unit, node_labels: dict[str, 
     return None
 
 
+def assign_pools(pools: Iterable[PoolSpec], units: list[Unit],
+                 node_labels: dict[str, str]) -> dict[str, PoolSpec | None]:
+    """{unit uuid: its pool} for one node: the first pool (creation order) that selects a unit
+    and still has room on this node under its `max_devices_per_node` (seed 004), in device order
+    (card index, then MIG instance), so the same devices join on every fold. A device a full pool
+    would have taken falls to the next pool that selects it. Health does not count: membership
+    stays put while a device faults and recovers."""
+    pools = list(pools)
+    taken: dict[str, int] = {}
+    out: dict[str, PoolSpec | None] = {}
+    for unit in sorted(units, key=lambda u: (u.index, u.mig_index)):
+        chosen = None
+        for pool in pools:
+            limit = pool.max_devices_per_node
+            if (not limit or taken.get(pool.name, 0) < limit) and unit_in_pool(pool, unit, node_labels):
+                chosen = pool
+                taken[pool.name] = taken.get(pool.name, 0) + 1
+                break
+        out[unit.uuid] = chosen
+    return out
+
+
 def has_access(pool: PoolSpec, namespace: str, service_account: str = "") -> bool:
     if pool.access_namespaces and namespace not in pool.access_namespaces:
         return False

@@ -34,6 +34,7 @@ class Snapshot(msgspec.Struct):
     shape_counts: list[tuple[tuple[int, int, str, int], int]]
     shapes_seen: list[tuple[tuple[int, int, str, int], int]] = []
     ended: list[str] = []
+    ignored: dict[str, str] = {}
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -61,7 +62,7 @@ def to_snapshot(state: State, compact: bool = False) -> bytes:
             state.next_rank, state.submitted, list(state.nodes.values()), claims,
             list(state.pending), list(state.leased), state.quotas, state.usage,
             list(state.pools.values()), list(state.shape_counts.items()),
-            list(state.shapes_seen.items()), ended))
+            list(state.shapes_seen.items()), ended, dict(state.ignored)))
     finally:
         for node, view, static in views:
             node.view, node.static = view, static
@@ -79,6 +80,7 @@ def from_snapshot(data: bytes) -> State:
     refresh_typical(state, {tuple(k): v for k, v in snap.shapes_seen})
     state.claims = {c.spec.claim_id: c for c in snap.claims}
     state.ended = dict.fromkeys(snap.ended)
+    state.ignored = dict(snap.ignored)
     state.pending = dict.fromkeys(snap.pending)
     state.leased = dict.fromkeys(snap.leased)
     state.holding = {c.spec.claim_id: None for c in snap.claims if c.holds_devices}

@@ -37,6 +37,10 @@ class Unit:
     pci_device: str = ""
     milli_free: int = FREE
     holders: dict[str, int] = field(default_factory=dict)
+    island_name: str = ""  # seed 001's name of the NVLink island ("nvlink-group-0")
+    bandwidth_gbps: float = 0.0
+    # what the node agent last said; `health` is this unless an operator marked it Ignored
+    reported_health: str = "Healthy"
 
     @property
     def healthy(self) -> bool:  # spelled out in ledger.grants_fit too (the fold's hot path)
@@ -221,6 +225,7 @@ class State:
     quotas: dict[str, QuotaSpec] = field(default_factory=dict)
     usage: dict[str, Usage] = field(default_factory=dict)
     pools: dict[str, PoolSpec] = field(default_factory=dict)
+    ignored: dict[str, str] = field(default_factory=dict)  # device UUID -> why an operator ignores it
     groups: dict[NodeView, Group] = field(default_factory=dict)
     # model -> its groups (hashed by identity: a NodeView's nested tuples are slow to hash)
     groups_by_model: dict[str, dict["Group", None]] = field(default_factory=dict)
@@ -277,7 +282,8 @@ class State:
         index = self.groups_by_free if whole else self.groups_by_share
         seen: dict[Group, None] = {}
         for (model, unit_pool, unit_mig), buckets in sorted(index.items()):
-            if unit_pool != pool or unit_mig != mig_profile or (models is not None and model not in models):
+            kind_ok = unit_mig != "" if mig_profile == "*" else unit_mig == mig_profile  # "*": any MIG
+            if unit_pool != pool or not kind_ok or (models is not None and model not in models):
                 continue
             for room, groups in buckets.items():
                 if (room >= count) if whole else (room + SHARE_STEP > milli):

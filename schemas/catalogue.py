@@ -73,6 +73,12 @@ CATALOGUE: tuple[GpuModel, ...] = (
 )
 
 MODELS: dict[str, GpuModel] = {m.name: m for m in CATALOGUE}
+MODEL_NAMES: tuple[str, ...] = tuple(MODELS)
+# Every MIG profile some model offers, in catalogue order: what a claim's mig_profile may name.
+MIG_PROFILES: tuple[str, ...] = tuple(dict.fromkeys(p for m in CATALOGUE for p in m.mig_profiles))
+# What a claim's gpu_groups may hold: the groups, or `any` alone (either spelling, as the seed
+# writes it `ANY`).
+GROUP_CHOICES: tuple[str, ...] = (*GPU_GROUPS, ANY_GROUP, ANY_GROUP.upper())
 _BY_PRODUCT: dict[str, GpuModel] = {p.lower(): m for m in CATALOGUE for p in m.products}
 
 

@@ -105,6 +105,25 @@ class ListPools(Command):
     pass
 
 
+class IgnoreDevice(Command):
+    """Mark a device Ignored (out of service, seed 004) or, with ignored=false, give it back.
+    `device` is the UUID, or `<index>` / `<index>:<mig index>` on the node."""
+
+    node: str
+    device: str
+    ignored: bool = True
+    reason: str = ""
+
+
+class RenderPool(Command):
+    """The cluster objects a pool needs (device-plugin / MIG manager config, DRA objects)."""
+
+    name: str
+    namespace: str = "gpuledger"  # where the device-plugin and MIG manager ConfigMaps go
+    claim_namespaces: list[str] = []  # DRA: ResourceClaimTemplates here (default: the pool's access)
+    k8s_version: str = ""  # DRA API version to render for (default: the controller's)
+
+
 class CreateEndpoint(Command):
     endpoint: EndpointSpec
 

@@ -124,6 +124,17 @@ class PoolDeleted(Event, tag=True):
     pool: str
 
 
+class DeviceIgnoreChanged(Event, tag=True):
+    """An operator takes a device out of service (Ignored, seed 004) or gives it back. The node
+    agent never sets Ignored: its health reports are kept and apply again once un-ignored."""
+
+    node: str
+    uuid: str
+    ignored: bool
+    reason: str = ""
+    by: str = ""
+
+
 # --- quota service -----------------------------------------------------------------------------
 
 
@@ -326,6 +337,7 @@ AnyEvent = (
     | PoolCreated
     | PoolAccessChanged
     | PoolDeleted
+    | DeviceIgnoreChanged
     | QuotaSet
     | QuotaDeleted
     | QuotaAlertRaised

@@ -1,49 +1,64 @@
-"""Generate JSON Schema (and a small AsyncAPI document) from the msgspec Structs."""
+"""Generate the contract files in schemas/json: JSON Schema 2020-12 for claims, events, outcomes and
+commands, and the AsyncAPI 3.0 document (`make schemas`; a test fails when they are stale)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-import msgspec
-
-from schemas import commands, subjects
+from schemas import commands
+from schemas.asyncapi import asyncapi_document
+from schemas.claim_rules import claim_rules
 from schemas.events import AnyEvent
+from schemas.jsonschema import closed_structs, schema_of
+from schemas.outcomes import ClaimOutcome
 from schemas.types import ClaimSpec
 
 OUT = Path(__file__).parent / "json"
 
 COMMANDS = (commands.SubmitClaim, commands.ReleaseClaim, commands.RenewLease, commands.ReportActivity,
             commands.GetClaim, commands.ListClaims, commands.SetQuota, commands.DeleteQuota,
-            commands.GetQuota, commands.CreatePool, commands.UpdatePool, commands.DeletePool,
-            commands.CreateEndpoint, commands.DeleteEndpoint, commands.ReportEndpointLoad, commands.Reply)
+            commands.GetQuota, commands.ListQuotas, commands.GetQuotaStatus, commands.CreatePool,
+            commands.UpdatePool, commands.DeletePool, commands.GetPool, commands.ListPools, commands.RenderPool, commands.IgnoreDevice,
+            commands.CreateEndpoint, commands.DeleteEndpoint, commands.GetEndpoint,
+            commands.ListEndpoints, commands.ReportEndpointLoad, commands.Query, commands.Reply)
+
+# Every spelling of a claim and the Struct it is (a second spelling, e.g. camelCase, adds a line).
+CLAIM_SPELLINGS: dict[str, type] = {"ClaimSpec": ClaimSpec}
 
 
-def documents() -> dict[str, dict]:
+def json_schemas() -> dict[str, dict]:
+    """File name -> JSON Schema document."""
     docs = {
-        "events.json": msgspec.json.schema(AnyEvent),
-        "claim.json": msgspec.json.schema(ClaimSpec),
+        "claim.json": _document(ClaimSpec, "claim.json", "A claim, as published to gpu.intake.claim"),
+        "events.json": _document(AnyEvent, "events.json", "Any event of the log (stream GPULEDGER)"),
+        "outcome.json": _document(ClaimOutcome, "outcome.json",
+                                  "A claim's outcome (stream GPULEDGER_OUTCOMES, gpu.outcome.claim.<token>)"),
     }
     for command in COMMANDS:
-        docs[f"command.{command.__name__}.json"] = msgspec.json.schema(command)
-    docs["asyncapi.json"] = _asyncapi()
+        name = f"command.{command.__name__}.json"
+        docs[name] = _document(command, name, f"{command.__name__} ({_doc_line(command)})")
     return docs
 
 
-def _asyncapi() -> dict:
-    return {
-        "asyncapi": "3.0.0",
-        "info": {"title": "gpuledger", "version": "1"},
-        "channels": {
-            "intake": {"address": subjects.INTAKE_CLAIMS, "messages": {"claim": {"$ref": "claim.json"}},
-                       "description": "Publish a JSON ClaimSpec (JetStream, durable, idempotent on claim_id)."},
-            "events": {"address": subjects.EVENTS, "messages": {"event": {"$ref": "events.json"}},
-                       "description": f"The event log (stream {subjects.STREAM})."},
-            "submit": {"address": subjects.command("claim.submit"),
-                       "messages": {"command": {"$ref": "command.SubmitClaim.json"}},
-                       "description": "Request/reply; the answer is a Reply."},
-        },
-    }
+def documents() -> dict[str, dict]:
+    docs = json_schemas()
+    docs["asyncapi.json"] = asyncapi_document(docs)
+    return docs
+
+
+def _document(types, file_name: str, title: str) -> dict:
+    roots = getattr(types, "__args__", None) or (types,)
+    doc = schema_of(types, file_name, title, closed_structs(*roots))
+    for name, struct in CLAIM_SPELLINGS.items():
+        definition = doc.get("$defs", {}).get(name)
+        if definition is not None:
+            definition["allOf"] = claim_rules(struct)
+    return doc
+
+
+def _doc_line(struct: type) -> str:
+    return ((struct.__doc__ or "").strip().splitlines() or ["a command"])[0].rstrip(".")
 
 
 def _render(doc: dict) -> str:

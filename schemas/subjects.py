@@ -7,6 +7,10 @@ INTAKE_CLAIMS = "gpu.intake.claim"  # durable: other systems publish JSON claims
 DECISIONS = "gpu.evt.decision"  # the allocator's fenced subject
 INTAKE_BATCHES = "gpu.evt.intake"  # the claim service's drained intake, several claims per message
 DEAD_LETTER = "gpu.evt.deadletter"
+OUTCOMES_STREAM = "GPULEDGER_OUTCOMES"
+OUTCOMES = "gpu.outcome.>"
+OUTCOME_CHECKPOINT = "gpu.outcome.checkpoint"  # the claim service's own: outcomes written up to here
+OUTCOMES_MAX_AGE_S = 7 * 24 * 3600  # an ended claim's outcome is kept a week after its last change
 SNAPSHOT_BUCKET = "gpuledger_snapshots"
 # What is live on each node (schemas.grants): a key-value bucket the allocator writes, one key per
 # node; a node agent watches its own key.
@@ -17,6 +21,11 @@ NODE_GRANTS = f"$KV.{NODE_GRANTS_BUCKET}.>"
 
 def claim(claim_id: str) -> str:
     return f"gpu.evt.claim.{_token(claim_id)}"
+
+
+def outcome(claim_id: str) -> str:
+    """Where a claim's ClaimOutcome is written: `gpu.outcome.claim.<token>`."""
+    return f"gpu.outcome.claim.{_token(claim_id)}"
 
 
 def node(name: str) -> str:
@@ -36,6 +45,12 @@ def node_grants(name: str) -> str:
 
 def pool(name: str) -> str:
     return f"gpu.evt.pool.{_token(name)}"
+
+
+def device_marks(node_name: str) -> str:
+    """Operator marks on a node's devices (Ignored), written by the pool controller: not the
+    node's own subject, which only its agent writes."""
+    return f"gpu.evt.marks.{_token(node_name)}"
 
 
 def quota(namespace: str) -> str:

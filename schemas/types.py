@@ -2,14 +2,46 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 
-Name = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$",
+from schemas.catalogue import CUDA_VERSIONS, GROUP_CHOICES, MIG_PROFILES, MODEL_NAMES
+
+# `(?!\n)$`, not `$`: Python's `$` also matches before a final newline ("a\n" would pass here and
+# in Python's jsonschema, but not in JavaScript); the lookahead makes every engine agree.
+Name = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?(?!\n)$",
                                    description="lower-case DNS-like name")]
-ClaimId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$",
+ClaimId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}(?!\n)$",
                                       description="client-chosen id; letters, digits, . _ : -")]
+
+
+# Choices and size limits of what a publisher sends. They are the one rule for both sides: msgspec
+# enforces them when the intake decodes a claim, and the JSON Schema in schemas/json is generated
+# from these same annotations. Nothing unbounded reaches the log, which can never delete it.
+MAX_TEXT = 1024  # free text (workload)
+MAX_KEY = 253  # a label or node-selector key: a Kubernetes qualified name with its DNS prefix
+MAX_VALUE = 256
+MAX_ENTRIES = 64  # labels, node selector
+
+ModelName = Literal[MODEL_NAMES]
+GroupName = Literal[GROUP_CHOICES]
+CudaVersion = Literal[CUDA_VERSIONS]
+# "" is the same as leaving it out (encoders in other languages often write every field)
+MigProfile = Literal[("",) + MIG_PROFILES]
+# seed 001's placement policy of a claim; "" and "any" prefer one NVLink island, "contiguous" requires it
+PLACEMENT_POLICIES = ("", "any", "contiguous")
+PlacementPolicy = Literal[PLACEMENT_POLICIES]
+Text = Annotated[str, msgspec.Meta(max_length=MAX_TEXT)]
+SelectorKey = Annotated[str, msgspec.Meta(max_length=MAX_KEY, pattern=r"\S",
+                                          description="not empty or blank")]
+LabelKey = Annotated[str, msgspec.Meta(max_length=MAX_KEY)]
+LabelValue = Annotated[str, msgspec.Meta(max_length=MAX_VALUE)]
+Labels = Annotated[dict[LabelKey, LabelValue], msgspec.Meta(max_length=MAX_ENTRIES)]
+NodeSelector = Annotated[dict[SelectorKey, LabelValue], msgspec.Meta(max_length=MAX_ENTRIES)]
+Models = Annotated[list[ModelName], msgspec.Meta(max_length=len(MODEL_NAMES))]
+Groups = Annotated[list[GroupName], msgspec.Meta(max_length=len(GROUP_CHOICES))]
+CudaVersions = Annotated[list[CudaVersion], msgspec.Meta(max_length=len(CUDA_VERSIONS))]
 
 
 class Reason(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -31,12 +63,12 @@ class ClaimSpec(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_
     gpu_milli: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 1000
     gpu_memory_gib: Annotated[float, msgspec.Meta(ge=0)] = 0.0
     model_memory_gib: Annotated[float, msgspec.Meta(ge=0)] = 0.0
-    mig_profile: str = ""
-    models: list[str] = []
-    gpu_groups: list[str] = []
-    cuda_versions: list[str] = []
+    mig_profile: MigProfile = ""
+    models: Models = []
+    gpu_groups: Groups = []
+    cuda_versions: CudaVersions = []
     pool: str = ""
-    node_selector: dict[str, str] = {}
+    node_selector: NodeSelector = {}
     priority: Annotated[int, msgspec.Meta(ge=-1000, le=1000)] = 0
     gang_id: str = ""
     gang_size: Annotated[int, msgspec.Meta(ge=0, le=4096)] = 0
@@ -45,10 +77,12 @@ class ClaimSpec(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_
     memory_mib: Annotated[int, msgspec.Meta(ge=0)] = 0
     limit_tflops: Annotated[float, msgspec.Meta(ge=0)] = 0.0
     limit_vram_gib: Annotated[float, msgspec.Meta(ge=0)] = 0.0
-    workload: str = ""
+    workload: Text = ""
     endpoint: str = ""
     service_account: str = ""
-    labels: dict[str, str] = {}
+    labels: Labels = {}
+    # seed 001: "contiguous" = every GPU from one NVLink island or none; "" = preferred, not required
+    policy: PlacementPolicy = ""
 
 
 class DeviceInfo(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -64,6 +98,10 @@ class DeviceInfo(msgspec.Struct, frozen=True, omit_defaults=True):
     mig_enabled: bool = False  # a card in MIG mode: only its instances are allocatable
     island: int = 0  # NVLink island within the node
     health: str = "Healthy"  # Healthy | Faulted | Ignored
+    # seed 001's names: "nvlink-group-<n>" for GPUs joined by NVLink, "pcie-<index>" for a card
+    # alone; bandwidth in GB/s (both directions) of that link as NVML reports it, 0 when unknown
+    island_name: str = ""
+    bandwidth_gbps: float = 0.0
     pci_bus_id: str = ""
     pci_vendor: str = "10de"
     pci_device: str = ""

@@ -17,7 +17,8 @@ from schemas.commands import Reply, fail
 from shared.telemetry import extract_context, tracer
 
 log = logging.getLogger("gpuledger")
-_AT = re.compile(r"at `\$\.?([^`]*)`")
+# "... - at `$.models[0]`", or for a dict key "... - at `key` in `$.node_selector`"
+_AT = re.compile(r"(?:at|in) `\$\.?([^`]*)`")
 _encoder = msgspec.json.Encoder()
 
 
@@ -34,9 +35,17 @@ async def raw_body(msg) -> tuple[bytes, dict]:
     return msg.body, dict(msg.headers or {})
 
 
+_UNKNOWN = re.compile(r"(?:unknown|missing required) field `([^`]*)`")
+
+
 def field_of(error: Exception) -> str:
-    match = _AT.search(str(error))
-    return match.group(1) if match else ""
+    """The field an error is about, as a path like `models[0]` ("" for the message as a whole)."""
+    text = str(error)
+    match, unknown = _AT.search(text), _UNKNOWN.search(text)
+    path = match.group(1) if match else ""
+    if unknown:  # the unknown or missing field itself, not the object that holds it
+        return f"{path}.{unknown.group(1)}" if path else unknown.group(1)
+    return path
 
 
 def invalid_reply(error: Exception) -> Reply:

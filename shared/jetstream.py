@@ -78,9 +78,26 @@ def node_grants_config(replicas: int = 1) -> api.StreamConfig:
     )
 
 
+def outcomes_stream_config(replicas: int = 1) -> api.StreamConfig:
+    # Each claim's latest ClaimOutcome, for publishers (docs/contract.md): one message per
+    # subject; an outcome unchanged for OUTCOMES_MAX_AGE_S goes (the claim service rewrites the
+    # outcomes of live claims before that). Direct get lets a publisher read the last one cheaply.
+    return api.StreamConfig(
+        name=subjects.OUTCOMES_STREAM,
+        subjects=[subjects.OUTCOMES],
+        storage=api.StorageType.FILE,
+        retention=api.RetentionPolicy.LIMITS,
+        max_msgs_per_subject=1,
+        max_age=subjects.OUTCOMES_MAX_AGE_S,
+        num_replicas=replicas,
+        allow_direct=True,
+    )
+
+
 async def ensure_streams(js: JetStreamContext, replicas: int = 1) -> None:
     """Create the streams if missing; leave an existing stream's data alone."""
-    for config in (stream_config(replicas), intake_stream_config(replicas), node_grants_config(replicas)):
+    for config in (stream_config(replicas), intake_stream_config(replicas), outcomes_stream_config(replicas),
+                   node_grants_config(replicas)):
         try:
             await js.stream_info(config.name)
         except NotFoundError:

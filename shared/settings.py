@@ -17,6 +17,10 @@ def _float(name: str, default: float) -> float:
         raise SystemExit(f"{name} must be a number, got {raw!r}")
 
 
+def _names(name: str, default: str) -> tuple[str, ...]:
+    return tuple(v.strip() for v in os.environ.get(name, default).split(",") if v.strip())
+
+
 def _bool(name: str, default: bool) -> bool:
     raw = os.environ.get(name, "").strip().lower()
     if raw == "":
@@ -51,6 +55,15 @@ class Settings:
     admission_tls_key: str = field(default_factory=lambda: os.environ.get("GPULEDGER_ADMISSION_TLS_KEY", ""))
     pool_resource_prefix: str = field(
         default_factory=lambda: os.environ.get("GPULEDGER_POOL_RESOURCE_PREFIX", "gpu.gpuledger.io"))
+    # other prefixes a pod may name a pool with (renamed to the pool's resource by the webhook)
+    pool_resource_aliases: tuple[str, ...] = field(
+        default_factory=lambda: _names("GPULEDGER_POOL_RESOURCE_ALIASES", "gpu.deckhouse.io"))
+    # seed 001's scheduler name: pods naming it get the default scheduler (gpuledger decided)
+    replaced_schedulers: tuple[str, ...] = field(
+        default_factory=lambda: _names("GPULEDGER_REPLACED_SCHEDULERS", "gpu-scheduler"))
+    # Kubernetes controller mode (GPUPool / GpuClaim objects, node conditions): needs a cluster
+    kube_controller: bool = field(default_factory=lambda: _bool("GPULEDGER_KUBE_CONTROLLER", False))
+    kube_namespace: str = field(default_factory=lambda: os.environ.get("GPULEDGER_KUBE_NAMESPACE", "gpuledger"))
     endpoint_tick_s: float = field(default_factory=lambda: _float("GPULEDGER_ENDPOINT_TICK_S", 1.0))
 
     @property

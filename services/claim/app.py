@@ -16,6 +16,7 @@ from shared.telemetry import inject_headers
 
 from ledger.follower import Follower
 from services.claim.intake import consume_intake, wait_intake_drained
+from services.claim.outcomes import OutcomeWriter
 from services.claim.validation import ClaimInvalid, validate_claim
 from services.claim.views import claim_view, explain_view
 
@@ -205,8 +206,18 @@ async def build(ctx: ServiceContext) -> None:
         register_endpoints = None
     if register_endpoints is not None:
         await register_endpoints(ctx)
+    writer = OutcomeWriter(ctx.nc, service)
+    service.follower.listeners.append(writer.note)
+    ctx.claim_outcomes = writer  # type: ignore[attr-defined]  # for in-process tests
     ctx.spawn(service.follower.run(), "claim-follow")
+    ctx.spawn(writer.run(), "claim-outcomes")
+    ctx.spawn(writer.refresh_forever(), "claim-outcomes-refresh")
+    ctx.on_stop.append(writer.stop)
     js = ctx.nc.jetstream()
     service.intake_drained = lambda: wait_intake_drained(js)
     ctx.spawn(consume_intake(js, service), "claim-intake")
+    if ctx.settings.kube_controller:  # GpuClaim objects on a cluster (off by default)
+        from services.claim.kube_loop import run as run_kube
+
+        ctx.spawn(run_kube(service), "claim-kube")
 

@@ -93,7 +93,7 @@ async def _accept(service, data: bytes, headers: dict[str, str],
     # no span per claim (they cost a third of this service): the batch has one, and a publisher's
     # own trace context travels on in the claim's `trace`
     try:
-        spec = _spec_decoder.decode(data)
+        spec = decode_claim(data)
     except (msgspec.ValidationError, msgspec.DecodeError) as err:
         field = field_of(err)
         await _reject(service, _readable_id(data, headers), "invalid", str(err), field, data)
@@ -104,6 +104,27 @@ async def _accept(service, data: bytes, headers: dict[str, str],
     except DomainError as err:
         await _reject(service, spec.claim_id, err.code, err.message, err.field, data)
         return None
+
+
+def decode_claim(data: bytes) -> ClaimSpec:
+    """A ClaimSpec from JSON; an integer may be written as 2.0, as JSON Schema's `integer` allows
+    (some encoders write every number that way), so the schema and the intake agree."""
+    try:
+        return _spec_decoder.decode(data)
+    except msgspec.ValidationError as err:
+        if "Expected `int`, got `float`" not in str(err):
+            raise
+    return msgspec.convert(_integral_floats_as_ints(msgspec.json.decode(data)), ClaimSpec)
+
+
+def _integral_floats_as_ints(value):
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _integral_floats_as_ints(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_integral_floats_as_ints(v) for v in value]
+    return value
 
 
 def _batch_id(claim_ids: list[str]) -> str:

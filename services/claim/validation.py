@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from schemas.catalogue import ANY_GROUP, CUDA_VERSIONS, GPU_GROUPS, MODELS
-from schemas.types import ClaimSpec
+from schemas.types import PLACEMENT_POLICIES, ClaimSpec
 
 _MIG = re.compile(r"^[1-7]g\.\d+gb$")
 
@@ -22,9 +22,18 @@ class ClaimInvalid(ValueError):
 
 def validate_claim(spec: ClaimSpec) -> ClaimSpec:
     """Return the claim (normalised) or raise ClaimInvalid naming the first bad field."""
-    for check in (_shape, _models, _groups, _cuda, _mig, _gang, _selector):
+    for check in (_shape, _models, _groups, _cuda, _mig, _gang, _selector, _policy):
         check(spec)
     return _normalise(spec)
+
+
+POLICIES = PLACEMENT_POLICIES  # one list: the schema's enum and this check
+
+
+def _policy(spec: ClaimSpec) -> None:
+    if spec.policy not in POLICIES:
+        raise ClaimInvalid("policy", f"{spec.policy!r} is not a policy: 'contiguous' (every GPU from one "
+                                     "NVLink island, or wait) or 'any' (one island preferred)")
 
 
 def _shape(spec: ClaimSpec) -> None:

@@ -26,7 +26,9 @@ from schemas.grants import LiveClaim
 from services.node_agent.binder import Binder
 from services.node_agent.discovery import Inventory, discover
 from services.node_agent.health import (
-    FAULTED, APPLICATION_XIDS, Verdict, XidWatcher, device_verdicts, node_condition, probe_card)
+    FAULTED, APPLICATION_XIDS, Verdict, XidWatcher, device_verdicts, link_regressions,
+    node_condition, probe_card)
+from services.node_agent.islands import active_links
 from services.node_agent.retry import TRANSIENT, Backoff, every
 from services.node_agent.usage import observe_usage, usage_signature
 
@@ -59,6 +61,7 @@ class NodeAgent:
         self.inventory: Inventory | None = None
         self.verdicts: dict[str, Verdict] = {}
         self.condition: tuple[str, str] | None = None
+        self.infra: list[str] = []  # node-level problems of the last health pass (NVLink lost)
         self.xid_until: dict[str, tuple[float, int]] = {}
         self.xids: XidWatcher | None = None
         self.usage_sig: tuple | None = None
@@ -119,7 +122,7 @@ class NodeAgent:
             self.xids.close()
         self.xids = await self._nvml(XidWatcher, self.nvml, cards, inventory.notes,
                                      self.config.xid_ignore)
-        self.verdicts = {f.info.uuid: Verdict(f.info.health) for f in inventory.devices}
+        self.verdicts = device_verdicts(inventory.devices, {})
         c = self.config
         await self.log.append(subjects.node(self.node), inventory.registered(
             self.clock(), c.labels, c.cpu_milli, c.memory_mib, c.simulated))
@@ -187,6 +190,7 @@ class NodeAgent:
         for uuid in [u for u, (until, _xid) in self.xid_until.items() if until <= now]:
             del self.xid_until[uuid]  # the hold is over: this pass sees the card as it is
         cards = await self._nvml(self._probe_cards, now)
+        self.infra = await self._nvml(self._probe_links)
         current = device_verdicts(self.inventory.devices, cards)
         for uuid, verdict in current.items():
             if self.verdicts.get(uuid, Verdict()).health != verdict.health:
@@ -207,8 +211,13 @@ class NodeAgent:
             verdicts[found.info.uuid] = verdict
         return verdicts
 
+    def _probe_links(self) -> list[str]:
+        linked = [(f.info.index, f.handle) for f in self.inventory.cards()
+                  if f.handle is not None and f.info.index in self.inventory.nvlinks]
+        return link_regressions(self.inventory.nvlinks, active_links(self.nvml, linked, self.inventory.notes))
+
     async def _publish_condition(self, force: bool = False) -> None:
-        condition = node_condition(self.verdicts) if self.config.fault_drains_node else ("Ready", "")
+        condition = node_condition(self.verdicts, self.infra, self.config.fault_drains_node)
         if force or condition != self.condition:  # remembered once stored: a failure is retried
             await self.log.append(subjects.node(self.node), NodeConditionChanged(
                 at=self.clock(), node=self.node, condition=condition[0], reason=condition[1]))

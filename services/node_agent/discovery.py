@@ -19,7 +19,7 @@ from schemas.catalogue import MODELS, model_for_product
 from schemas.events import NodeRegistered
 from schemas.types import DeviceInfo
 from services.node_agent.health import FAULTED, Verdict, probe_card
-from services.node_agent.islands import nvlink_islands
+from services.node_agent.islands import Interconnect, interconnects
 from services.node_agent.nvmlcalls import (
     MIB, Notes, cuda_version_text, error_text, optional, text)
 
@@ -42,6 +42,7 @@ class Inventory:
     cuda_version: str
     devices: list[Found]
     notes: Notes = field(default_factory=Notes)
+    nvlinks: dict[int, int] = field(default_factory=dict)  # card index -> active NVLinks found
 
     def infos(self) -> list[DeviceInfo]:
         return [d.info for d in self.devices]
@@ -93,11 +94,12 @@ def discover(nvml: Any, node: str) -> Inventory:
     devices: list[Found] = []
     for index in range(nvml.nvmlDeviceGetCount()):
         devices += _discover_card(nvml, node, index, notes)
-    islands = nvlink_islands(nvml, [(d.info.index, d.handle, d.info.pci_bus_id)
-                                    for d in devices if d.info.mig_index < 0 and d.handle is not None],
-                             notes)
-    devices = [_with_island(d, islands) for d in devices]
-    return Inventory(node, driver, _cuda_version(nvml, notes), devices, notes)
+    links = interconnects(nvml, [(d.info.index, d.handle, d.info.pci_bus_id)
+                                 for d in devices if d.info.mig_index < 0 and d.handle is not None],
+                          notes)
+    devices = [_with_island(d, links) for d in devices]
+    nvlinks = {index: link.links for index, link in links.items() if link.links}
+    return Inventory(node, driver, _cuda_version(nvml, notes), devices, notes, nvlinks)
 
 
 def _cuda_version(nvml: Any, notes: Notes) -> str:
@@ -213,9 +215,13 @@ def profile_from_attributes(model_name: str, slices: int, memory_mb: int) -> str
     return min(candidates, key=lambda p: abs(int(p.split(".")[1].removesuffix("gb")) * 1024 - memory_mb))
 
 
-def _with_island(found: Found, islands: dict[int, int]) -> Found:
-    # A card NVML cannot reach gets an island of its own after the others.
-    island = islands.get(found.info.index, len(set(islands.values())) + found.info.index)
-    if found.info.island == island:
-        return found
-    return Found(msgspec.structs.replace(found.info, island=island), found.handle, found.card_uuid)
+def _with_island(found: Found, links: dict[int, Interconnect]) -> Found:
+    # A card NVML cannot reach gets an island of its own after the others. A MIG instance shares
+    # its card's island and link.
+    link = links.get(found.info.index)
+    if link is None:
+        island = len({i.island for i in links.values()}) + found.info.index
+        link = Interconnect(island, f"pcie-{island}", 0.0)
+    info = msgspec.structs.replace(found.info, island=link.island, island_name=link.name,
+                                   bandwidth_gbps=link.bandwidth_gbps)
+    return Found(info, found.handle, found.card_uuid)

@@ -76,6 +76,10 @@ class FakeGpu:
     pci_device: int
     migs: list[FakeMig] = field(default_factory=list)
     links: list[FakeLink] = field(default_factory=list)
+    nvlink_version: int = 4
+    nvlink_speed_mbps: int = 25_000  # per link and direction, what NVLINK_SPEED_MBPS_COMMON says
+    pcie_generation: int = 5
+    pcie_width: int = 16
     fault: str = ""  # "" | ecc | lost | row-remap
     pending_xids: list[int] = field(default_factory=list)
     processes: dict[int, FakeProcess] = field(default_factory=dict)
@@ -216,6 +220,29 @@ class FakeNvml:
     def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle, link: int) -> int:
         return self._link(handle, link, "nvmlDeviceGetNvLinkRemoteDeviceType").remote_type
 
+    def nvmlDeviceGetNvLinkVersion(self, handle, link: int) -> int:
+        self._link(handle, link, "nvmlDeviceGetNvLinkVersion")
+        return self._card(handle).nvlink_version
+
+    def nvmlDeviceGetFieldValues(self, handle, field_ids: list[int]) -> list:
+        """Only the NVLink speed and link count fields; others answer NOT_SUPPORTED per value."""
+        self._check("nvmlDeviceGetFieldValues")
+        gpu = self._card(handle)
+        known = {pynvml.NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON: gpu.nvlink_speed_mbps if gpu.links else 0,
+                 pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT: len(gpu.links)}
+        if "NVLINK_SPEED" in self.unsupported:
+            known.pop(pynvml.NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON)
+        return [SimpleNamespace(fieldId=f, nvmlReturn=0 if f in known else pynvml.NVML_ERROR_NOT_SUPPORTED,
+                                value=SimpleNamespace(uiVal=known.get(f, 0))) for f in field_ids]
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle) -> int:
+        self._check("nvmlDeviceGetCurrPcieLinkGeneration")
+        return self._card(handle).pcie_generation
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle) -> int:
+        self._check("nvmlDeviceGetCurrPcieLinkWidth")
+        return self._card(handle).pcie_width
+
     def nvmlDeviceGetTotalEccErrors(self, handle, error_type: int, counter_type: int) -> int:
         self._check("nvmlDeviceGetTotalEccErrors")
         gpu = self._card(handle)
@@ -316,11 +343,19 @@ def _fake_gpu(spec: SimNodeSpec, index: int) -> FakeGpu:
     product = spec.model.products[0]
     gpu = FakeGpu(index=index, name=product, uuid="GPU-" + stable_uuid(spec.name, index),
                   memory_mib=TOTAL_MIB.get(product, spec.model.memory_gib * 1024),
-                  bus_id=bus_id_for(index), pci_device=PCI_DEVICE_IDS.get(product, 0))
+                  bus_id=bus_id_for(index), pci_device=PCI_DEVICE_IDS.get(product, 0),
+                  **_links_of(spec.model.arch))
     for mig_index, profile in enumerate(spec.mig_layout(index)):
         gpu.migs.append(FakeMig(gpu, mig_index, profile, "MIG-" + stable_uuid(spec.name, index, mig_index),
                                 mig_geometry(profile)[2], gpu_instance_id=mig_index + 1))
     return gpu
+
+
+def _links_of(arch: str) -> dict[str, int]:
+    """NVLink version and PCIe generation of a simulated card, by architecture."""
+    nvlink, pcie = {"Blackwell": (5, 6), "Hopper": (4, 5), "Ampere": (3, 4), "Volta": (2, 3)}.get(arch, (3, 4))
+    return {"nvlink_version": nvlink, "pcie_generation": pcie,
+            "nvlink_speed_mbps": 50_000 if nvlink >= 5 else 25_000}
 
 
 def _wire_nvlink(gpus: list[FakeGpu], islands: int) -> None:

@@ -24,6 +24,9 @@ APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 class Verdict:
     health: str = HEALTHY
     reason: str = ""
+    # the card is not merely broken but gone from the node's view (off the bus, NVML cannot reach
+    # it): the node's GPU infrastructure is degraded, not one device
+    infra: bool = False
 
     @property
     def healthy(self) -> bool:
@@ -38,7 +41,7 @@ def probe_card(nvml: Any, handle: Any, where: str, notes: Notes) -> Verdict:
             if not verdict.healthy:
                 return verdict
     except nvml.NVMLError as err:
-        return Verdict(FAULTED, f"NVML cannot query {where}: {error_text(err)}")
+        return Verdict(FAULTED, f"NVML cannot query {where}: {error_text(err)}", infra=True)
     return Verdict()
 
 
@@ -127,13 +130,30 @@ def device_verdicts(devices, card_verdicts: dict[str, Verdict]) -> dict[str, Ver
     out: dict[str, Verdict] = {}
     for found in devices:
         card = card_verdicts.get(found.card_uuid or found.info.uuid)
+        if card is None and found.handle is None:  # unreachable since discovery
+            card = Verdict(FAULTED, f"NVML cannot reach GPU {found.info.index}", infra=True)
         out[found.info.uuid] = card if card is not None else Verdict(found.info.health, "")
     return out
 
 
-def node_condition(verdicts: dict[str, Verdict]) -> tuple[str, str]:
-    """HasFaulted while any device is Faulted (seed 004: no pod goes to such a node), else Ready."""
+def node_condition(verdicts: dict[str, Verdict], infra: list[str] = (),
+                   faults_drain: bool = True) -> tuple[str, str]:
+    """Seed 004's node conditions (admission sends no pod to a node that has either):
+    InfraDegraded while the node's GPU infrastructure is broken (a card NVML cannot reach, NVLink
+    lost since discovery, anything in `infra`), else HasFaulted while any device is Faulted
+    (unless `faults_drain` is off), else Ready. InfraDegraded is reported even then: a node
+    whose fabric is broken breaks every multi-GPU claim on it."""
+    problems = list(infra) + [v.reason for _, v in sorted(verdicts.items()) if v.infra]
+    if problems:
+        return "InfraDegraded", "; ".join(dict.fromkeys(problems))
     faulted = sorted(uuid for uuid, v in verdicts.items() if v.health == FAULTED)
-    if faulted:
+    if faulted and faults_drain:
         return "HasFaulted", f"{len(faulted)} faulted device(s): {', '.join(faulted[:4])}"
     return "Ready", ""
+
+
+def link_regressions(at_discovery: dict[int, int], now: dict[int, int]) -> list[str]:
+    """Cards with fewer active NVLinks than when the node registered: a degraded fabric (the
+    island the allocator promised NVLink bandwidth with no longer has it)."""
+    return [f"GPU {index} has {now.get(index, 0)} of {links} NVLinks active"
+            for index, links in sorted(at_discovery.items()) if now.get(index, 0) < links]

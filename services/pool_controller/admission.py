@@ -16,15 +16,16 @@ pool, adds a topology spread constraint for Spread pools and, for dra, the pool'
 from __future__ import annotations
 
 import base64
-import copy
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from schemas.kubernetes import SEED_POOL_PREFIX
 from schemas.types import PoolSpec
+from services.pool_controller.claim_pods import ClaimRefused, FindClaim, claim_name, claim_patch
+from services.pool_controller.podpatch import HOSTNAME, add as _add, containers as _containers, require_hosts
 from services.pool_controller.projection import NodeFacts
 
-HOSTNAME = "kubernetes.io/hostname"
 API_VERSION = "admission.k8s.io/v1"
 
 
@@ -43,14 +44,31 @@ class PoolPlacement:
 @dataclass(frozen=True)
 class AdmissionConfig:
     resource_prefix: str = "gpu.gpuledger.io"
+    # Other prefixes a pod may ask with (seed 004's `gpu.deckhouse.io/<pool>`): the mutation
+    # renames them to the pool's own resource, the one its device plugin advertises.
+    aliases: tuple[str, ...] = (SEED_POOL_PREFIX,)
+    # schedulers a seed 001 pod may name that gpuledger replaces (it decided the node already)
+    replaced_schedulers: tuple[str, ...] = ("gpu-scheduler",)
 
     @property
     def pool_key(self) -> str:
         """The annotation, label and taint key that name a pool on pods and nodes."""
         return f"{self.resource_prefix}/pool"
 
+    @property
+    def prefixes(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys((self.resource_prefix, *self.aliases)))
+
     def resource_of(self, pool: PoolSpec) -> str:
         return pool.resource or f"{self.resource_prefix}/{pool.name}"
+
+    def pool_named_by(self, resource: str, pools: Mapping[str, "PoolPlacement"]) -> str | None:
+        """The pool a resource name asks for: a pool's own resource, or `<any prefix>/<pool>`."""
+        for name, placement in pools.items():
+            if self.resource_of(placement.spec) == resource:
+                return name
+        prefix, _, name = resource.partition("/")
+        return name if prefix in self.prefixes and name else None
 
 
 class Denied(Exception):
@@ -62,8 +80,12 @@ def claim_template(pool: str) -> str:
     return f"gpu-pool-{pool}"
 
 
+def _no_claims(namespace: str, name: str) -> None:
+    return None
+
+
 def review(admission_review: dict, pools: Mapping[str, PoolPlacement], config: AdmissionConfig,
-           mutate: bool = True) -> dict:
+           mutate: bool = True, find_claim: FindClaim = _no_claims) -> dict:
     """Answer one AdmissionReview: allowed (with a JSONPatch when `mutate`) or denied."""
     request = admission_review.get("request") if isinstance(admission_review, dict) else None
     if not isinstance(request, dict):
@@ -72,23 +94,28 @@ def review(admission_review: dict, pools: Mapping[str, PoolPlacement], config: A
     if _kind(request) != "Pod" or request.get("operation", "CREATE") != "CREATE":
         return _response(uid, True)
     try:
-        patch = admit_pod(request, pools, config)
-    except Denied as err:
+        patch = admit_pod(request, pools, config, find_claim)
+    except (Denied, ClaimRefused) as err:
         return _response(uid, False, str(err))
     except (AttributeError, TypeError, KeyError) as err:  # a pod not shaped like a pod
         return _response(uid, False, f"malformed pod: {type(err).__name__}: {err}", code=400)
     return _response(uid, True, patch=patch if mutate else [])
 
 
-def admit_pod(request: dict, pools: Mapping[str, PoolPlacement], config: AdmissionConfig) -> list:
+def admit_pod(request: dict, pools: Mapping[str, PoolPlacement], config: AdmissionConfig,
+              find_claim: FindClaim = _no_claims) -> list:
     """The JSONPatch for an admissible pod; raises `Denied` with the reason otherwise."""
     pod = request.get("object") or {}
+    namespace = request.get("namespace") or pod.get("metadata", {}).get("namespace", "default")
     by_resource, by_claim = requested_pools(pod, pools, config)
     wanted = sorted(set(by_resource) | set(by_claim))
+    if claim_name(pod):
+        if wanted:
+            raise Denied(f"the pod names a GpuClaim and asks for GPU pool {wanted[0]}; use one of them")
+        return claim_patch(pod, namespace, find_claim, config.replaced_schedulers)
     if not wanted:
         return []
     placement = _one_pool(wanted, by_resource, by_claim, pools, config)
-    namespace = request.get("namespace") or pod.get("metadata", {}).get("namespace", "default")
     _check_access(placement.spec, namespace, pod, request.get("userInfo") or {})
     nodes = placement.usable_nodes
     if not nodes:
@@ -99,13 +126,11 @@ def admit_pod(request: dict, pools: Mapping[str, PoolPlacement], config: Admissi
 def requested_pools(pod: dict, pools: Mapping[str, PoolPlacement],
                     config: AdmissionConfig) -> tuple[list[str], list[str]]:
     """Pools the pod names by extended resource, and pools it names by DRA claim/annotation."""
-    resource_to_pool = {config.resource_of(p.spec): name for name, p in pools.items()}
     by_resource = []
     for key in _resource_names(pod):
-        if key in resource_to_pool:
-            by_resource.append(resource_to_pool[key])
-        elif key.startswith(config.resource_prefix + "/"):
-            by_resource.append(key.split("/", 1)[1])  # a pool that does not exist: denied below
+        name = config.pool_named_by(key, pools)
+        if name is not None:  # a pool that does not exist is denied below
+            by_resource.append(name)
     annotation = (pod.get("metadata", {}).get("annotations") or {}).get(config.pool_key, "")
     by_claim = [name.strip() for name in annotation.split(",") if name.strip()]
     templates = {claim_template(name): name for name in pools}
@@ -117,13 +142,13 @@ def requested_pools(pod: dict, pools: Mapping[str, PoolPlacement],
 
 
 def _resource_names(pod: dict) -> set[str]:
-    spec = pod.get("spec", {})
     names = set()
-    for container in (spec.get("containers") or []) + (spec.get("initContainers") or []):
+    for _, container in _containers(pod.get("spec", {})):
         resources = container.get("resources") or {}
         for part in ("requests", "limits"):
             names |= set(resources.get(part) or {})
     return names
+
 
 
 def _one_pool(wanted, by_resource, by_claim, pools, config) -> PoolPlacement:
@@ -185,18 +210,30 @@ def _patch(pod: dict, placement: PoolPlacement, nodes: list[str], config: Admiss
     ops = [_add("/metadata/labels", {**(metadata.get("labels") or {}), config.pool_key: pool.name})]
     if pool.node_selector:
         ops.append(_add("/spec/nodeSelector", _node_selector(spec, pool)))
-    ops.append(_add("/spec/affinity", _affinity(spec, nodes)))
+    ops.append(_add("/spec/affinity", require_hosts(spec, nodes)))
     ops.append(_add("/spec/tolerations", _tolerations(spec, pool, config)))
     if pool.strategy == "Spread":
         ops.append(_add("/spec/topologySpreadConstraints", _spread(spec, pool, config)))
     if pool.backend == "dra":
         ops += _dra_claim(spec, pool)
+    else:
+        ops += _canonical_resources(spec, pool, config)
     return ops
 
 
-def _add(path: str, value) -> dict:
-    # `add` on an existing object member replaces it (RFC 6902), so one op covers both cases.
-    return {"op": "add", "path": path, "value": value}
+def _canonical_resources(spec: dict, pool: PoolSpec, config: AdmissionConfig) -> list:
+    """Rename `<alias prefix>/<pool>` to the pool's resource: the kubelet only knows the name the
+    pool's device plugin advertises, so an alias left as written would keep the pod Pending."""
+    canonical, ops = config.resource_of(pool), []
+    aliases = {f"{prefix}/{pool.name}" for prefix in config.prefixes} - {canonical}
+    for path, container in _containers(spec):
+        resources = container.get("resources") or {}
+        for part in ("requests", "limits"):
+            amounts = resources.get(part) or {}
+            if aliases & set(amounts):
+                renamed = {(canonical if k in aliases else k): v for k, v in amounts.items()}
+                ops.append(_add(f"{path}/resources/{part}", renamed))
+    return ops
 
 
 def _node_selector(spec: dict, pool: PoolSpec) -> dict:
@@ -207,19 +244,6 @@ def _node_selector(spec: dict, pool: PoolSpec) -> dict:
                          f"{pool.name}'s {key}={value}")
         current[key] = value
     return current
-
-
-def _affinity(spec: dict, nodes: list[str]) -> dict:
-    """Add 'hostname in the pool's usable nodes' to every required term (terms are ORed)."""
-    affinity = copy.deepcopy(spec.get("affinity") or {})
-    node_affinity = affinity.setdefault("nodeAffinity", {})
-    required = node_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
-    terms = required.get("nodeSelectorTerms") or [{}]
-    expression = {"key": HOSTNAME, "operator": "In", "values": nodes}
-    for term in terms:
-        term["matchExpressions"] = list(term.get("matchExpressions") or []) + [expression]
-    required["nodeSelectorTerms"] = terms
-    return affinity
 
 
 def _tolerations(spec: dict, pool: PoolSpec, config: AdmissionConfig) -> list:

@@ -14,12 +14,17 @@ import time
 from collections.abc import Callable
 
 from schemas import subjects
-from schemas.commands import CreatePool, DeletePool, GetPool, ListPools, Reply, UpdatePool, fail, ok
+from schemas.commands import (
+    CreatePool, DeletePool, GetPool, IgnoreDevice, ListPools, RenderPool, Reply, UpdatePool, fail, ok)
 from ledger.follower import Follower
 from ledger.state import State
 from services.pool_controller.admission import AdmissionConfig, PoolPlacement, review
-from services.pool_controller.decisions import Append, Outcome, decide_create, decide_delete, decide_update
-from services.pool_controller.projection import PoolProjection, pool_nodes, pool_status, pool_units
+from services.pool_controller.decisions import (
+    Append, Outcome, decide_create, decide_delete, decide_ignore, decide_update)
+from services.pool_controller.claim_pods import ClaimBinding
+from services.pool_controller.projection import (
+    PoolProjection, claim_binding, pool_nodes, pool_status, pool_units)
+from services.pool_controller.rendering import RenderRequest, render_pool
 from services.pool_controller.validation import ClusterFacts
 from services.pool_controller.webhook import start_webhook, tls_context
 from shared.commands import command
@@ -43,6 +48,7 @@ class PoolController:
         # the allocator's fold, without its placement index: pools and units are what it reads
         self.follower = Follower(event_log, self.projection.state, places=False)
         self.follower.listeners.append(self.projection.saw)
+        self.boot_seq: int | None = None  # the log's end at start: ready once read that far
         self._writing = asyncio.Lock()
 
     @property
@@ -57,6 +63,9 @@ class PoolController:
 
     async def wait_for(self, seq: int) -> None:
         await self.follower.wait_for_seq(seq, timeout=None)
+
+    def ready(self) -> bool:
+        return self.boot_seq is not None and self.projection.last_seq >= self.boot_seq
 
     async def catch_up(self) -> None:
         await self.wait_for(await self.log.last_seq())
@@ -91,6 +100,9 @@ class PoolController:
     async def delete(self, cmd: DeletePool) -> Reply:
         return await self.execute(lambda s: decide_delete(s, cmd, self.clock()))
 
+    async def ignore(self, cmd: IgnoreDevice) -> Reply:
+        return await self.execute(lambda s: decide_ignore(s, cmd, self.clock()))
+
     # --- queries -----------------------------------------------------------------------------
 
     async def get(self, cmd: GetPool) -> Reply:
@@ -98,6 +110,16 @@ class PoolController:
         if cmd.name not in self.state.pools:
             return fail("not-found", f"pool {cmd.name} does not exist", "name")
         return ok(pool_status(self.state, cmd.name))
+
+    async def render(self, cmd: RenderPool) -> Reply:
+        await self.catch_up()
+        if cmd.name not in self.state.pools:
+            return fail("not-found", f"pool {cmd.name} does not exist", "name")
+        request = RenderRequest(cmd.namespace, tuple(cmd.claim_namespaces),
+                                cmd.k8s_version or self.facts.k8s_version)
+        rendered = render_pool(self.state, cmd.name, self.admission.resource_of(self.state.pools[cmd.name]),
+                               request)
+        return ok({"objects": rendered.objects, "notes": rendered.notes})
 
     async def list(self, cmd: ListPools) -> Reply:
         await self.catch_up()
@@ -116,14 +138,21 @@ class PoolController:
         return {name: PoolPlacement(spec, pool_nodes(self.state, name))
                 for name, spec in self.state.pools.items()}
 
+    def find_claim(self, namespace: str, name: str) -> ClaimBinding | None:
+        claim_id = self.projection.gpuclaims.get((namespace, name))
+        return claim_binding(self.state, claim_id) if claim_id else None
+
     def admit(self, path: str, admission_review: dict) -> dict:
-        return review(admission_review, self.placements(), self.admission, mutate=path == "/mutate")
+        return review(admission_review, self.placements(), self.admission, mutate=path == "/mutate",
+                      find_claim=self.find_claim)
 
 
 def controller_for(ctx: ServiceContext) -> PoolController:
     settings = ctx.settings
     return PoolController(ctx.log, ClusterFacts(settings.k8s_version, settings.dra_enabled),
-                          AdmissionConfig(settings.pool_resource_prefix))
+                          AdmissionConfig(settings.pool_resource_prefix,
+                                          settings.pool_resource_aliases,
+                                          settings.replaced_schedulers))
 
 
 async def build(ctx: ServiceContext) -> PoolController:
@@ -134,18 +163,26 @@ async def build(ctx: ServiceContext) -> PoolController:
     command(broker, subjects.command("pool.create"), CreatePool, controller.create, queue=QUEUE)
     command(broker, subjects.command("pool.update"), UpdatePool, controller.update, queue=QUEUE)
     command(broker, subjects.command("pool.delete"), DeletePool, controller.delete, queue=QUEUE)
+    command(broker, subjects.command("device.ignore"), IgnoreDevice, controller.ignore, queue=QUEUE)
     command(broker, subjects.query("pool.get"), GetPool, controller.get, queue=QUEUE)
     command(broker, subjects.query("pool.list"), ListPools, controller.list, queue=QUEUE)
+    command(broker, subjects.query("pool.render"), RenderPool, controller.render, queue=QUEUE)
+    controller.boot_seq = await ctx.log.last_seq()
     ctx.spawn(controller.run_fold(), name="pool-controller-fold")
     if ctx.settings.admission_port:
         await _start_admission(ctx, controller)
+    if ctx.settings.kube_controller:  # GPUPool objects and node conditions on a cluster (off by default)
+        from services.pool_controller.kube_loop import run as run_kube
+
+        ctx.spawn(run_kube(controller, ctx.settings.kube_namespace), name="pool-controller-kube")
     return controller
 
 
 async def _start_admission(ctx: ServiceContext, controller: PoolController) -> None:
     settings = ctx.settings
     tls = tls_context(settings.admission_tls_cert, settings.admission_tls_key)
-    server = await start_webhook(controller.admit, settings.admission_host, settings.admission_port, tls)
+    server = await start_webhook(controller.admit, settings.admission_host, settings.admission_port, tls,
+                                 ready=controller.ready)
     log.info("admission webhook on %s:%d (%s)", settings.admission_host, settings.admission_port,
              "https" if tls else "http")
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import msgspec
 
 from schemas import subjects
-from schemas.commands import CreatePool, DeletePool, Reply, UpdatePool, fail, ok
-from schemas.events import Event, PoolAccessChanged, PoolCreated, PoolDeleted
+from schemas.commands import CreatePool, DeletePool, IgnoreDevice, Reply, UpdatePool, fail, ok
+from schemas.events import DeviceIgnoreChanged, Event, PoolAccessChanged, PoolCreated, PoolDeleted
 from ledger.state import State
 from services.pool_controller.projection import allocations_in_pool
 from services.pool_controller.validation import (
@@ -89,6 +89,36 @@ def decide_delete(state: State, cmd: DeletePool, now: float) -> Outcome:
                     "release them before deleting the pool", "name")
     return Append(subjects.pool(cmd.name), PoolDeleted(pool=cmd.name, at=now), "delete",
                   ok({"pool": cmd.name, "deleted": True}))
+
+
+def decide_ignore(state: State, cmd: IgnoreDevice, now: float, by: str = "") -> Outcome:
+    """Seed 004's Ignored: an operator takes a device out of service, or gives it back. Running
+    work on it is not evicted (like a cordon): it ends as usual, and nothing new lands there."""
+    node = state.nodes.get(cmd.node)
+    if node is None:
+        return fail("not-found", f"node {cmd.node} is not registered", "node")
+    unit = _device_on(node, cmd.device)
+    if unit is None:
+        known = ", ".join(_device_name(u) for u in node.units[:8])
+        return fail("not-found", f"node {cmd.node} has no device {cmd.device!r} (UUID, <index> or "
+                    f"<index>:<mig index>; it has {known})", "device")
+    if (unit.uuid in state.ignored) == cmd.ignored:
+        return ok({"node": cmd.node, "uuid": unit.uuid, "ignored": cmd.ignored, "changed": False})
+    event = DeviceIgnoreChanged(node=cmd.node, uuid=unit.uuid, ignored=cmd.ignored,
+                                reason=cmd.reason, by=by, at=now)
+    return Append(subjects.device_marks(cmd.node), event, f"ignore:{unit.uuid}:{cmd.ignored}",
+                  ok({"node": cmd.node, "uuid": unit.uuid, "ignored": cmd.ignored, "changed": True}))
+
+
+def _device_on(node, device: str):
+    for unit in node.units:
+        if device in (unit.uuid, _device_name(unit)):
+            return unit
+    return None
+
+
+def _device_name(unit) -> str:
+    return f"{unit.index}:{unit.mig_index}" if unit.mig_index >= 0 else str(unit.index)
 
 
 def _invalid(problems) -> Reply:

@@ -12,11 +12,14 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from schemas.events import Event
+from schemas.events import ClaimSubmitted, Event, flatten
+from schemas.kubernetes import CLAIM_NAME_LABEL, CLAIM_NAMESPACE_LABEL
 from ledger.evolve import evolve
+from services.pool_controller.claim_pods import ClaimBinding, ClaimDevice
 from ledger.state import State, Unit
 
-POOL_SUBJECT_PREFIX = "gpu.evt.pool."
+# subjects this controller writes, fenced on their last sequence
+FENCED_PREFIXES = ("gpu.evt.pool.", "gpu.evt.marks.")
 UNHEALTHY_NODE_CONDITIONS = ("InfraDegraded", "HasFaulted")
 
 
@@ -24,15 +27,23 @@ UNHEALTHY_NODE_CONDITIONS = ("InfraDegraded", "HasFaulted")
 class PoolProjection:
     state: State = field(default_factory=State)
     subject_seqs: dict[str, int] = field(default_factory=dict)  # last seq per pool subject
+    # (namespace, GpuClaim name) -> the claim it became last (seed 001's pod annotation)
+    gpuclaims: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def apply(self, seq: int, subject: str, event: Event) -> None:
         evolve(self.state, event, seq)
         self.saw(seq, subject, event)
 
     def saw(self, seq: int, subject: str, event: Event) -> None:
-        """What the fold does not keep: the last sequence of each pool subject (the fence)."""
-        if subject.startswith(POOL_SUBJECT_PREFIX):
+        """What the fold does not keep: the last sequence of each fenced subject, and which claim
+        a Kubernetes GpuClaim became (the follower tells an EventBatch member by member)."""
+        if subject.startswith(FENCED_PREFIXES):
             self.subject_seqs[subject] = seq
+        for member in flatten(event):
+            if isinstance(member, ClaimSubmitted) and CLAIM_NAME_LABEL in member.claim.labels:
+                labels = member.claim.labels
+                self.gpuclaims[(labels.get(CLAIM_NAMESPACE_LABEL, ""), labels[CLAIM_NAME_LABEL])] = \
+                    member.claim.claim_id
 
     @property
     def last_seq(self) -> int:
@@ -53,6 +64,20 @@ class NodeFacts:
     def usable(self) -> bool:
         return (not self.lost and self.condition not in UNHEALTHY_NODE_CONDITIONS
                 and self.healthy_units > 0)
+
+
+def claim_binding(state: State, claim_id: str):
+    """A claim as the pod webhook needs it: status, node, devices with their NVLink islands."""
+    claim = state.claims.get(claim_id)
+    if claim is None:
+        return ClaimBinding(claim_id, "released" if claim_id in state.ended else "unknown")
+    devices = []
+    for grant in claim.grants:
+        unit = state.units.get(grant.uuid)
+        devices.append(ClaimDevice(grant.index, grant.uuid, grant.mig_index,
+                                   unit.island_name if unit is not None else ""))
+    return ClaimBinding(claim_id, claim.status, claim.node, tuple(devices),
+                        tuple(r.message for r in claim.reasons))
 
 
 def pool_units(state: State, name: str) -> list[Unit]:

@@ -1,7 +1,9 @@
 """A small HTTP/1.1 (HTTPS with a cert and key) server for the admission webhook, stdlib only.
 
 POST /mutate and POST /validate take an AdmissionReview JSON body and answer one; GET /healthz
-answers 200. The Kubernetes API server sends Content-Length bodies over keep-alive connections,
+answers 200 while the process serves (liveness); GET /readyz answers 503 until the controller's
+fold has read the log it found at start (readiness: a replica that would admit pods against a
+half-read log stays out of the Service until then). The Kubernetes API server sends Content-Length bodies over keep-alive connections,
 which is all this needs to speak.
 """
 
@@ -18,7 +20,7 @@ log = logging.getLogger("gpuledger.admission")
 MAX_BODY = 8 * 1024 * 1024
 Handler = Callable[[str, dict], dict]  # (path, AdmissionReview) -> AdmissionReview
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-            411: "Length Required", 413: "Payload Too Large"}
+            411: "Length Required", 413: "Payload Too Large", 503: "Service Unavailable"}
 
 
 def tls_context(cert_file: str, key_file: str) -> ssl.SSLContext | None:
@@ -32,13 +34,17 @@ def tls_context(cert_file: str, key_file: str) -> ssl.SSLContext | None:
     return context
 
 
-async def start_webhook(handler: Handler, host: str, port: int,
-                        tls: ssl.SSLContext | None = None) -> asyncio.Server:
+def _always() -> bool:
+    return True
+
+
+async def start_webhook(handler: Handler, host: str, port: int, tls: ssl.SSLContext | None = None,
+                        ready: Callable[[], bool] = _always) -> asyncio.Server:
     """Listen on host:port (port 0 picks a free one: read it from `server.sockets`)."""
 
     async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            while await _serve_one(reader, writer, handler):
+            while await _serve_one(reader, writer, handler, ready):
                 pass
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
             pass
@@ -48,7 +54,7 @@ async def start_webhook(handler: Handler, host: str, port: int,
     return await asyncio.start_server(on_connection, host, port, ssl=tls, limit=64 * 1024)
 
 
-async def _serve_one(reader, writer, handler: Handler) -> bool:
+async def _serve_one(reader, writer, handler: Handler, ready: Callable[[], bool] = _always) -> bool:
     """Answer one request; False when the connection should close."""
     head = await reader.readuntil(b"\r\n\r\n")
     method, path, headers = _parse_head(head)
@@ -61,7 +67,7 @@ async def _serve_one(reader, writer, handler: Handler) -> bool:
         await _send(writer, 413, {"error": f"body over {MAX_BODY} bytes"}, False)
         return False
     body = await reader.readexactly(length) if length else b""
-    status, answer = _route(method, path, body, handler)
+    status, answer = _route(method, path, body, handler, ready)
     await _send(writer, status, answer, keep_alive)
     return keep_alive
 
@@ -78,9 +84,12 @@ def _parse_head(head: bytes) -> tuple[str, str, dict[str, str]]:
     return method, target.split("?", 1)[0], headers
 
 
-def _route(method: str, path: str, body: bytes, handler: Handler) -> tuple[int, dict]:
-    if path in ("/healthz", "/readyz"):
+def _route(method: str, path: str, body: bytes, handler: Handler,
+           ready: Callable[[], bool] = _always) -> tuple[int, dict]:
+    if path == "/healthz":
         return 200, {"status": "ok"}
+    if path == "/readyz":
+        return (200, {"status": "ok"}) if ready() else (503, {"status": "catching up with the log"})
     if path not in ("/mutate", "/validate"):
         return 404, {"error": f"no such path {path}; use /mutate or /validate"}
     if method != "POST":

@@ -86,7 +86,7 @@ async def test_set_get_list_delete(quota_stack):
     ({"namespace": "team-a", "requests_vram": "64Gi", "single_max_requests_vram": "80Gi"},
      "single_max_requests_vram", "above requests_vram"),
     ({"namespace": "team-a", "max_workers": "many"}, "max_workers", "Expected `int | null`"),
-    ({"requests_vram": "1Gi"}, "", "missing required field `namespace`"),
+    ({"requests_vram": "1Gi"}, "namespace", "missing required field `namespace`"),
 ])
 async def test_bad_quotas_get_a_clear_error_naming_the_field(quota_stack, body, field, words):
     nc, log, _ = quota_stack

@@ -63,6 +63,14 @@ CASES = [
      need(milli=500), None, True, None),
     ("no-free-gpu", "a share too large", view(unit(milli_free=400, holders=1), BUSY), need(milli=500),
      None, False, "2 nodes lack 500m of H100"),
+    # seed 001's policy: contiguous
+    ("not-contiguous", "one island has room",
+     view(unit(island=0), unit(island=0, index=1), unit(island=1, index=2)), need(count=2), True, True, None),
+    ("not-contiguous", "room only across islands",
+     view(unit(island=0), BUSY._replace(index=1), unit(island=1, index=2)), need(count=2), True, False,
+     "2 nodes lack 2 free GPUs in one NVLink island (policy contiguous)"),
+    ("not-contiguous", "one GPU is always contiguous", view(unit(island=0), unit(island=1, index=1)),
+     need(count=1), True, True, None),
 ]
 
 
@@ -90,7 +98,7 @@ def test_the_codes_and_their_order_are_stable():
     # codes are in the log (ClaimPending reasons) and in users' scripts; the order decides which
     # reason a node is counted under
     assert [r.code for r in RULES] == ["node-selector", "no-such-gpu", "cuda-incompatible",
-                                       "gpu-unhealthy", "host-resources", "no-free-gpu"]
+                                       "gpu-unhealthy", "host-resources", "no-free-gpu", "not-contiguous"]
 
 
 def test_a_claim_that_leaves_an_argument_empty_is_not_checked_by_that_rule():
@@ -124,7 +132,7 @@ def test_rule_arguments_come_from_the_claim():
     from ledger.state import State
 
     spec = ClaimSpec(claim_id="c", namespace="n", node_selector={"zone": "a", "rack": "r1"},
-                     cuda_versions=["12.8", "12.4"])
+                     cuda_versions=["12.8", "12.4"], policy="contiguous")
     args = rules.rule_args(spec, State())
-    assert args == ((("rack", "r1"), ("zone", "a")), None, ("12.8", "12.4"), None, None, None)
+    assert args == ((("rack", "r1"), ("zone", "a")), None, ("12.8", "12.4"), None, None, None, True)
     assert Rule("x", lambda *_: True, lambda *_: "").decided_by_pick is False  # new rules are checked

@@ -111,6 +111,24 @@ def _milli_for_memory(gib: float, models: frozenset[str] | None) -> int | None:
     return milli if milli <= FREE else None
 
 
+def in_pool(need: Need, pool) -> Need:
+    """What a need means in its pool (seed 004). In a MIG pool a share names no profile: it may
+    take any of the pool's instances (or those of the pool's profile). In a time-sliced pool
+    (slicesPerUnit > 1) a device is handed out as slots: a claim for k devices (cards or MIG
+    instances) gets k slots, each 1/slicesPerUnit of a device, as the pool's device plugin
+    advertises them; pick_spread_first puts them on distinct devices, the emptiest first."""
+    if pool is None or need.count == 0:
+        return need
+    if pool.unit == "MIG" and not need.mig_profile:
+        need = need._replace(mig_profile=pool.mig_profile or "*")
+    if pool.slices_per_unit > 1 and need.milli >= FREE:
+        kind = f"MIG {need.mig_profile}" if need.mig_profile not in ("", "*") else "device"
+        need = need._replace(milli=FREE // pool.slices_per_unit,
+                             label=f"{need.count} slot{'s' if need.count > 1 else ''} of a {kind} "
+                                   f"(1/{pool.slices_per_unit})")
+    return need
+
+
 def mig_slices(profile: str) -> int:
     """'3g.40gb' -> 3 compute slices (of 7)."""
     head = profile.split("g.", 1)[0]
@@ -129,8 +147,10 @@ def cost(need: Need, model_name: str, unit_memory_mib: int) -> tuple[float, int]
     tflops = model.tflops if model else 0.0
     if need.count == 0:
         return 0.0, 0
-    if need.mig_profile:
-        return (need.count * tflops * mig_slices(need.mig_profile) / 7,
-                need.count * (mig_memory_mib(need.mig_profile) or unit_memory_mib))
+    if need.mig_profile:  # a time-sliced slot of an instance costs its share of the instance
+        share = need.milli / FREE
+        memory = mig_memory_mib(need.mig_profile) if need.mig_profile != "*" else 0
+        return (need.count * tflops * mig_slices(need.mig_profile) / 7 * share,
+                need.count * math.ceil((memory or unit_memory_mib) * share))
     share = need.milli / FREE
     return need.count * tflops * share, need.count * math.ceil(unit_memory_mib * share)

@@ -8,10 +8,15 @@ from ledger.state import FREE, NodeView, UnitView
 from services.allocator.core.demand import Need
 
 
+ANY_MIG = "*"  # a share of a MIG pool that names no profile: any of the pool's instances
+
+
 def eligible(unit: UnitView, need: Need) -> bool:
     """Right model, pool and kind (card or MIG profile) for this need."""
     if need.models is not None and unit.model not in need.models:
         return False
+    if need.mig_profile == ANY_MIG:
+        return unit.pool == need.pool and unit.mig_profile != ""
     return unit.pool == need.pool and unit.mig_profile == need.mig_profile
 
 
@@ -46,6 +51,27 @@ def pick_best_fit(view: NodeView, need: Need) -> tuple[int, ...] | None:
         return None
     fits.sort(key=lambda i: (view.units[i].milli_free, i))
     return tuple(sorted(fits[: need.count]))
+
+
+def pick_spread_first(view: NodeView, need: Need) -> tuple[int, ...] | None:
+    """Time-sliced slots (seed 004): one slot per device before a second on any, as the pool's
+    device plugin hands them out; the emptiest device first, lowest index on ties."""
+    fits = fitting_units(view, need)
+    if len(fits) < need.count:
+        return None
+    fits.sort(key=lambda i: (view.units[i].holders, -view.units[i].milli_free, i))
+    return tuple(sorted(fits[: need.count]))
+
+
+def one_island_fits(view: NodeView, need: Need, contiguous: bool) -> bool:
+    """Seed 001's `policy: contiguous`: every GPU of the claim from one NVLink island."""
+    if need.count <= 1:
+        return True
+    per_island: dict[int, int] = {}
+    for i in fitting_units(view, need):
+        island = view.units[i].island
+        per_island[island] = per_island.get(island, 0) + 1
+    return max(per_island.values(), default=0) >= need.count
 
 
 def default_pick(view: NodeView, need: Need) -> tuple[int, ...] | None:

@@ -10,7 +10,8 @@ from ledger.pools import has_access
 from ledger.quota import Cost, quota_check, single_violation, total_violation
 from ledger.state import FREE, Claim, State
 from services.allocator.core.decision_pass import POLICY_VERSION, Pass
-from services.allocator.core.demand import Need, cost, needs_for
+from services.allocator.core.demand import Need, cost, in_pool, needs_for
+from services.allocator.core.picks import pick_spread_first
 from services.allocator.core.explain import rank_reasons, reasons_for
 from services.allocator.core.placement import Choice, PlacementContext, choose, choose_on
 from services.allocator.core.rules import rule_args
@@ -23,7 +24,8 @@ def try_place(state: State, run: Pass, claim: Claim):
     refusal = _refuse_pool(state, claim)
     if refusal is not None:
         return refusal
-    needs = needs_for(spec, sorted(k for k in state.groups_by_model if k))
+    pool = state.pools.get(spec.pool) if spec.pool else None
+    needs = [in_pool(need, pool) for need in needs_for(spec, sorted(k for k in state.groups_by_model if k))]
     if not needs:
         return _reject(claim, run, "no-such-shape",
                        f"no GPU model in the fleet can hold {spec.gpu_memory_gib or spec.model_memory_gib:g}Gi "
@@ -69,7 +71,17 @@ def _try_need(state, run, claim, need: Need, args: tuple, reasons, single_refusa
         run.failed[shape] = found
         reasons.extend(found)
         return None
-    return _allocated(state, run, claim, need, choice, policy.name)
+    return _allocated(state, run, claim, need, _slots_spread(state, need, choice), policy.name)
+
+
+def _slots_spread(state: State, need: Need, choice):
+    """The policy chose the node; inside it, time-sliced slots go spread-first (seed 004), as the
+    pool's device plugin would hand them out, whatever card the policy's score preferred."""
+    pool = state.pools.get(need.pool) if need.pool else None
+    if pool is None or pool.slices_per_unit <= 1 or need.count == 0:
+        return choice
+    picks = pick_spread_first(choice.view, need)
+    return choice._replace(picks=picks) if picks is not None else choice
 
 
 def _models_within_quota(state, claim, need, reasons, single_refusals):
@@ -116,7 +128,8 @@ def _allocated(state: State, run: Pass, claim: Claim, need: Need, choice: Choice
     units = [node.units[i] for i in choice.picks]
     grants = [Grant(node=node.name, uuid=u.uuid, index=u.index, milli=need.milli,
                     memory_mib=u.memory_mib * need.milli // FREE, mig_index=u.mig_index) for u in units]
-    costs = [cost(need._replace(count=1), u.model, u.memory_mib) for u in units]
+    costs = [cost(need._replace(count=1, mig_profile=u.mig_profile or need.mig_profile), u.model, u.memory_mib)
+             for u in units]
     tflops, vram = sum(c[0] for c in costs), sum(c[1] for c in costs)
     check = quota_check(state, claim.spec.namespace, Cost(
         tflops, vram, max(tflops, claim.spec.limit_tflops),

@@ -28,7 +28,7 @@ from schemas.types import ClaimSpec
 
 from ledger.state import FREE, NodeView, State
 from services.allocator.core.demand import Need
-from services.allocator.core.picks import eligible, fitting_units
+from services.allocator.core.picks import eligible, fitting_units, one_island_fits
 
 
 class Nodes:
@@ -130,6 +130,10 @@ RULES: tuple[Rule, ...] = (
     Rule("no-free-gpu", units_free,
          lambda n, need, _: f"{n} {n.lack} {_wanted(need)}{_in_pool(need)}",
          decided_by_pick=True, explain_rank=1),
+    # seed 001: a `contiguous` claim waits for one NVLink island with room rather than spanning two
+    Rule("not-contiguous", one_island_fits,
+         lambda n, need, _: f"{n} {n.lack} {need.count} free GPUs in one NVLink island (policy contiguous)",
+         argument=lambda spec, state: spec.policy == "contiguous", explain_rank=1),
 )
 
 # Not rules of a node view, but reasons placement gives: every rule passes on a node a starving

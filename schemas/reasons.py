@@ -1,0 +1,66 @@
+"""Every reason code gpuledger writes, and what each tells a publisher to do.
+
+Kinds:
+- `wait`: the claim stays pending and is retried as capacity frees (other claims end, quota use
+  drops, a device recovers, the rest of a gang arrives).
+- `fleet`: the claim stays pending, but no node of the fleet as it is can ever take it (the model,
+  driver or labels it needs are not there): it waits for the fleet to change. A pending claim all
+  of whose reasons are `fleet` is never satisfiable on this fleet.
+- `never`: the claim was rejected (status `rejected`, final): it cannot be satisfied as asked;
+  change it and submit it under a new id.
+- `end`: why an allocated claim ended (ClaimOutcome.code of a final outcome).
+
+tests/contract/test_reason_codes.py fails when code writes a reason code not listed here or one
+listed here is missing from docs/contract.md, and when `fleet` here disagrees with the placement
+rules' own `waiting_helps` (services/allocator/core/rules.py).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class ReasonCode(NamedTuple):
+    code: str
+    kind: str  # wait | fleet | never | end
+    meaning: str
+
+
+REASONS: tuple[ReasonCode, ...] = (
+    # pending: the allocator's placement filters, counted over nodes (ClaimPending)
+    ReasonCode("no-free-gpu", "wait", "nodes with the right devices have none free now"),
+    ReasonCode("reserved", "wait", "nodes held for an older claim that has waited too long"),
+    ReasonCode("host-resources", "wait", "nodes lack the CPU or memory the claim asks now"),
+    ReasonCode("gpu-unhealthy", "wait", "the matching devices are Faulted or Ignored now"),
+    ReasonCode("quota-exceeded", "wait", "the namespace (or its cohort) total would be exceeded"),
+    ReasonCode("gang-incomplete", "wait", "not every member of the gang is submitted yet"),
+    ReasonCode("gang-unplaceable", "wait", "the whole gang does not fit at once now"),
+    ReasonCode("no-nodes", "wait", "no schedulable node is registered yet"),
+    ReasonCode("not-contiguous", "wait", "no node has the GPUs free in one NVLink island (policy contiguous)"),
+    ReasonCode("no-such-gpu", "fleet", "nodes have no device of the model, group, pool or MIG profile"),
+    ReasonCode("cuda-incompatible", "fleet", "nodes' drivers run none of the allowed CUDA versions"),
+    ReasonCode("node-selector", "fleet", "nodes do not match the node selector"),
+    # rejected by the allocator (AllocationRejected)
+    ReasonCode("quota-single-exceeded", "never", "a per-workload quota limit is smaller than the claim"),
+    ReasonCode("pool-not-found", "never", "the pool named does not exist"),
+    ReasonCode("pool-access-denied", "never", "the namespace (or service account) may not use the pool"),
+    ReasonCode("no-such-shape", "never", "no model in the fleet can hold the memory asked per device"),
+    # rejected at intake (ClaimRejected)
+    ReasonCode("invalid", "never", "the claim breaks the contract; the reason names the field"),
+    ReasonCode("conflict", "never", "the claim id is already used by a different claim"),
+    # why an allocated claim ended (ClaimOutcome.code)
+    ReasonCode("released", "end", "released by its holder (or the endpoint autoscaler)"),
+    ReasonCode("stale", "end", "evicted: no activity for longer than the stale limit"),
+    ReasonCode("priority", "end", "evicted for a claim of higher priority"),
+    ReasonCode("quota-reclaim", "end", "evicted: the namespace it borrowed quota from took it back"),
+    ReasonCode("lease-expired", "end", "its lease was not renewed in time"),
+    ReasonCode("node-lost", "end", "its node stopped sending heartbeats"),
+    ReasonCode("device-vanished", "end", "its device disappeared when the node re-registered"),
+)
+
+BY_CODE: dict[str, ReasonCode] = {r.code: r for r in REASONS}
+
+
+def never_satisfiable_here(codes: list[str]) -> bool:
+    """A pending claim whose every reason is `fleet`-bound: no node as the fleet is can take it."""
+    return bool(codes) and all(BY_CODE.get(c, ReasonCode(c, "wait", "")).kind == "fleet" for c in codes)

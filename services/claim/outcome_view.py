@@ -1,0 +1,56 @@
+"""A claim's ClaimOutcome, built from the claim service's fold (pure: no I/O)."""
+
+from __future__ import annotations
+
+from schemas import events as ev
+from schemas.outcomes import FINAL, ClaimOutcome, OutcomeDevice, OutcomeReason
+
+from ledger.state import Claim, State
+from services.claim.views import visible_devices_env
+
+# the fold's end_reason for lost and expired claims, mapped to a stable code
+_END_CODES = {"lease not renewed": "lease-expired",
+              "device vanished when the node re-registered": "device-vanished"}
+
+
+def outcome_of(state: State, claim: Claim, seq: int, at: float) -> ClaimOutcome:
+    holding = claim.holds_devices
+    return ClaimOutcome(
+        v=1, claim_id=claim.claim_id, namespace=claim.spec.namespace, status=claim.status,
+        final=claim.status in FINAL, node=claim.node if holding else "",
+        devices=_devices(state, claim) if holding else [],
+        env=visible_devices_env(claim) if holding else {},
+        reasons=[OutcomeReason(r.code, r.message, r.count) for r in claim.reasons],
+        code=end_code(claim), message=claim.end_reason, seq=seq, at=at)
+
+
+def rejected_outcome(event: ev.ClaimRejected, seq: int) -> ClaimOutcome:
+    """A claim the intake refused: it never entered the fold, the refusal is all there is."""
+    return ClaimOutcome(
+        v=1, claim_id=event.claim_id, namespace="", status="rejected", final=True, node="",
+        devices=[], env={}, reasons=[OutcomeReason(r.code, r.message, r.count) for r in event.reasons],
+        code=event.code, message=event.reasons[0].message if event.reasons else event.code,
+        seq=seq, at=event.at)
+
+
+def end_code(claim: Claim) -> str:
+    status, why = claim.status, claim.end_reason
+    if status == "rejected":
+        return why  # the fold keeps the rejection code as the end reason
+    if status == "evicted":
+        return why.split(":", 1)[0]  # "<rule>: <detail>"
+    if status == "lost":
+        return _END_CODES.get(why, "node-lost")
+    if status == "expired":
+        return "lease-expired"
+    return "released" if status == "released" else ""
+
+
+def _devices(state: State, claim: Claim) -> list[OutcomeDevice]:
+    out = []
+    for g in claim.grants:
+        unit = state.units.get(g.uuid)
+        out.append(OutcomeDevice(uuid=g.uuid, index=g.index, mig_index=g.mig_index,
+                                 mig_profile=unit.mig_profile if unit is not None else "",
+                                 milli=g.milli, memory_mib=g.memory_mib))
+    return out

@@ -1,0 +1,258 @@
+"""The outcome writer: each claim's ClaimOutcome on `gpu.outcome.claim.<token>`, for publishers.
+
+It listens to the claim service's fold and notes which claims an event changed; between two
+folded batches it writes the current outcome of each, coalesced (a claim allocated and bound in
+one batch is written once), skipped when nothing a reader sees changed, and published without
+waiting for each ack (a bounded window of outstanding acks; a failed one is written again).
+
+Restarts: a checkpoint (`gpu.outcome.checkpoint`, the ledger sequence up to which every outcome
+is stored) lets a restarted service fold the log silently up to it; it then writes the outcomes
+of claims changed after it, and of every live claim (a live claim's outcome is also rewritten
+before the stream's max age would drop it). Several replicas may each write: outcomes are built
+from the log alone (its `seq` and the event's own time), so they write the same messages; a
+reader that follows a subject drops one with a lower `seq` than it has seen (docs/contract.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+
+from nats.js.errors import NotFoundError
+
+from schemas import events as ev
+from schemas import subjects
+from schemas.outcomes import encode_outcome
+from services.claim.ack_window import AckWindow
+from services.claim.outcome_view import outcome_of, rejected_outcome
+
+log = logging.getLogger("gpuledger.claim.outcomes")
+_ONE_CLAIM = (ev.ClaimRejected, ev.ClaimReleased, ev.ClaimBound, ev.ClaimAllocated, ev.ClaimPending,
+              ev.AllocationRejected, ev.ClaimEvicted, ev.AllocationExpired)
+_SEQ, _AT, _SIG, _WRITTEN = range(4)  # fields of a tracked claim: [seq, at, signature, written at]
+
+
+class OutcomeWriter:
+    def __init__(self, nc, service, window: int = 1024, checkpoint_every_s: float = 1.0,
+                 refresh_after_s: float = subjects.OUTCOMES_MAX_AGE_S / 2, clock=time.monotonic,
+                 ack_timeout_s: float = 10.0, retry_after_s: float = 0.5):
+        self.js = nc.jetstream()
+        self.window = AckWindow(nc, window)
+        # an ack lost in a reconnect never comes: give up on it after a while and write it again,
+        # so the window of outstanding acks cannot fill up for good
+        self.ack_timeout_s, self.retry_after_s = ack_timeout_s, retry_after_s
+        self.service = service
+        self.checkpoint_every_s, self.refresh_after_s, self.clock = checkpoint_every_s, refresh_after_s, clock
+        self.since = 0  # outcomes of changes up to this ledger sequence are stored (checkpoint read)
+        self.tracked: dict[str, list] = {}  # live claims (and ended ones not yet written)
+        self.dirty: dict[str, None] = {}
+        self.on_node: dict[str, dict[str, None]] = {}  # node -> claims allocated there
+        self.flushes: list[tuple[int, asyncio.Task]] = []  # (ledger seq covered, acks) in order
+        self.stored_through = 0  # every outcome up to here acked
+        self.checkpointed, self._last_checkpoint = 0, 0.0
+        self.failures = 0  # outcomes not sent or not acked (each written again)
+        self.wake = asyncio.Event()
+
+    # --- noting changes (a follower listener: runs inside the fold, no I/O) ------------------
+
+    def note(self, seq: int, subject: str, event: ev.Event) -> None:
+        if subject.startswith(subjects.DEAD_LETTER):
+            return  # a copy of a refusal the claim's own subject carries
+        if isinstance(event, ev.DecisionBatch):
+            for decision in event.decisions:
+                self._note_event(seq, decision, decision.at or event.at)
+        else:
+            self._note_event(seq, event, event.at)
+
+    def _note_event(self, seq: int, event: ev.Event, at: float) -> None:
+        if isinstance(event, ev.ClaimSubmitted):
+            self._mark(event.claim.claim_id, seq, at)
+        elif isinstance(event, _ONE_CLAIM):
+            self._mark(event.claim_id, seq, at)
+            if isinstance(event, ev.ClaimAllocated):
+                self.on_node.setdefault(event.node, {})[event.claim_id] = None
+        elif isinstance(event, (ev.NodeLost, ev.NodeRegistered)):
+            self._mark_node(event.node, seq, at)
+
+    def _mark(self, claim_id: str, seq: int, at: float) -> None:
+        if not claim_id:
+            return
+        track = self.tracked.get(claim_id)
+        if track is None:
+            track = self.tracked[claim_id] = [seq, at, None, 0.0]
+        track[_SEQ], track[_AT] = seq, at
+        if seq > self.since:
+            self.dirty[claim_id] = None
+            self.wake.set()
+
+    def _mark_node(self, node: str, seq: int, at: float) -> None:
+        """Claims on a node that was lost or re-registered (which may end some of them)."""
+        claims = self.service.state.claims
+        on_node = self.on_node.pop(node, {})
+        for claim_id in on_node:
+            self._mark(claim_id, seq, at)
+        still = {c: None for c in on_node if _holds_on(claims.get(c), node)}
+        if still:
+            self.on_node[node] = still
+
+    # --- writing -----------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Catch up silently to the checkpoint and the log's end, then write as changes come."""
+        await self._read_checkpoint()
+        follower = self.service.follower
+        target = await self.service.log.last_seq()
+        while not await follower.wait_for_seq(target, timeout=60.0):
+            log.info("outcomes: catching up, at %d of %d", follower.state.last_seq, target)
+        self._after_catch_up()
+        while True:
+            await self.wake.wait()
+            self.wake.clear()
+            if await self.flush():  # some not sent (disconnected): do not spin on them
+                await asyncio.sleep(self.retry_after_s)
+
+    def _after_catch_up(self) -> None:
+        claims = self.service.state.claims
+        for claim_id in list(self.tracked):
+            claim = claims.get(claim_id)
+            if claim is not None and claim.status in ("pending", "allocated", "bound"):
+                self.dirty[claim_id] = None  # rewritten: its last write may be lost or aging
+            elif claim_id not in self.dirty:
+                del self.tracked[claim_id]
+        self.wake.set()
+
+    async def flush(self) -> int:
+        """Write the outcome of every claim noted since the last flush; how many were not sent."""
+        through = self.service.state.last_seq  # every change up to here is noted
+        messages = self._build(self.dirty)  # built before any await: one consistent state
+        self.dirty = {}
+        sent, failed = [], 0
+        for claim_id, data, seq, at in messages:
+            try:
+                ack = await self.window.publish(subjects.outcome(claim_id), data)
+            except Exception as err:  # not connected now: write it again later
+                log.warning("outcome of %s not sent (%s): will retry", claim_id, err)
+                self._retry(claim_id, seq, at)
+                failed += 1
+                continue
+            sent.append((claim_id, seq, at, ack))
+        self.flushes.append((through, asyncio.ensure_future(self._settle(sent))))
+        return failed
+
+    def _build(self, dirty: dict[str, None]) -> list[tuple[str, bytes, int, float]]:
+        state, rejected, now = self.service.state, self.service.rejected, self.clock()
+        out = []
+        for claim_id in dirty:
+            track = self.tracked.get(claim_id)
+            if track is None:
+                continue
+            claim = state.claims.get(claim_id)
+            if claim is not None:
+                outcome = outcome_of(state, claim, track[_SEQ], track[_AT])
+            elif claim_id in rejected:
+                outcome = rejected_outcome(rejected[claim_id], track[_SEQ])
+            else:
+                continue
+            data = encode_outcome(outcome)
+            # what a reader sees, without seq and at (the last two fields)
+            signature = hash(data.rsplit(b',"seq":', 1)[0])
+            if signature == track[_SIG]:
+                continue
+            track[_SIG], track[_WRITTEN] = signature, now
+            if outcome.final:
+                del self.tracked[claim_id]
+            out.append((claim_id, data, outcome.seq, outcome.at))
+        return out
+
+    def _retry(self, claim_id: str, seq: int, at: float) -> None:
+        self.failures += 1
+        track = self.tracked.get(claim_id)
+        if track is None or track[_SEQ] <= seq:
+            self.tracked[claim_id] = [seq, at, None, 0.0]
+        else:
+            track[_SIG] = None  # a newer change is noted: write that one
+        self.dirty[claim_id] = None
+        self.wake.set()
+
+    async def _settle(self, sent) -> None:
+        """Wait for a flush's acks (one wait for all of them, bounded), retry what failed."""
+        if sent:
+            acks = [ack for *_, ack in sent]
+            _, late = await asyncio.wait(acks, timeout=self.ack_timeout_s)
+            self.window.abandon(late)
+        failed = [(claim_id, seq, at) for claim_id, seq, at, ack in sent if not ack.result()]
+        if failed:  # not at once: the stream may be gone for a while (this flush stays unsettled)
+            log.warning("%d outcomes not stored (first: %s): will retry", len(failed), failed[0][0])
+            await asyncio.sleep(self.retry_after_s)
+            for claim_id, seq, at in failed:
+                self._retry(claim_id, seq, at)
+        self._advance()
+
+    def _advance(self) -> None:
+        self._collect()
+        if self.clock() - self._last_checkpoint >= self.checkpoint_every_s:
+            self._last_checkpoint = self.clock()
+            asyncio.ensure_future(self.write_checkpoint())
+
+    def _collect(self) -> None:
+        """Flushes settle in any order; the stored sequence moves only over a settled prefix."""
+        while self.flushes and self.flushes[0][1].done():
+            self.stored_through = max(self.stored_through, self.flushes.pop(0)[0])
+
+    # --- checkpoint and refresh --------------------------------------------------------------
+
+    def safe_checkpoint(self) -> int:
+        """The ledger sequence up to which every outcome is stored (nothing noted is pending)."""
+        waiting = [self.tracked[c][_SEQ] for c in self.dirty if c in self.tracked]
+        return min([self.stored_through, *(s - 1 for s in waiting)])
+
+    async def write_checkpoint(self) -> None:
+        value = self.safe_checkpoint()
+        if value <= self.checkpointed:
+            return
+        try:
+            await self.js.publish(subjects.OUTCOME_CHECKPOINT, json.dumps({"seq": value}).encode(),
+                                  stream=subjects.OUTCOMES_STREAM)
+            self.checkpointed = value
+        except Exception as err:  # only costs rewriting more outcomes after a restart
+            log.warning("outcome checkpoint not written: %s", err)
+
+    async def _read_checkpoint(self) -> None:
+        try:
+            msg = await self.js.get_last_msg(subjects.OUTCOMES_STREAM, subjects.OUTCOME_CHECKPOINT)
+        except NotFoundError:
+            return
+        seq = int(json.loads(msg.data).get("seq", 0))
+        # a ledger that was reset under a kept outcome stream: write everything again
+        self.since = seq if seq <= await self.service.log.last_seq() else 0
+        self.checkpointed = self.stored_through = self.since
+
+    def refresh(self) -> int:
+        """Mark live claims whose outcome was written long ago, so max age never drops it."""
+        now, marked = self.clock(), 0
+        for claim_id, track in self.tracked.items():
+            if track[_WRITTEN] and now - track[_WRITTEN] >= self.refresh_after_s:
+                track[_SIG] = None
+                self.dirty[claim_id] = None
+                marked += 1
+        if marked:
+            self.wake.set()
+        return marked
+
+    async def stop(self, timeout: float = 2.0) -> None:
+        """Wait (bounded) for outstanding acks, then record how far outcomes are stored."""
+        if self.flushes:  # a flush settles within ack_timeout_s; do not wait that long to stop
+            await asyncio.wait([t for _, t in self.flushes], timeout=timeout)
+        self._collect()
+        await self.write_checkpoint()
+
+    async def refresh_forever(self, every_s: float = 3600.0) -> None:
+        while True:
+            await asyncio.sleep(every_s)
+            self.refresh()
+
+
+def _holds_on(claim, node: str) -> bool:
+    return claim is not None and claim.holds_devices and claim.node == node

@@ -1,0 +1,45 @@
+"""The publishing snippets of README.md and docs/contract.md run as written against a real stack,
+with the server taken from GPULEDGER_NATS_URL."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nats
+import pytest
+
+from shared.jetstream import JetStreamEventLog
+from tests.service.helpers import h100_node, register_nodes, running
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def publishing_snippet(doc: str) -> str:
+    blocks = re.findall(r"```python\n(.*?)```", (REPO / doc).read_text(), re.S)
+    found = [b for b in blocks if "gpu.intake.claim" in b]
+    assert len(found) == 1, f"{doc}: expected one Python publishing snippet"
+    return found[0]
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/contract.md"])
+def test_the_snippet_reads_the_server_from_the_environment(doc):
+    snippet = publishing_snippet(doc)
+    assert 'os.environ["GPULEDGER_NATS_URL"]' in snippet and "4222" not in snippet
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/contract.md"])
+async def test_the_snippet_prints_the_allocation(fresh_nats, doc):
+    async with running(fresh_nats.url, "claim", "allocator"):
+        nc = await nats.connect(fresh_nats.url)
+        await register_nodes(JetStreamEventLog(nc), h100_node("node-a"))
+        await nc.close()
+        result = await asyncio.to_thread(
+            subprocess.run, [sys.executable, "-c", publishing_snippet(doc)], capture_output=True, text=True,
+            timeout=60, env={**os.environ, "GPULEDGER_NATS_URL": fresh_nats.url})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1].startswith("allocated {'CUDA_VISIBLE_DEVICES': ")
