@@ -26,6 +26,7 @@ from shared.pipelined import PipelinedPublisher
 
 log = logging.getLogger("gpuledger.allocator")
 RETRY_S = 0.5
+ACK_CHECK_S = 1.0
 
 
 class NodeRecordWriter:
@@ -65,7 +66,10 @@ class NodeRecordWriter:
             self.mark(nodes())
             self.flush()
             while True:
-                await self.wake.wait()
+                try:  # woken by a change, or now and then to give up on acks that never came
+                    await asyncio.wait_for(self.wake.wait(), ACK_CHECK_S)
+                except asyncio.TimeoutError:
+                    pass
                 self.wake.clear()
                 await self._write_dirty()
                 self.publisher.expire()
