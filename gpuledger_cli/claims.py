@@ -35,6 +35,10 @@ def submit(
                                                         "(repeat), or 'any'"),
     gpu_milli: int = typer.Option(1000, help="share of one GPU in thousandths (time-sliced)"),
     gpu_memory: float = typer.Option(0.0, "--gpu-memory", help="GiB of memory on each GPU (a fraction by memory)"),
+    tflops: float = typer.Option(0.0, "--tflops", help="TFLOPS on each GPU (a share that provides them; "
+                                                        "with --gpu-memory the larger share)"),
+    limit_tflops: float = typer.Option(0.0, "--limit-tflops", help="TFLOPS limit of the claim (quota limits)"),
+    limit_vram: float = typer.Option(0.0, "--limit-vram", help="GiB VRAM limit of the claim (quota limits)"),
     model_memory: float = typer.Option(0.0, "--model-memory", help="GiB a model needs; the allocator picks "
                                                                     "1, 2, 4 or 8 GPUs (tensor parallel)"),
     mig: str = typer.Option("", "--mig", help="MIG profile, e.g. 3g.40gb"),
@@ -59,7 +63,8 @@ def submit(
             "mig_profile": mig, "models": model, "gpu_groups": group, "cuda_versions": cuda,
             "pool": pool, "node_selector": _kv(selector, "--selector"), "priority": priority,
             "gang_id": gang, "gang_size": gang_size, "lease_seconds": lease, "cpu_milli": cpu_milli,
-            "memory_mib": memory_mib}
+            "memory_mib": memory_mib, "gpu_tflops": tflops, "limit_tflops": limit_tflops,
+            "limit_vram_gib": limit_vram}
     data = run(request(nats_url(url), subjects.command("claim.submit"),
                        {"claim": spec, "wait_seconds": wait}, timeout=wait + 10))
     _show(data, as_json)

@@ -17,7 +17,7 @@ from sqlalchemy.engine import make_url
 from gpuledger_cli.client import NatsUrl, connect_or_die, die, nats_url, print_json, run
 from schemas import subjects
 from services.projector.db import current_revision, make_engine
-from services.projector.models import TABLES, PositionRow
+from services.projector.models import TABLES, PositionRow, QuotaRow
 from services.projector.projector import DEFAULT_NAME
 from services.projector.rebuild import rebuild, state_at
 from services.projector.replay import parse_time, seq_at_time
@@ -102,6 +102,7 @@ def status(db: Optional[str] = DbUrl, schema: Optional[str] = Schema,
             f"`gpuledger projection rebuild`")
     report["position"] = read_position(engine, DEFAULT_NAME)
     report["rows"] = _row_counts(engine)
+    report["quotas"] = _quota_rows(engine)
     report["stream_last_seq"] = run(_last_seq(nats_url(url)))
     report["behind"] = report["stream_last_seq"] - report["position"]
     engine.dispose()
@@ -112,6 +113,19 @@ def status(db: Optional[str] = DbUrl, schema: Optional[str] = Schema,
     typer.echo(f"position  {report['position']} of {report['stream_last_seq']} "
                f"({report['behind']} behind)")
     typer.echo("rows      " + ", ".join(f"{t} {n}" for t, n in report["rows"].items()))
+    quotas = report["quotas"]
+    typer.echo(f"quotas    {quotas['namespaces']} namespaces: {quotas['own']} with a quota of their own, "
+               f"{quotas['without']} with use and none of their own (the default quota or none; "
+               "`gpuledger quota list` shows which)")
+
+
+def _quota_rows(engine) -> dict[str, int]:
+    """The quotas table has a row per namespace with a quota or with use (spec null: none of its
+    own), so its row count is not the number of quotas: say both, as `quota list` shows them."""
+    with engine.connect() as conn:  # JSON null and SQL NULL both read back as None
+        specs = list(conn.execute(select(QuotaRow.spec)).scalars())
+    own = sum(spec is not None for spec in specs)
+    return {"namespaces": len(specs), "own": own, "without": len(specs) - own}
 
 
 def _row_counts(engine) -> dict[str, int]:

@@ -27,6 +27,9 @@ def register(app: typer.Typer) -> None:
                stale_after: float = typer.Option(600.0, "--stale-after", help="seconds idle before eviction"),
                starvation_after: float = typer.Option(300.0, "--starvation-after"),
                node_timeout: float = typer.Option(30.0, "--node-timeout"),
+               release_unused_after: float = typer.Option(
+                   1800.0, "--release-unused-after",
+                   help="seconds an allocation may show no process before it is released (0: never)"),
                until_seq: Optional[int] = typer.Option(None, "--until-seq", help="stop at this sequence"),
                as_json: bool = typer.Option(False, "--json"), url: Optional[str] = NatsUrl) -> None:
         """Replay the log's claims, releases and hardware facts; at every recorded decision point
@@ -39,7 +42,8 @@ def register(app: typer.Typer) -> None:
             die(f"unknown policy {policy!r}; known: {', '.join(sorted(POLICIES))}")
         events = asyncio.run(_events(nats_url(url), until_seq))
         ctx = DecideContext(now=0.0, policy=policy, stale_after_s=stale_after,
-                            starvation_after_s=starvation_after, node_timeout_s=node_timeout)
+                            starvation_after_s=starvation_after, node_timeout_s=node_timeout,
+                            release_unused_after_s=release_unused_after)
         result = compare(events, ctx)
         if as_json:
             print_json(result)

@@ -280,13 +280,33 @@ def _node_condition(state: State, e: ev.NodeConditionChanged, seq: int) -> None:
 
 
 def _usage_observed(state: State, e: ev.UsageObserved, seq: int) -> None:
+    """Activity for the holders of busy devices; when each device was last seen and last busy, so
+    an allocation nothing runs on can be released (services/allocator/core/timers.py)."""
     for usage in e.devices:
         unit = state.units.get(usage.uuid)
-        if unit is None or not (usage.pids or usage.utilization_percent > 0):
+        if unit is None or unit.node != e.node:
             continue
+        unit.observed_at = max(unit.observed_at, e.at)
+        if not (usage.pids or usage.utilization_percent > 0):
+            state.idle_watch.update(dict.fromkeys(unit.holders))
+            continue
+        unit.busy_at = max(unit.busy_at, e.at)
         for claim_id in unit.holders:
             claim = state.claims[claim_id]
             claim.last_activity = max(claim.last_activity, e.at)
+
+
+def _drift_detected(state: State, e: ev.DriftDetected, seq: int) -> None:
+    """`claim explain` shows drift about a claim: idle, or a process that outlived it."""
+    claim = state.claims.get(e.claim_id) if e.claim_id else None
+    if claim is not None:
+        claim.trail.append((e.at, "drift", e.kind, e.node, e.detail))
+
+
+def _process_killed(state: State, e: ev.ProcessKilled, seq: int) -> None:
+    claim = state.claims.get(e.claim_id) if e.claim_id else None
+    if claim is not None:
+        claim.trail.append((e.at, "killed", e.pid, e.node, e.uuid, e.reason))
 
 
 # --- pools and quotas --------------------------------------------------------------------------
@@ -335,11 +355,23 @@ def _pool_deleted(state: State, e: ev.PoolDeleted, seq: int) -> None:
 
 def _quota_set(state: State, e: ev.QuotaSet, seq: int) -> None:
     state.quotas[e.namespace] = e.spec
+    state.quota_tree = None
     grow(state)
 
 
 def _quota_deleted(state: State, e: ev.QuotaDeleted, seq: int) -> None:
     state.quotas.pop(e.namespace, None)
+    state.quota_tree = None
+    grow(state)
+
+
+def _default_quota_set(state: State, e: ev.QuotaDefaultSet, seq: int) -> None:
+    state.default_quota = e.spec
+    grow(state)
+
+
+def _default_quota_deleted(state: State, e: ev.QuotaDefaultDeleted, seq: int) -> None:
+    state.default_quota = None
     grow(state)
 
 
@@ -369,6 +401,11 @@ def apply_decision(state: State, d, journal: Journal | None = None) -> bool:
     elif isinstance(d, ev.AllocationExpired):
         if claim is not None and claim.holds_devices:
             free(state, claim, "expired", "lease not renewed", journal)
+            _ended_unless_tentative(state, claim, journal)
+    elif isinstance(d, ev.AllocationUnused):
+        if claim is not None and claim.holds_devices:
+            free(state, claim, "released", f"unused: {d.reason or 'no process on its devices'}", journal)
+            claim.trail.append((d.at, "unused", d.reason))
             _ended_unless_tentative(state, claim, journal)
     elif isinstance(d, ev.NodeLost):
         _apply_node_lost(state, d, journal)
@@ -445,12 +482,16 @@ _HANDLERS = {
     ev.DeviceHealthChanged: _device_health,
     ev.NodeConditionChanged: _node_condition,
     ev.UsageObserved: _usage_observed,
+    ev.DriftDetected: _drift_detected,
+    ev.ProcessKilled: _process_killed,
     ev.PoolCreated: _pool_created,
     ev.PoolAccessChanged: _pool_access,
     ev.PoolDeleted: _pool_deleted,
     ev.DeviceIgnoreChanged: _device_ignore,
     ev.QuotaSet: _quota_set,
     ev.QuotaDeleted: _quota_deleted,
+    ev.QuotaDefaultSet: _default_quota_set,
+    ev.QuotaDefaultDeleted: _default_quota_deleted,
     ev.DecisionBatch: _decision_batch,
     ev.EventBatch: _event_batch,
 }

@@ -81,6 +81,7 @@ def _save_usage(state: State, namespace: str, journal: Journal | None) -> None:
     def undo() -> None:
         (usage.tflops, usage.vram_mib, usage.limit_tflops, usage.limit_vram_mib, usage.workers,
          usage.gpus) = saved
+        state.usage_version += 1
 
     journal.push(undo)
 
@@ -200,6 +201,7 @@ def free(state: State, claim: Claim, status: str, reason: str,
     _charge(state, claim, -1)
     state.leased.pop(cid, None)
     state.holding.pop(cid, None)
+    state.idle_watch.pop(cid, None)
     state.freed_ns[spec.namespace] = epoch
     claim.status, claim.end_reason = status, reason
 
@@ -213,11 +215,12 @@ def _remember(state: State, claim: Claim, node: Node | None, units: list[Unit], 
     for unit in units:
         _save_unit(unit, journal)
     _save_usage(state, claim.spec.namespace, journal)
-    for book in (state.pending, state.holding, state.leased):
+    for book in (state.pending, state.holding, state.leased, state.idle_watch):
         _save_membership(book, cid, journal)
 
 
 def _charge(state: State, claim: Claim, sign: int) -> None:
+    state.usage_version += 1  # quota arithmetic cached for one version of use goes stale
     usage = state.usage_of(claim.spec.namespace)
     usage.tflops += sign * claim.tflops
     usage.vram_mib += sign * claim.vram_mib

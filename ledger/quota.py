@@ -1,16 +1,16 @@
 """Namespace quota checks, made in the same decision that grants the GPUs.
 
 Per-workload (`single`) limits can never be met by waiting, so breaking them rejects the claim;
-namespace totals (`total`) free up as other claims end, so breaking them keeps the claim pending.
-Lowering a quota below current use evicts nothing: new claims wait until use drops.
+totals free up as other claims end, so breaking them keeps the claim pending. Lowering a quota
+below current use evicts nothing: new claims wait until use drops.
 
-Hierarchy (Kueue cohorts, KAI parent queues), one level deep: a child's `total` is its nominal
-quota. A claim that would take the child above its nominal may borrow the unused quota of its
-siblings (and any share of the parent not assigned to children) up to the child's
-`borrowing_limit`, as long as the whole cohort stays within its capacity: the parent's own
-`total` where set, else the sum of the children's nominal quotas. When a child within its nominal
-finds the cohort full because siblings borrowed, it reclaims: the decision evicts borrowers'
-claims (`reclaim_victims`) and records who lent to whom (`borrow_event`, `reclaim_event`).
+A namespace is governed by its own quota, else (named as a parent) by its implicit cohort, else
+by the default quota if one is set, else by nothing. Quotas form trees (`ledger.cohorts`): a
+claim is checked at every node from its namespace up to the root. At each node the subtree's use
+plus the claim plus what the other branches hold back (lending limits) must fit the node's
+capacity; where it does not, the node borrows the excess from its parent, within its own
+`borrowing_limit`, and the parent must fit it in turn. A root cannot borrow. Workers are never
+borrowed. Borrow and reclaim events are in `ledger.borrowing`.
 """
 
 from __future__ import annotations
@@ -18,14 +18,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-from schemas import events as ev
 from schemas.types import QuotaSpec, Reason
 
-from ledger.state import Claim, State, Usage
+from ledger.cohorts import EPS, Subtrees, books_of, quota_of, quota_source, tree_of
+from ledger.state import State, Usage
 
 GI = 1024
-EPS = 1e-9
 _NO_USE = Usage()
+
+__all__ = ["EPS", "GI", "Cost", "Dim", "DIMS", "SHARED_DIMS", "QuotaCheck", "quota_check",
+           "total_violation", "single_violation", "own_used", "children_of", "over_nominal",
+           "within_nominal", "reclaims", "usage_of", "fmt_vram", "fmt_tflops"]
 
 
 class Cost(NamedTuple):
@@ -46,7 +49,7 @@ def fmt_tflops(value: float) -> str:
 
 
 class Dim(NamedTuple):
-    """One counted resource: its nominal limit, its use, a claim's cost, what may be borrowed."""
+    """One counted resource: its nominal limit, its use, a claim's cost, borrowing and lending."""
 
     name: str
     nominal: Callable[[QuotaSpec], float | None]
@@ -54,17 +57,20 @@ class Dim(NamedTuple):
     requested: Callable[[Cost], float]
     borrowable: Callable[[QuotaSpec], float | None] | None  # None: never borrowed (workers)
     fmt: Callable[[float], str]
+    lending: Callable[[QuotaSpec], float | None] | None = None
 
 
 DIMS = (
     Dim("tflops", lambda q: q.total.requests.tflops, lambda u: u.tflops, lambda c: c.tflops,
-        lambda q: q.borrowing_limit.tflops, fmt_tflops),
+        lambda q: q.borrowing_limit.tflops, fmt_tflops, lambda q: q.lending_limit.tflops),
     Dim("vram", lambda q: q.total.requests.vram_mib, lambda u: u.vram_mib, lambda c: c.vram_mib,
-        lambda q: q.borrowing_limit.vram_mib, fmt_vram),
+        lambda q: q.borrowing_limit.vram_mib, fmt_vram, lambda q: q.lending_limit.vram_mib),
     Dim("tflops limit", lambda q: q.total.limits.tflops, lambda u: u.limit_tflops,
-        lambda c: c.limit_tflops, lambda q: q.borrowing_limit.tflops, fmt_tflops),
+        lambda c: c.limit_tflops, lambda q: q.borrowing_limit.tflops, fmt_tflops,
+        lambda q: q.lending_limit.tflops),
     Dim("vram limit", lambda q: q.total.limits.vram_mib, lambda u: u.limit_vram_mib,
-        lambda c: c.limit_vram_mib, lambda q: q.borrowing_limit.vram_mib, fmt_vram),
+        lambda c: c.limit_vram_mib, lambda q: q.borrowing_limit.vram_mib, fmt_vram,
+        lambda q: q.lending_limit.vram_mib),
     Dim("workers", lambda q: q.total.max_workers, lambda u: u.workers, lambda c: 1, None, str),
 )
 SHARED_DIMS = tuple(d for d in DIMS if d.borrowable is not None)
@@ -72,7 +78,7 @@ SHARED_DIMS = tuple(d for d in DIMS if d.borrowable is not None)
 
 class QuotaCheck(NamedTuple):
     refusal: Reason | None = None
-    borrowed_from: str = ""  # the parent, when the claim takes the namespace above its nominal
+    borrowed_from: str = ""  # the cohort lending, when the claim takes a subtree above its quota
 
 
 def _exceeded(namespace: str, resource: str, requested: str, limit: str, code: str,
@@ -108,64 +114,96 @@ def total_violation(state: State, namespace: str, cost: Cost) -> Reason | None:
 
 
 def quota_check(state: State, namespace: str, cost: Cost) -> QuotaCheck:
-    """Whether the namespace can take this cost now: own nominal, borrowing limit, cohort."""
-    quota = state.quotas.get(namespace)
-    if quota is None:
-        return QuotaCheck()
-    borrowing, children = False, children_of(state, namespace)  # once: quotas are scanned
+    """Whether the namespace can take this cost now, at every node of its tree up to the root."""
+    tree = tree_of(state)
+    if namespace not in tree:
+        quota = quota_of(state, namespace)
+        return QuotaCheck(None if quota is None else _standalone(state, namespace, quota, cost))
+    books = books_of(state)
+    path = tree.ancestors(namespace)
+    dims = [d for d in DIMS if any(books.capacity(n, d) is not None for n in path)]  # others: no limit
+    within = within_nominal(books, namespace, cost)
+    borrowed_from = ""
+    for level, node in enumerate(path):
+        for dim in dims:
+            verdict = _at_node(books, namespace, path, level, dim, dim.requested(cost), within, cost)
+            if isinstance(verdict, Reason):
+                return QuotaCheck(verdict)
+            if verdict and not borrowed_from:
+                borrowed_from = tree.parent[node]
+    return QuotaCheck(None, borrowed_from)
+
+
+def _standalone(state: State, namespace: str, quota: QuotaSpec, cost: Cost) -> Reason | None:
+    """A namespace outside every tree: its own quota (or the default), nothing to borrow."""
+    usage = usage_of(state, namespace)
+    default = " (the default quota)" if quota_source(state, namespace) == "default" else ""
     for dim in DIMS:
         limit = dim.nominal(quota)
-        if limit is None:
-            continue
-        used, requested = own_used(state, namespace, dim, children), dim.requested(cost)
-        if used + requested <= limit + EPS:
-            continue
-        if not _may_borrow(quota, dim, used + requested - limit):
-            return QuotaCheck(_own_refusal(namespace, quota, dim, used, requested, limit))
-        borrowing = True
-    if quota.parent:
-        refusal = _cohort_refusal(state, namespace, quota.parent, cost, borrowing)
-        if refusal is not None:
-            return QuotaCheck(refusal)
-    return QuotaCheck(None, quota.parent if borrowing else "")
-
-
-def _may_borrow(quota: QuotaSpec, dim: Dim, excess: float) -> bool:
-    if not quota.parent or dim.borrowable is None:
-        return False
-    limit = dim.borrowable(quota)
-    return limit is None or excess <= limit + EPS
-
-
-def _own_refusal(namespace, quota, dim, used, requested, limit) -> Reason:
-    extra = ""
-    if quota.parent and dim.borrowable is not None:
-        borrow = dim.borrowable(quota)
-        extra = f", borrowing limit {dim.fmt(borrow) if borrow is not None else 'none'} from {quota.parent}"
-    return _exceeded(namespace, dim.name, dim.fmt(requested), dim.fmt(limit), "quota-exceeded",
-                     "total", dim.fmt(used), extra)
-
-
-def _cohort_refusal(state: State, namespace: str, parent: str, cost: Cost, borrowing: bool):
-    children = children_of(state, parent)
-    for dim in SHARED_DIMS:
-        capacity = cohort_capacity(state, parent, dim, children)
-        if capacity is None:
-            continue
-        used, requested = cohort_used(state, parent, dim, children), dim.requested(cost)
-        if used + requested > capacity + EPS:
-            detail = {"cohort": parent, "reclaim": 0 if borrowing else 1}
-            return _exceeded(namespace, dim.name, dim.fmt(requested), dim.fmt(capacity),
-                             "quota-exceeded", "cohort", dim.fmt(used),
-                             f" across parent {parent}", detail)
+        used, requested = dim.used(usage), dim.requested(cost)
+        if limit is not None and used + requested > limit + EPS:
+            return _exceeded(namespace, dim.name, dim.fmt(requested), dim.fmt(limit),
+                             "quota-exceeded", "total", dim.fmt(used), default)
     return None
 
 
-# --- the cohort ---------------------------------------------------------------------------------
+def _at_node(books: Subtrees, namespace: str, path: list[str], level: int, dim: Dim, requested: float,
+             within: bool, cost: Cost):
+    """A refusal at this node, True when the node borrows from its parent, else False."""
+    node = path[level]
+    capacity = books.capacity(node, dim)
+    if capacity is None:
+        return False
+    used = books.used(node, dim)
+    held = 0.0
+    if used + requested <= capacity + EPS:  # it fits unless branches leaving the path hold it back
+        held = books.held_along(path, level, dim)
+        if used + requested + held <= capacity + EPS:
+            return False
+    parent = books.tree.parent.get(node)
+    over = used + requested - capacity
+    limit = books.borrowing_limit(node, dim)
+    if parent is None or dim.borrowable is None or (limit is not None and over > limit + EPS):
+        return _refusal(books, namespace, node, level, dim, requested, held, within, cost)
+    return over > EPS
+
+
+def _refusal(books: Subtrees, namespace, node, level, dim: Dim, requested, held, within, cost):
+    capacity, used = books.capacity(node, dim), books.used(node, dim)
+    parent = books.tree.parent.get(node)
+    extra = ""
+    if parent and dim.borrowable is not None:
+        borrow = books.borrowing_limit(node, dim)
+        extra = f", borrowing limit {dim.fmt(borrow) if borrow is not None else 'none'} from {parent}"
+    if held > EPS:
+        extra += f", {dim.fmt(held)} held back for others by lending limits"
+    if level == 0:
+        return _exceeded(namespace, dim.name, dim.fmt(requested), dim.fmt(capacity),
+                         "quota-exceeded", "total", dim.fmt(used), extra)
+    shared = dim.borrowable is not None
+    detail = {"cohort": node, "reclaim": int(within and shared), "fair": int(not within and shared),
+              "ask_tflops": round(cost.tflops, 3), "ask_vram_mib": int(cost.vram_mib)}
+    return _exceeded(namespace, dim.name, dim.fmt(requested), dim.fmt(capacity), "quota-exceeded",
+                     "cohort", dim.fmt(used), f" across parent {node}{extra}", detail)
+
+
+def within_nominal(books: Subtrees, namespace: str, cost: Cost | None = None) -> bool:
+    """The namespace stays within its own quota in every shared resource with this cost."""
+    return all(books.over(namespace, d, d.requested(cost) if cost else 0.0) <= EPS for d in SHARED_DIMS)
+
+
+def reclaims(reasons: list[Reason]) -> bool:
+    """The claim waits because others borrowed from a cohort: reclaim (within its own quota) or
+    fair-share preemption (when it borrows too) may free room for it."""
+    return any(r.detail.get("scope") == "cohort" and (r.detail.get("reclaim") or r.detail.get("fair"))
+               for r in reasons)
+
+
+# --- use, as the status shows it ------------------------------------------------------------------
 
 
 def children_of(state: State, parent: str) -> list[str]:
-    return sorted(ns for ns, q in state.quotas.items() if q.parent == parent)
+    return list(tree_of(state).children.get(parent, ()))
 
 
 def usage_of(state: State, namespace: str) -> Usage:
@@ -173,106 +211,11 @@ def usage_of(state: State, namespace: str) -> Usage:
 
 
 def own_used(state: State, namespace: str, dim: Dim, children: list[str] | None = None) -> float:
-    """A namespace's use; a parent's own claims count together with its children's."""
-    children = children_of(state, namespace) if children is None else children
-    if children:
-        return cohort_used(state, namespace, dim, children)
-    return dim.used(usage_of(state, namespace))
-
-
-def cohort_capacity(state: State, parent: str, dim: Dim, children: list[str]) -> float | None:
-    """The parent's own total where set, else the sum of its children's nominal quotas."""
-    parent_quota = state.quotas.get(parent)
-    if parent_quota is not None and dim.nominal(parent_quota) is not None:
-        return dim.nominal(parent_quota)
-    values = [dim.nominal(state.quotas[c]) for c in children]
-    if not values or any(v is None for v in values):
-        return None
-    return sum(values)
-
-
-def cohort_used(state: State, parent: str, dim: Dim, children: list[str]) -> float:
-    return dim.used(usage_of(state, parent)) + sum(dim.used(usage_of(state, c)) for c in children)
+    """A namespace's use; a cohort's counts its whole subtree (its own claims and its members')."""
+    return books_of(state).used(namespace, dim)
 
 
 def over_nominal(state: State, namespace: str) -> list[Dim]:
-    """The shared resources in which the namespace uses more than its own quota (it borrows)."""
-    quota = state.quotas.get(namespace)
-    if quota is None:
-        return []
-    usage = usage_of(state, namespace)
-    return [d for d in SHARED_DIMS if d.nominal(quota) is not None
-            and d.used(usage) > d.nominal(quota) + EPS]
-
-
-# --- borrow and reclaim events ----------------------------------------------------------------------
-
-
-def borrow_event(state: State, decision: ev.ClaimAllocated) -> ev.QuotaBorrowed:
-    """Who lends to a claim that takes its namespace above its nominal (state before the grant)."""
-    namespace, parent = decision.namespace, decision.borrowed_from
-    quota = state.quotas[namespace]
-    usage = usage_of(state, namespace)
-    cost = Cost(decision.tflops, decision.vram_mib, decision.limit_tflops, decision.limit_vram_mib,
-                len(decision.grants))
-    over = [d for d in SHARED_DIMS if d.nominal(quota) is not None
-            and d.used(usage) + d.requested(cost) > d.nominal(quota) + EPS]
-    amounts = {d.name: _borrowed_part(d, quota, usage, cost) for d in over}
-    return ev.QuotaBorrowed(claim_id=decision.claim_id, namespace=namespace, parent=parent,
-                            lenders=lenders(state, namespace, parent, over),
-                            tflops=round(amounts.get("tflops", 0.0), 3),
-                            vram_mib=int(amounts.get("vram", 0)), at=decision.at)
-
-
-def _borrowed_part(dim: Dim, quota: QuotaSpec, usage: Usage, cost: Cost) -> float:
-    used, requested, nominal = dim.used(usage), dim.requested(cost), dim.nominal(quota)
-    return max(0.0, min(requested, used + requested - nominal))
-
-
-def lenders(state: State, namespace: str, parent: str, over: list[Dim]) -> list[str]:
-    """Siblings with unused quota in the resources borrowed; the parent for its unassigned share."""
-    children = children_of(state, parent)
-    names = []
-    for sibling in children:
-        if sibling == namespace:
-            continue
-        quota, usage = state.quotas[sibling], usage_of(state, sibling)
-        if any(d.nominal(quota) is not None and d.used(usage) < d.nominal(quota) - EPS for d in over):
-            names.append(sibling)
-    parent_quota = state.quotas.get(parent)
-    if parent_quota is not None and any(_unassigned(state, parent_quota, d, children) for d in over):
-        names.append(parent)
-    return names or [parent]
-
-
-def _unassigned(state: State, parent_quota: QuotaSpec, dim: Dim, children: list[str]) -> bool:
-    capacity = dim.nominal(parent_quota)
-    nominal = [dim.nominal(state.quotas[c]) for c in children]
-    return capacity is not None and None not in nominal and capacity > sum(nominal) + EPS
-
-
-def reclaims(reasons: list[Reason]) -> bool:
-    """The claim is within its own quota and waits only because siblings borrowed from the cohort."""
-    return any(r.detail.get("scope") == "cohort" and r.detail.get("reclaim") for r in reasons)
-
-
-def reclaim_victims(state: State, claim: Claim) -> list[Claim]:
-    """Claims of siblings above their nominal: borrowed ones first, low priority, newest first."""
-    quota = state.quotas.get(claim.spec.namespace)
-    if quota is None or not quota.parent:
-        return []
-    borrowers = {ns for ns in children_of(state, quota.parent)
-                 if ns != claim.spec.namespace and over_nominal(state, ns)}
-    if not borrowers:
-        return []
-    found = [c for c in state.claims.values()
-             if c.holds_devices and c.spec.namespace in borrowers and not c.spec.gang_id]
-    found.sort(key=lambda c: (not c.borrowed_from, c.spec.priority, -c.allocated_at, -c.seq))
-    return found
-
-
-def reclaim_event(victim: Claim, beneficiary: Claim, parent: str, at: float) -> ev.QuotaReclaimed:
-    return ev.QuotaReclaimed(claim_id=victim.claim_id, borrower=victim.spec.namespace,
-                             lender=beneficiary.spec.namespace, parent=parent,
-                             beneficiary=beneficiary.claim_id, tflops=victim.tflops,
-                             vram_mib=victim.vram_mib, at=at)
+    """The shared resources in which the namespace (its subtree) uses more than its own quota."""
+    books = books_of(state)
+    return [d for d in SHARED_DIMS if books.over(namespace, d) > EPS]

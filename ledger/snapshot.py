@@ -35,6 +35,8 @@ class Snapshot(msgspec.Struct):
     shapes_seen: list[tuple[tuple[int, int, str, int], int]] = []
     ended: list[str] = []
     ignored: dict[str, str] = {}
+    default_quota: QuotaSpec | None = None
+    idle_watch: list[str] = []
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -62,7 +64,8 @@ def to_snapshot(state: State, compact: bool = False) -> bytes:
             state.next_rank, state.submitted, list(state.nodes.values()), claims,
             list(state.pending), list(state.leased), state.quotas, state.usage,
             list(state.pools.values()), list(state.shape_counts.items()),
-            list(state.shapes_seen.items()), ended, dict(state.ignored)))
+            list(state.shapes_seen.items()), ended, dict(state.ignored),
+            default_quota=state.default_quota, idle_watch=list(state.idle_watch)))
     finally:
         for node, view, static in views:
             node.view, node.static = view, static
@@ -74,7 +77,8 @@ def from_snapshot(data: bytes) -> State:
         raise ValueError(f"snapshot version {snap.version} is not {SNAPSHOT_VERSION}: replay from the log")
     state = State(last_seq=snap.last_seq, last_decision_seq=snap.last_decision_seq,
                   capacity_epoch=snap.capacity_epoch, next_rank=snap.next_rank,
-                  submitted=snap.submitted, quotas=dict(snap.quotas), usage=dict(snap.usage))
+                  submitted=snap.submitted, quotas=dict(snap.quotas), usage=dict(snap.usage),
+                  default_quota=snap.default_quota)
     state.pools = {p.name: p for p in snap.pools}
     state.shape_counts = {tuple(k): v for k, v in snap.shape_counts}
     refresh_typical(state, {tuple(k): v for k, v in snap.shapes_seen})
@@ -83,6 +87,7 @@ def from_snapshot(data: bytes) -> State:
     state.ignored = dict(snap.ignored)
     state.pending = dict.fromkeys(snap.pending)
     state.leased = dict.fromkeys(snap.leased)
+    state.idle_watch = dict.fromkeys(snap.idle_watch)
     state.holding = {c.spec.claim_id: None for c in snap.claims if c.holds_devices}
     state.min_priority = min((c.spec.priority for c in snap.claims), default=None)  # still a bound
     for node in sorted(snap.nodes, key=lambda n: n.rank):

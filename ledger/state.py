@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from schemas.types import ClaimSpec, Grant, PoolSpec, QuotaSpec, Reason
 
@@ -41,6 +41,8 @@ class Unit:
     bandwidth_gbps: float = 0.0
     # what the node agent last said; `health` is this unless an operator marked it Ignored
     reported_health: str = "Healthy"
+    observed_at: float = 0.0  # the node agent's last usage report for it (its own clock)
+    busy_at: float = 0.0  # ... the last that showed a process or utilisation on it
 
     @property
     def healthy(self) -> bool:  # spelled out in ledger.grants_fit too (the fold's hot path)
@@ -165,6 +167,9 @@ _HISTORY_LINES = {
     "allocated": "allocated on {} ({})",
     "void": "allocation void: state changed before it was stored",
     "evicted": "evicted ({}) for {}",
+    "unused": "released unused: {}",
+    "drift": "drift {} on {}: {}",
+    "killed": "node agent killed pid {} on {} ({}): {}",
 }
 
 
@@ -223,6 +228,10 @@ class State:
     claims: dict[str, Claim] = field(default_factory=dict)
     pending: dict[str, None] = field(default_factory=dict)  # insertion order = submit order
     quotas: dict[str, QuotaSpec] = field(default_factory=dict)
+    default_quota: QuotaSpec | None = None  # for every namespace without a quota of its own
+    quota_tree: Any = None  # derived from `quotas` (ledger.cohorts.tree_of); None: build it again
+    usage_version: int = 0  # bumped whenever `usage` changes (ledger.cohorts.books_of caches by it)
+    quota_books: Any = None  # ledger.cohorts.Subtrees for (quota_tree, usage_version)
     usage: dict[str, Usage] = field(default_factory=dict)
     pools: dict[str, PoolSpec] = field(default_factory=dict)
     ignored: dict[str, str] = field(default_factory=dict)  # device UUID -> why an operator ignores it
@@ -237,6 +246,9 @@ class State:
     shape_counts: dict[tuple, int] = field(default_factory=dict)  # claim shapes seen (for FGD)
     leased: dict[str, None] = field(default_factory=dict)  # allocated claims with a lease
     holding: dict[str, None] = field(default_factory=dict)  # claims holding devices now
+    # claims a usage report showed idle on some device since its last busy one: what the timer rule
+    # releasing unused allocations looks at (instead of every claim holding devices)
+    idle_watch: dict[str, None] = field(default_factory=dict)
     # ids of ended claims a compact snapshot left out, or the fold dropped (`keep_ended` off): a
     # late resubmit of one is still a repeat
     ended: dict[str, None] = field(default_factory=dict)

@@ -27,11 +27,12 @@ EVENT_CHANNELS = {
     "decisions": (
         subjects.DECISIONS, "The allocator's fenced decisions: one DecisionBatch per append "
         "(ClaimAllocated, ClaimPending, AllocationRejected, ClaimEvicted, AllocationExpired, "
-        "NodeLost, QuotaBorrowed, QuotaReclaimed).", ["DecisionBatch"], "fenced", {}),
+        "AllocationUnused, NodeLost, QuotaBorrowed, QuotaReclaimed).", ["DecisionBatch"], "fenced", {}),
     "nodeEvents": (
         "gpu.evt.node.{node}", "A node agent's reports.",
         ["NodeRegistered", "NodeHeartbeat", "DeviceHealthChanged", "NodeConditionChanged",
-         "UsageObserved", "EventBatch"], "appended", {"node": "the node name as a subject token"}),
+         "UsageObserved", "ProcessKilled", "EventBatch"], "appended",
+        {"node": "the node name as a subject token"}),
     "nodeBindings": (
         "gpu.evt.node.{node}.bound", "A node agent's bindings of the claims its node's record of live "
         "claims lists (the key {node} of the key-value bucket " + subjects.NODE_GRANTS_BUCKET + ", "
@@ -43,9 +44,11 @@ EVENT_CHANNELS = {
                    {"pool": "the pool name"}),
     "deviceMarks": ("gpu.evt.marks.{node}", "Operators' marks on a node's devices (pool controller).",
                     ["DeviceIgnoreChanged"], "appended", {"node": "the node name"}),
-    "quotaEvents": ("gpu.evt.quota.{namespace}", "Namespace quotas and their alerts (quota service).",
-                    ["QuotaSet", "QuotaDeleted", "QuotaAlertRaised", "QuotaAlertCleared"], "appended",
-                    {"namespace": "the namespace"}),
+    "quotaEvents": ("gpu.evt.quota.{namespace}", "Namespace quotas and their alerts (quota service); "
+                    "the default quota on gpu.evt.quota._default.",
+                    ["QuotaSet", "QuotaDeleted", "QuotaAlertRaised", "QuotaAlertCleared", "QuotaDefaultSet",
+                     "QuotaDefaultDeleted"], "appended",
+                    {"namespace": "the namespace (or cohort), or _default"}),
     "driftEvents": ("gpu.evt.drift.{node}", "Observed use that differs from the ledger (quota service).",
                     ["DriftDetected", "DriftCleared"], "appended", {"node": "the node name"}),
     "endpointEvents": ("gpu.evt.endpoint.{endpoint}", "Serverless endpoints (claim service).",
@@ -70,7 +73,11 @@ REQUESTS = (
     (subjects.command("quota.set"), "SetQuota", "set a namespace quota"),
     (subjects.command("quota.delete"), "DeleteQuota", "delete a namespace quota"),
     (subjects.command("quota.get"), "GetQuota", "one namespace quota"),
-    (subjects.command("quota.list"), "ListQuotas", "quotas, optionally the children of a cohort"),
+    (subjects.command("quota.list"), "ListQuotas", "quotas, optionally the subtree of a cohort"),
+    (subjects.command("quota.apply"), "ApplyQuotas", "several quotas at once (a manifest), all or none"),
+    (subjects.command("quota.default.set"), "SetDefaultQuota", "the quota of namespaces without their own"),
+    (subjects.command("quota.default.get"), "Query", "the default quota and the namespaces it governs"),
+    (subjects.command("quota.default.delete"), "Query", "remove the default quota"),
     (subjects.query("quota.status"), "GetQuotaStatus", "quota use, conditions, borrowing and drift"),
     (subjects.command("pool.create"), "CreatePool", "create a GPU pool"),
     (subjects.command("pool.update"), "UpdatePool", "change a pool's access (nothing else may change)"),

@@ -28,6 +28,7 @@ def _shapes(w: dict[str, str]) -> dict[str, dict]:
     return {
         "gpu_milli": _present(w["gpu_milli"], {"type": "integer", "maximum": 999}),
         "gpu_memory_gib": _present(w["gpu_memory_gib"], {"type": "number", "exclusiveMinimum": 0}),
+        "gpu_tflops": _present(w["gpu_tflops"], {"type": "number", "exclusiveMinimum": 0}),
         "model_memory_gib": _present(w["model_memory_gib"], {"type": "number", "exclusiveMinimum": 0}),
         "mig_profile": _present(w["mig_profile"], {"type": "string", "minLength": 1}),
     }
@@ -38,7 +39,11 @@ def _one_shape(w: dict[str, str]) -> list[dict]:
     names = list(shapes)
     return [{"description": f"a claim has one shape: {a} and {b} cannot be combined",
              "not": {"allOf": [shapes[a], shapes[b]]}}
-            for i, a in enumerate(names) for b in names[i + 1:]]
+            for i, a in enumerate(names) for b in names[i + 1:] if {a, b} not in _ONE_REQUEST]
+
+
+# memory and TFLOPS per GPU together are one request (TensorFusion's vram and tflops requests)
+_ONE_REQUEST = ({"gpu_memory_gib", "gpu_tflops"},)
 
 
 def _rule(description: str, condition: dict, then: dict) -> dict:
@@ -57,6 +62,8 @@ def _gpus_per_shape(w: dict[str, str]) -> list[dict]:
               shapes["model_memory_gib"], {"properties": {gpus: {"type": "integer", "maximum": 1}}}),
         _rule("gpu_memory_gib is per GPU: gpus must be at least 1",
               shapes["gpu_memory_gib"], {"properties": {gpus: {"type": "integer", "minimum": 1}}}),
+        _rule("gpu_tflops is per GPU: gpus must be at least 1",
+              shapes["gpu_tflops"], {"properties": {gpus: {"type": "integer", "minimum": 1}}}),
         _rule("a MIG claim needs gpus >= 1 (instances of the profile)",
               shapes["mig_profile"], {"properties": {gpus: {"type": "integer", "minimum": 1}}}),
         _rule("gpus 0 asks for nothing unless model_memory_gib, cpu_milli or memory_mib is set",

@@ -63,6 +63,33 @@ class SetQuota(Command):
     parent: str = ""
     borrowing_limit_tflops: str | float | None = None
     borrowing_limit_vram: str | None = None
+    lending_limit_tflops: str | float | None = None  # None: all of its unused quota may be lent
+    lending_limit_vram: str | None = None
+    fair_sharing_weight: float = 1.0  # a larger weight gets a larger share of what siblings borrow
+
+
+class ApplyQuotas(Command):
+    """Several quotas at once (a manifest): validated together against the log, parents before
+    children; nothing is stored if any is invalid; one that equals the stored quota is unchanged."""
+
+    quotas: Annotated[list[SetQuota], msgspec.Meta(min_length=1, max_length=1000)]
+    dry_run: bool = False
+
+
+class SetDefaultQuota(Command):
+    """The quota of every namespace without one of its own; the same quantities as SetQuota."""
+
+    requests_tflops: str | float | None = None
+    requests_vram: str | None = None
+    limits_tflops: str | float | None = None
+    limits_vram: str | None = None
+    max_workers: int | None = None
+    alert_threshold_percent: float = 95.0
+    single_max_requests_tflops: str | float | None = None
+    single_max_requests_vram: str | None = None
+    single_max_limits_tflops: str | float | None = None
+    single_max_limits_vram: str | None = None
+    single_max_gpu_count: int | None = None
 
 
 class DeleteQuota(Command):

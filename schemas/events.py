@@ -147,6 +147,17 @@ class QuotaDeleted(Event, tag=True):
     namespace: str
 
 
+class QuotaDefaultSet(Event, tag=True):
+    """The quota of every namespace without one of its own (a namespace quota or a cohort): each
+    such namespace is limited by this spec separately. No parent: defaulted namespaces stand alone."""
+
+    spec: QuotaSpec
+
+
+class QuotaDefaultDeleted(Event, tag=True):
+    """Namespaces without a quota of their own are unlimited again."""
+
+
 class QuotaAlertRaised(Event, tag=True):
     namespace: str
     resource: str
@@ -165,8 +176,9 @@ class DriftDetected(Event, tag=True):
     node: str
     kind: str  # unallocated-process | idle-allocation | missing-device
     uuid: str = ""
-    claim_id: str = ""
+    claim_id: str = ""  # idle-allocation: the claim; unallocated-process: the claim it outlived, if any
     detail: str = ""
+    pid: int = 0  # unallocated-process: the process (one report per process)
 
 
 class DriftCleared(Event, tag=True):
@@ -177,6 +189,19 @@ class DriftCleared(Event, tag=True):
     kind: str
     uuid: str = ""
     claim_id: str = ""
+    pid: int = 0
+
+
+class ProcessKilled(Event, tag=True):
+    """The node agent killed a process that no allocation holds, reported as drift for longer than
+    the operator's grace period (GPULEDGER_KILL_UNALLOCATED_AFTER_S)."""
+
+    node: str
+    uuid: str
+    pid: int
+    claim_id: str = ""  # the claim whose allocation the process outlived, if known
+    reason: str = ""
+    detected_at: float = 0.0  # when the drift was first reported
 
 
 class QuotaBorrowed(Event, tag=True):
@@ -186,10 +211,11 @@ class QuotaBorrowed(Event, tag=True):
 
     claim_id: str
     namespace: str  # the borrower
-    parent: str  # the team/cohort quota it borrowed through
+    parent: str  # the cohort it borrows from (the parent of the first node in `through`)
     lenders: list[str] = []  # siblings with unused quota (and the parent for its unassigned share)
     tflops: float = 0.0  # the part of the claim above the borrower's own quota
     vram_mib: int = 0
+    through: list[str] = []  # the tree nodes this grant takes above their quota, nearest first
 
 
 class QuotaReclaimed(Event, tag=True):
@@ -200,10 +226,11 @@ class QuotaReclaimed(Event, tag=True):
     claim_id: str
     borrower: str
     lender: str
-    parent: str
+    parent: str  # the nearest cohort the borrower and the lender share
     beneficiary: str = ""
     tflops: float = 0.0
     vram_mib: int = 0
+    rule: str = "nominal"  # nominal: the lender is within its own quota | fair-share (see docs/quota.md)
 
 
 # --- serverless endpoints (claim service) --------------------------------------------------------
@@ -267,7 +294,7 @@ class AllocationRejected(Event, tag=True):
 
 class ClaimEvicted(Event, tag=True):
     claim_id: str
-    rule: str  # stale | priority | quota-reclaim
+    rule: str  # stale | priority | quota-reclaim | fair-share
     beneficiary: str = ""
     detail: str = ""
 
@@ -275,6 +302,17 @@ class ClaimEvicted(Event, tag=True):
 class AllocationExpired(Event, tag=True):
     claim_id: str
     last_renewed: float
+
+
+class AllocationUnused(Event, tag=True):
+    """The allocator released an allocation on which its node agent showed no process (and no
+    utilisation) for longer than the grace period: usage rebuilt from what runs (seed 003)."""
+
+    claim_id: str
+    idle_since: float  # the allocation, or the last report of a process on its devices
+    observed_at: float  # the node agent's latest report that showed its devices idle
+    grace_s: float
+    reason: str = ""
 
 
 class NodeLost(Event, tag=True):
@@ -288,7 +326,7 @@ class DecisionBatch(Event, tag=True):
 
     decisions: list[
         ClaimAllocated | ClaimPending | AllocationRejected | ClaimEvicted | AllocationExpired | NodeLost
-        | QuotaBorrowed | QuotaReclaimed
+        | QuotaBorrowed | QuotaReclaimed | AllocationUnused
     ]
     allocator: str = ""
     policy_version: str = ""
@@ -334,12 +372,15 @@ AnyEvent = (
     | NodeConditionChanged
     | UsageObserved
     | ClaimBound
+    | ProcessKilled
     | PoolCreated
     | PoolAccessChanged
     | PoolDeleted
     | DeviceIgnoreChanged
     | QuotaSet
     | QuotaDeleted
+    | QuotaDefaultSet
+    | QuotaDefaultDeleted
     | QuotaAlertRaised
     | QuotaAlertCleared
     | DriftDetected
@@ -357,11 +398,12 @@ AnyEvent = (
     | AllocationRejected
     | ClaimEvicted
     | AllocationExpired
+    | AllocationUnused
     | NodeLost
 )
 
 DECISION_TYPES = (ClaimAllocated, ClaimPending, AllocationRejected, ClaimEvicted, AllocationExpired, NodeLost,
-                  QuotaBorrowed, QuotaReclaimed)
+                  QuotaBorrowed, QuotaReclaimed, AllocationUnused)
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(AnyEvent)

@@ -17,7 +17,8 @@ from schemas.types import ClaimSpec
 OUT = Path(__file__).parent / "json"
 
 COMMANDS = (commands.SubmitClaim, commands.ReleaseClaim, commands.RenewLease, commands.ReportActivity,
-            commands.GetClaim, commands.ListClaims, commands.SetQuota, commands.DeleteQuota,
+            commands.GetClaim, commands.ListClaims, commands.SetQuota, commands.ApplyQuotas,
+            commands.SetDefaultQuota, commands.DeleteQuota,
             commands.GetQuota, commands.ListQuotas, commands.GetQuotaStatus, commands.CreatePool,
             commands.UpdatePool, commands.DeletePool, commands.GetPool, commands.ListPools, commands.RenderPool, commands.IgnoreDevice,
             commands.CreateEndpoint, commands.DeleteEndpoint, commands.GetEndpoint,

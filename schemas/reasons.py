@@ -44,7 +44,7 @@ REASONS: tuple[ReasonCode, ...] = (
     ReasonCode("quota-single-exceeded", "never", "a per-workload quota limit is smaller than the claim"),
     ReasonCode("pool-not-found", "never", "the pool named does not exist"),
     ReasonCode("pool-access-denied", "never", "the namespace (or service account) may not use the pool"),
-    ReasonCode("no-such-shape", "never", "no model in the fleet can hold the memory asked per device"),
+    ReasonCode("no-such-shape", "never", "no model in the fleet can hold the memory (or TFLOPS) asked per device"),
     # rejected at intake (ClaimRejected)
     ReasonCode("invalid", "never", "the claim breaks the contract; the reason names the field"),
     ReasonCode("conflict", "never", "the claim id is already used by a different claim"),
@@ -53,6 +53,8 @@ REASONS: tuple[ReasonCode, ...] = (
     ReasonCode("stale", "end", "evicted: no activity for longer than the stale limit"),
     ReasonCode("priority", "end", "evicted for a claim of higher priority"),
     ReasonCode("quota-reclaim", "end", "evicted: the namespace it borrowed quota from took it back"),
+    ReasonCode("fair-share", "end", "evicted: a sibling namespace borrowing a smaller share took its share"),
+    ReasonCode("unused", "end", "released: its node agent showed no process on its devices past the grace"),
     ReasonCode("lease-expired", "end", "its lease was not renewed in time"),
     ReasonCode("node-lost", "end", "its node stopped sending heartbeats"),
     ReasonCode("device-vanished", "end", "its device disappeared when the node re-registered"),

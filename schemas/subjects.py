@@ -57,6 +57,11 @@ def quota(namespace: str) -> str:
     return f"gpu.evt.quota.{_token(namespace)}"
 
 
+# The default quota's subject: under the quota service's `gpu.evt.quota.>`, and no namespace can
+# be called `_default` (names start with a letter or digit), so it never collides with one.
+DEFAULT_QUOTA = "gpu.evt.quota._default"
+
+
 def endpoint(name: str) -> str:
     return f"gpu.evt.endpoint.{_token(name)}"
 

@@ -77,6 +77,9 @@ class ClaimSpec(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_
     memory_mib: Annotated[int, msgspec.Meta(ge=0)] = 0
     limit_tflops: Annotated[float, msgspec.Meta(ge=0)] = 0.0
     limit_vram_gib: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    # TFLOPS requested on each GPU (TensorFusion's tflops request): the allocator gives each GPU the
+    # share of a card that provides it (with gpu_memory_gib: the larger of the two shares)
+    gpu_tflops: Annotated[float, msgspec.Meta(ge=0, le=100_000)] = 0.0
     workload: Text = ""
     endpoint: str = ""
     service_account: str = ""
@@ -146,10 +149,14 @@ class QuotaSingle(msgspec.Struct, frozen=True, omit_defaults=True):
 
 
 class QuotaSpec(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A node of the quota tree: a namespace, or a cohort that namespaces and cohorts name as parent."""
+
     total: QuotaTotal = QuotaTotal()
     single: QuotaSingle = QuotaSingle()
     parent: str = ""  # a cohort/team quota whose unused share children may borrow
     borrowing_limit: Resources = Resources(tflops=0.0, vram_mib=0)  # how much it may borrow
+    lending_limit: Resources = Resources()  # how much of its unused quota others may use (None: all)
+    fair_sharing_weight: Annotated[float, msgspec.Meta(ge=0, le=1e6)] = 1.0  # Kueue fairSharing.weight
 
 
 class DeviceSelector(msgspec.Struct, frozen=True, omit_defaults=True):

@@ -42,6 +42,13 @@ class Settings:
     node_timeout_s: float = field(default_factory=lambda: _float("GPULEDGER_NODE_TIMEOUT_S", 30.0))
     heartbeat_s: float = field(default_factory=lambda: _float("GPULEDGER_HEARTBEAT_S", 5.0))
     stale_after_s: float = field(default_factory=lambda: _float("GPULEDGER_STALE_AFTER_S", 600.0))
+    # An allocation its node agent reports with no process for this long is released (0: never).
+    release_unused_after_s: float = field(
+        default_factory=lambda: _float("GPULEDGER_RELEASE_UNUSED_AFTER_S", 1800.0))
+    # A process on a GPU that no allocation holds is killed by the node agent after this long
+    # (0: reported only, never killed).
+    kill_unallocated_after_s: float = field(
+        default_factory=lambda: _float("GPULEDGER_KILL_UNALLOCATED_AFTER_S", 0.0))
     starvation_after_s: float = field(default_factory=lambda: _float("GPULEDGER_STARVATION_AFTER_S", 300.0))
     snapshot_every: int = field(default_factory=lambda: int(_float("GPULEDGER_SNAPSHOT_EVERY", 50_000)))
     tick_s: float = field(default_factory=lambda: _float("GPULEDGER_TICK_S", 1.0))

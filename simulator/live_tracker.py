@@ -79,6 +79,8 @@ class Tracker:
             self._end(decision.claim_id, "evicted")
         elif isinstance(decision, ev.AllocationExpired):
             self._end(decision.claim_id, "expired")
+        elif isinstance(decision, ev.AllocationUnused):
+            self._end(decision.claim_id, "unused")
 
     def _end(self, claim_id: str, how: str) -> None:
         times = self._ours(claim_id)

@@ -23,7 +23,7 @@ from schemas import events as ev
 from ledger.evolve import apply_decision, evolve
 from ledger.state import FREE, State
 
-_ENDING = (ev.ClaimEvicted, ev.AllocationExpired, ev.AllocationRejected)
+_ENDING = (ev.ClaimEvicted, ev.AllocationExpired, ev.AllocationUnused, ev.AllocationRejected)
 
 
 @dataclass

@@ -76,6 +76,8 @@ class Follower:
             self._end(decision.claim_id, "evicted")
         elif isinstance(decision, ev.AllocationExpired):
             self._end(decision.claim_id, "expired")
+        elif isinstance(decision, ev.AllocationUnused):
+            self._end(decision.claim_id, "unused")
 
     def _end(self, claim_id: str, how: str) -> None:
         times = self.claims.get(claim_id)

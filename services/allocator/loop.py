@@ -156,7 +156,8 @@ class Allocator:
             now=self.clock(), policy=self.settings.policy or DEFAULT_POLICY, check_timers=timers,
             memo=self.memo, failed_at=self.failed_at,
             node_timeout_s=self.settings.node_timeout_s, stale_after_s=self.settings.stale_after_s,
-            starvation_after_s=self.settings.starvation_after_s)
+            starvation_after_s=self.settings.starvation_after_s,
+            release_unused_after_s=self.settings.release_unused_after_s)
 
     async def decide_once(self, timers: bool = True) -> int:
         """One pass: decide, append fenced, wait to see it folded. Returns decisions stored."""

@@ -31,7 +31,7 @@ def nodes_touched(state: State, event: ev.Event) -> Iterable[str]:
 def _decision_nodes(state: State, decision) -> Iterable[str]:
     if isinstance(decision, (ev.ClaimAllocated, ev.NodeLost)):
         return (decision.node,)
-    if isinstance(decision, (ev.ClaimEvicted, ev.AllocationExpired)):
+    if isinstance(decision, (ev.ClaimEvicted, ev.AllocationExpired, ev.AllocationUnused)):
         return _holder_node(state, decision.claim_id)
     return ()
 

@@ -43,7 +43,9 @@ def end_code(claim: Claim) -> str:
         return _END_CODES.get(why, "node-lost")
     if status == "expired":
         return "lease-expired"
-    return "released" if status == "released" else ""
+    if status == "released":
+        return "unused" if why.startswith("unused:") else "released"  # "unused: <why>": the allocator's
+    return ""
 
 
 def _devices(state: State, claim: Claim) -> list[OutcomeDevice]:

@@ -30,7 +30,7 @@ from services.claim.outcome_view import outcome_of, rejected_outcome
 
 log = logging.getLogger("gpuledger.claim.outcomes")
 _ONE_CLAIM = (ev.ClaimRejected, ev.ClaimReleased, ev.ClaimBound, ev.ClaimAllocated, ev.ClaimPending,
-              ev.AllocationRejected, ev.ClaimEvicted, ev.AllocationExpired)
+              ev.AllocationRejected, ev.ClaimEvicted, ev.AllocationExpired, ev.AllocationUnused)
 _SEQ, _AT, _SIG, _WRITTEN = range(4)  # fields of a tracked claim: [seq, at, signature, written at]
 
 

@@ -38,7 +38,9 @@ def _policy(spec: ClaimSpec) -> None:
 
 def _shape(spec: ClaimSpec) -> None:
     fractional = spec.gpu_milli < 1000
-    kinds = [name for name, on in (("gpu_milli", fractional), ("gpu_memory_gib", spec.gpu_memory_gib > 0),
+    by_request = spec.gpu_memory_gib > 0 or spec.gpu_tflops > 0  # one shape: a share by memory and/or TFLOPS
+    kinds = [name for name, on in (("gpu_milli", fractional),
+                                   ("gpu_memory_gib" if spec.gpu_memory_gib > 0 else "gpu_tflops", by_request),
                                    ("model_memory_gib", spec.model_memory_gib > 0),
                                    ("mig_profile", bool(spec.mig_profile))) if on]
     if len(kinds) > 1:
@@ -51,6 +53,8 @@ def _shape(spec: ClaimSpec) -> None:
                                    "1, 2, 4 or 8 GPUs: leave gpus at 0 or 1")
     if spec.gpu_memory_gib > 0 and spec.gpus == 0:
         raise ClaimInvalid("gpus", "gpu_memory_gib is per GPU: gpus must be at least 1")
+    if spec.gpu_tflops > 0 and spec.gpus == 0:
+        raise ClaimInvalid("gpus", "gpu_tflops is per GPU: gpus must be at least 1")
     if spec.mig_profile and spec.gpus == 0:
         raise ClaimInvalid("gpus", "a MIG claim needs gpus >= 1 (instances of the profile)")
     if spec.gpus == 0 and not spec.model_memory_gib and not (spec.cpu_milli or spec.memory_mib):

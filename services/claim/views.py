@@ -61,8 +61,10 @@ def shape_label(claim: Claim) -> str:
         return f"{spec.model_memory_gib:g}Gi model, tensor-parallel on {where}"
     if spec.mig_profile:
         return f"{spec.gpus} x MIG {spec.mig_profile}"
-    if spec.gpu_memory_gib:
-        return f"{spec.gpus} x {spec.gpu_memory_gib:g}Gi of {where}"
+    if spec.gpu_memory_gib or spec.gpu_tflops:
+        asked = " + ".join(([f"{spec.gpu_memory_gib:g}Gi"] if spec.gpu_memory_gib else [])
+                           + ([f"{spec.gpu_tflops:g} TFLOPS"] if spec.gpu_tflops else []))
+        return f"{spec.gpus} x {asked} of {where}"
     if spec.gpus == 0:
         return f"CPU only ({spec.cpu_milli}m, {spec.memory_mib}Mi)"
     if spec.gpu_milli < FREE:

@@ -29,6 +29,7 @@ from services.node_agent.health import (
     FAULTED, APPLICATION_XIDS, Verdict, XidWatcher, device_verdicts, link_regressions,
     node_condition, probe_card)
 from services.node_agent.islands import active_links
+from services.node_agent.reconcile import ProcessReaper, kill_host_process
 from services.node_agent.retry import TRANSIENT, Backoff, every
 from services.node_agent.usage import observe_usage, usage_signature
 
@@ -50,6 +51,7 @@ class AgentConfig:
     xid_hold_s: float = 300.0  # a critical XID keeps its card Faulted this long after the last
     xid_ignore: frozenset[int] = APPLICATION_XIDS
     fault_drains_node: bool = True  # HasFaulted while a device is Faulted (seed 004)
+    kill_unallocated_after_s: float = 0.0  # > 0: kill processes no allocation holds (reconcile.py)
 
 
 class NodeAgent:
@@ -74,6 +76,8 @@ class NodeAgent:
         self.binder = Binder(config.node, event_log, self.devices, clock)
         self.wake = asyncio.Event()
         self._leftover_tasks: set[asyncio.Task] = set()
+        self.last_usages: list = []
+        self.reaper: ProcessReaper | None = None
 
     @property
     def on_bound(self) -> list[Callable[[LiveClaim], None]]:
@@ -161,8 +165,8 @@ class NodeAgent:
         due, now, config = set(self.changes()), self.clock(), self.config
         if now - self.rescanned_at >= config.rescan_s:
             due.add("rescan")
-        if now - self.usage_at >= config.usage_every_s:
-            due.add("usage")
+        if now - self.usage_at >= config.usage_every_s or config.kill_unallocated_after_s > 0:
+            due.add("usage")  # the reaper's grace runs out between changes: it looks every pass
         if any(until <= now for until, _xid in self.xid_until.values()):
             due.add("health")
         return due
@@ -175,6 +179,7 @@ class NodeAgent:
             await self._watch_health()
         if "usage" in looks or "rescan" in looks:
             await self._watch_usage()
+        await self._reap()
 
     async def _rescan(self) -> None:
         fresh = await self._nvml(discover, self.nvml, self.node)
@@ -224,12 +229,24 @@ class NodeAgent:
             self.condition = condition
 
     async def _watch_usage(self) -> None:
-        usages = await self._nvml(observe_usage, self.nvml, self.inventory, self.inventory.notes)
+        usages = self.last_usages = await self._nvml(observe_usage, self.nvml, self.inventory,
+                                                      self.inventory.notes)
         signature, now = usage_signature(usages), self.clock()
         if signature == self.usage_sig and now - self.usage_at < self.config.usage_every_s:
             return
         await self.log.append(subjects.node(self.node), UsageObserved(at=now, node=self.node, devices=usages))
         self.usage_sig, self.usage_at = signature, now
+
+    async def _reap(self) -> None:
+        """The operator's choice: kill processes no allocation holds, past the grace (reconcile.py)."""
+        if self.config.kill_unallocated_after_s <= 0:
+            return
+        if self.reaper is None:
+            kill = getattr(self.nvml, "kill_process", None) or kill_host_process
+            self.reaper = ProcessReaper(self.node, self.config.kill_unallocated_after_s, kill,
+                                        self.nc.jetstream(), self.log, self.clock)
+        if await self.reaper.reap(self.last_usages):
+            self.wake.set()  # report the usage without the killed processes on the next pass
 
     # --- workloads of ended claims --------------------------------------------------------
 

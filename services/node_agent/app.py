@@ -67,6 +67,7 @@ def agent_config(node: str, settings: Settings, **fields: Any) -> AgentConfig:
         xid_hold_s=_env_float("GPULEDGER_XID_HOLD_S", 300.0),
         xid_ignore=xid_ignore_from_env(),
         fault_drains_node=os.environ.get("GPULEDGER_FAULT_DRAINS_NODE", "1") not in ("0", "false", "no"),
+        kill_unallocated_after_s=settings.kill_unallocated_after_s,
         **fields)
 
 

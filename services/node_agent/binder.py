@@ -22,7 +22,7 @@ from schemas.events import ClaimBound, DriftDetected, EventBatch, flatten
 from schemas.grants import LiveClaim, NodeGrants
 from shared.eventlog import AppendConflict
 from services.node_agent.binding import bind_env
-from services.node_agent.reconcile import plan
+from services.node_agent.record_plan import plan
 from services.node_agent.retry import TRANSIENT, Backoff
 
 log = logging.getLogger("gpuledger.node_agent")

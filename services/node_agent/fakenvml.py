@@ -258,6 +258,14 @@ class FakeNvml:
         self._check("nvmlDeviceGetRetiredPagesPendingStatus", default_unsupported=True)
         return 0
 
+    def kill_process(self, pid: int) -> bool:
+        """What the node agent's reaper calls instead of os.kill on a simulated node."""
+        for gpu in self.gpus:
+            for holder in (gpu, *gpu.migs):
+                if holder.processes.pop(pid, None) is not None:
+                    return True
+        return False
+
     def nvmlDeviceGetComputeRunningProcesses(self, handle) -> list:
         self._check("nvmlDeviceGetComputeRunningProcesses")
         if not isinstance(handle, FakeMig):

@@ -80,6 +80,8 @@ _SUMMARIES = {
     ev.ClaimEvicted: lambda e: f"evicted ({e.rule})" + (f" for {e.beneficiary}" if e.beneficiary else "")
     + (f": {e.detail}" if e.detail else ""),
     ev.AllocationExpired: lambda e: f"lease expired (last renewed {e.last_renewed:.3f})",
+    ev.AllocationUnused: lambda e: f"released unused: {e.reason}",
+    ev.ProcessKilled: lambda e: f"node agent killed pid {e.pid} on {e.node} {e.uuid}: {e.reason}".rstrip(),
     ev.NodeLost: lambda e: f"node {e.node} lost (last heartbeat {e.last_heartbeat:.3f})",
     ev.DriftCleared: lambda e: f"drift on {e.node} cleared: {e.kind}",
     ev.QuotaBorrowed: lambda e: f"{e.namespace} borrowed through {e.parent} from "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from schemas import events as ev
 
+from ledger.cohorts import quota_of
 from ledger.quota import EPS
 from services.quota.status import resource_uses
 from services.quota.view import QuotaView
@@ -16,7 +17,7 @@ from services.quota.view import QuotaView
 
 def desired_alerts(view: QuotaView, namespace: str) -> dict[str, tuple[float, float]]:
     """resource -> (used %, threshold %) for every resource at or above the threshold now."""
-    quota = view.state.quotas.get(namespace)
+    quota = quota_of(view.state, namespace)
     if quota is None:
         return {}
     threshold = quota.total.alert_threshold_percent
@@ -43,7 +44,7 @@ def alert_changes(view: QuotaView, namespaces, at: float) -> list[ev.Event]:
 
 
 def _pct_now(view: QuotaView, namespace: str, resource: str) -> float:
-    quota = view.state.quotas.get(namespace)
+    quota = quota_of(view.state, namespace)
     if quota is None:
         return 0.0
     for use in resource_uses(view.state, namespace, quota):

@@ -19,12 +19,12 @@ from shared.commands import DomainError, command
 from shared.service import ServiceContext
 from shared.settings import Settings
 
+from ledger.cohorts import quota_source, tree_of
 from ledger.follower import Follower
 from services.quota.alerts import alert_changes
 from services.quota.drift import drift_changes
-from services.quota.quantities import QuantityError
-from services.quota.status import QuotaStatus, all_statuses, namespace_status
-from services.quota.validation import spec_from_command
+from services.quota.status import QuotaStatus, all_statuses, known_namespaces, namespace_status
+from services.quota.writes import QuotaWrites
 from services.quota.view import QuotaView, fold_own
 
 log = logging.getLogger("gpuledger.quota")
@@ -33,7 +33,7 @@ log = logging.getLogger("gpuledger.quota")
 RECONCILE_EVERY_S = 0.25
 
 
-class QuotaService:
+class QuotaService(QuotaWrites):
     def __init__(self, event_log, settings: Settings, clock=time.time):
         self.log = event_log
         self.settings = settings
@@ -49,11 +49,32 @@ class QuotaService:
 
     def _folded(self, seq: int, subject: str, event: ev.Event) -> None:
         fold_own(self.view, event)
-        if isinstance(event, ev.UsageObserved):
-            self.dirty_nodes.add(event.node)
-        elif isinstance(event, ev.DecisionBatch):
-            self.dirty_nodes.update(d.node for d in event.decisions if isinstance(d, ev.ClaimAllocated))
+        self.dirty_nodes.update(self._nodes_to_judge(event))
         self.changed.set()
+
+    def _nodes_to_judge(self, event: ev.Event) -> list[str]:
+        """Nodes whose drift this event may change: observed again, allocated on, or where a claim
+        ended (its processes may outlive it: they are judged now, not at the next periodic report)."""
+        if isinstance(event, ev.UsageObserved):
+            return [event.node]
+        if isinstance(event, ev.EventBatch):
+            return [n for member in event.events for n in self._nodes_to_judge(member)]
+        if isinstance(event, ev.DecisionBatch):
+            return [n for d in event.decisions for n in self._nodes_of_decision(d)]
+        if isinstance(event, ev.ClaimReleased):
+            return self._node_of(event.claim_id)
+        return []
+
+    def _nodes_of_decision(self, decision) -> list[str]:
+        if isinstance(decision, (ev.ClaimAllocated, ev.NodeLost)):
+            return [decision.node]
+        if isinstance(decision, (ev.ClaimEvicted, ev.AllocationExpired, ev.AllocationUnused)):
+            return self._node_of(decision.claim_id)
+        return []
+
+    def _node_of(self, claim_id: str) -> list[str]:
+        claim = self.view.state.claims.get(claim_id)
+        return [claim.node] if claim is not None and claim.node else []
 
     async def reconcile_forever(self, start_seq: int) -> None:
         """After catching up with the log as it was at start, keep alerts and drift current."""
@@ -69,10 +90,10 @@ class QuotaService:
     async def reconcile_once(self) -> int:
         """Append what the rules call for now; wait until it is folded back. Returns events appended."""
         view, now = self.view, self.clock()
-        namespaces = set(view.state.quotas) | {ns for ns, _ in view.alerts}
+        namespaces = set(known_namespaces(view.state)) | {ns for ns, _ in view.alerts}
         nodes, self.dirty_nodes = self.dirty_nodes, set()
         changes = alert_changes(view, namespaces, now) + drift_changes(
-            view, nodes, self.settings.stale_after_s, now)
+            view, nodes, self.settings.stale_after_s, now, self.settings.release_unused_after_s)
         last = 0
         for event in changes:
             appended = await self.log.append(_subject_of(event), event, msg_id=_msg_id(event, view.last_seq))
@@ -82,68 +103,57 @@ class QuotaService:
             await self.follower.wait_for_seq(last)
         return len(changes)
 
-    # --- commands --------------------------------------------------------------------------------
+    # --- queries ---------------------------------------------------------------------------------
 
-    async def set_quota(self, c: cmd.SetQuota) -> dict:
-        try:
-            spec = spec_from_command(c, self.view.state.quotas)
-        except QuantityError as err:
-            raise DomainError("invalid", err.message, err.field)
-        appended = await self.log.append(subjects.quota(c.namespace),
-                                         ev.QuotaSet(namespace=c.namespace, spec=spec, at=self.clock()))
-        await self.follower.wait_for_seq(appended.seq)
-        status = namespace_status(self.view, c.namespace)
-        return {"namespace": c.namespace, "seq": appended.seq, "status": status,
-                "warnings": _warnings(status)}
-
-    async def delete_quota(self, c: cmd.DeleteQuota) -> dict:
-        self._quota_status(c.namespace)
-        children = [ns for ns, q in self.view.state.quotas.items() if q.parent == c.namespace]
-        appended = await self.log.append(subjects.quota(c.namespace),
-                                         ev.QuotaDeleted(namespace=c.namespace, at=self.clock()))
-        await self.follower.wait_for_seq(appended.seq)
-        warnings = ([f"{', '.join(sorted(children))} still name {c.namespace} as parent: their cohort "
-                     "is now bounded by the sum of their own quotas"] if children else [])
-        return {"namespace": c.namespace, "deleted": True, "seq": appended.seq, "warnings": warnings}
+    def get_default(self) -> dict:
+        state = self.view.state
+        if state.default_quota is None:
+            raise DomainError("not-found", "no default quota is set: namespaces without a quota of their "
+                                           "own are unlimited", "default")
+        applies = [ns for ns in known_namespaces(state) if quota_source(state, ns) == "default"]
+        return {"spec": state.default_quota, "applies_to": applies, "as_of_seq": self.view.last_seq}
 
     def _quota_status(self, namespace: str) -> QuotaStatus:
-        status = namespace_status(self.view, namespace)
+        """What get and status answer for a namespace: every namespace `list` shows has one (one
+        with use but no quota, and no default, shows as unlimited)."""
+        known = namespace in known_namespaces(self.view.state)
+        status = namespace_status(self.view, namespace, unlimited=known)
         if status is None:
-            raise DomainError("not-found", f"no quota for namespace {namespace!r}", "namespace")
+            raise DomainError("not-found", f"no quota for namespace {namespace!r}: it has none of its "
+                                           "own and no default quota is set, so it is unlimited", "namespace")
         return status
 
     def get(self, namespace: str) -> QuotaStatus:
         return self._quota_status(namespace)
 
     def list(self, parent: str = "") -> list[QuotaStatus]:
-        return [s for s in all_statuses(self.view) if not parent or s.parent == parent or s.namespace == parent]
+        """Every namespace with a quota, in a cohort or with use; under `parent`: its subtree."""
+        statuses = all_statuses(self.view)
+        if not parent:
+            return statuses
+        members = set(tree_of(self.view.state).members(parent))
+        return [s for s in statuses if s.namespace in members]
 
     def status(self, namespace: str = "") -> dict:
         quotas = [self._quota_status(namespace)] if namespace else all_statuses(self.view)
         drift = sorted(self.view.drifts.values(), key=lambda d: (d.node, d.kind, d.uuid, d.claim_id))
         if namespace:
             drift = [d for d in drift if self._drift_namespace(d) in (namespace, "")]
-        recent = [e for e in self.view.recent if not namespace or namespace in _namespaces_of(e)]
+        recent = [e for e in self.view.recent if not namespace or namespace in self._namespaces_of(e)]
         return {"as_of_seq": self.view.last_seq, "quotas": quotas, "drift": drift, "recent": recent,
-                "stale_after_s": self.settings.stale_after_s}
+                "stale_after_s": self.settings.stale_after_s, "default": self.view.state.default_quota}
+
+    def _namespaces_of(self, event) -> tuple[str, ...]:
+        if isinstance(event, ev.QuotaBorrowed):
+            return (event.namespace, event.parent, *event.lenders, *event.through)
+        if isinstance(event, ev.QuotaReclaimed):
+            return (event.borrower, event.lender, event.parent)
+        claim = self.view.state.claims.get(getattr(event, "claim_id", "") or "")
+        return (claim.spec.namespace,) if claim is not None else ()
 
     def _drift_namespace(self, drift: ev.DriftDetected) -> str:
         claim = self.view.state.claims.get(drift.claim_id) if drift.claim_id else None
         return claim.spec.namespace if claim is not None else ""
-
-
-def _warnings(status: QuotaStatus | None) -> list[str]:
-    if status is None:
-        return []
-    return [c.message for c in status.conditions if c.type == "Exceeded" and c.reason == "OverQuota"]
-
-
-def _namespaces_of(event) -> tuple[str, ...]:
-    if isinstance(event, ev.QuotaBorrowed):
-        return (event.namespace, event.parent, *event.lenders)
-    if isinstance(event, ev.QuotaReclaimed):
-        return (event.borrower, event.lender, event.parent)
-    return ()
 
 
 def _subject_of(event: ev.Event) -> str:
@@ -156,7 +166,7 @@ def _msg_id(event: ev.Event, based_on_seq: int) -> str:
     """Deterministic: two replicas (or a restart) deciding the same change at the same point of
     the log append it once (JetStream dedup)."""
     if isinstance(event, (ev.DriftDetected, ev.DriftCleared)):
-        key = f"{event.kind}:{event.node}:{event.uuid}:{event.claim_id}"
+        key = f"{event.kind}:{event.node}:{event.uuid}:{event.claim_id}:{event.pid}"
     else:
         key = f"{event.namespace}:{event.resource}"
     return f"quota:{type(event).__name__}:{key}:{based_on_seq}"
@@ -180,6 +190,22 @@ def register_handlers(ctx: ServiceContext, service: QuotaService) -> None:
     async def quota_status(c: cmd.GetQuotaStatus):
         return cmd.ok(service.status(c.namespace))
 
+    async def set_default(c: cmd.SetDefaultQuota):
+        return cmd.ok(await service.set_default(c))
+
+    async def get_default(c: cmd.Query):
+        return cmd.ok(service.get_default())
+
+    async def delete_default(c: cmd.Query):
+        return cmd.ok(await service.delete_default())
+
+    async def apply(c: cmd.ApplyQuotas):
+        return cmd.ok(await service.apply(c))
+
+    command(b, subjects.command("quota.apply"), cmd.ApplyQuotas, apply)
+    command(b, subjects.command("quota.default.set"), cmd.SetDefaultQuota, set_default)
+    command(b, subjects.command("quota.default.get"), cmd.Query, get_default)
+    command(b, subjects.command("quota.default.delete"), cmd.Query, delete_default)
     command(b, subjects.command("quota.set"), cmd.SetQuota, set_quota)
     command(b, subjects.command("quota.delete"), cmd.DeleteQuota, delete_quota)
     command(b, subjects.command("quota.get"), cmd.GetQuota, get_quota)

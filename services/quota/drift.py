@@ -1,7 +1,8 @@
 """Drift (pure): use as the fold of the log versus use as the node agents observe it.
 
 Two mismatches, each reported once by `DriftDetected` and closed by `DriftCleared`:
-- `unallocated-process`: a device runs processes but no allocation holds it;
+- `unallocated-process`: a process runs on a device and no allocation holding the device brought
+  it (it came while the device was free, or outlived the claim that held it): one per process;
 - `idle-allocation`: an allocation whose devices have shown no process and no utilisation for
   longer than `stale_after_s`, measured in the node agent's own observation times (so the
   verdict is a function of the log, not of when the service happens to look).
@@ -15,28 +16,40 @@ from ledger.state import State
 from services.quota.view import DriftKey, Observations, QuotaView
 
 
-def mismatches(state: State, obs: Observations, node: str, stale_after_s: float) -> dict[DriftKey, ev.DriftDetected]:
+def mismatches(state: State, obs: Observations, node: str, stale_after_s: float,
+               release_after_s: float = 0.0) -> dict[DriftKey, ev.DriftDetected]:
     """Every mismatch on one node as of its latest observation."""
     found: dict[DriftKey, ev.DriftDetected] = {}
     at = obs.node_at.get(node, 0.0)
     for uuid in sorted(obs.node_devices.get(node, ())):
-        usage = obs.last[uuid]
-        unit = state.units.get(uuid)
-        if usage.pids and (unit is None or not unit.holders):
-            key = DriftKey("unallocated-process", node, uuid)
-            pids = ", ".join(map(str, usage.pids))
-            found[key] = ev.DriftDetected(
-                node=node, kind=key.kind, uuid=uuid, at=at,
-                detail=f"pid {pids} uses {usage.memory_used_mib} MiB on {uuid}, which no allocation holds")
+        found.update(_unallocated(state, obs, node, uuid, at))
     node_state = state.nodes.get(node)
     for claim_id in sorted(node_state.claims if node_state else ()):
-        drift = _idle(state.claims[claim_id], obs, node, at, stale_after_s)
+        drift = _idle(state.claims[claim_id], obs, node, at, stale_after_s, release_after_s)
         if drift is not None:
             found[DriftKey(drift.kind, node, "", claim_id)] = drift
     return found
 
 
-def _idle(claim, obs: Observations, node: str, at: float, stale_after_s: float):
+def _unallocated(state: State, obs: Observations, node: str, uuid: str, at: float) -> dict:
+    """One report per process on the device that no allocation holding it brought."""
+    usage, unit = obs.last[uuid], state.units.get(uuid)
+    holders = unit.holders if unit is not None else {}
+    found = {}
+    for pid in usage.pids:
+        owners = obs.owners.get((uuid, pid), ())
+        if any(owner in holders for owner in owners):
+            continue  # its claim still holds the device
+        former = owners[0] if owners else ""
+        outlived = f" (it outlived claim {former})" if former else ""
+        key = DriftKey("unallocated-process", node, uuid, former, pid)
+        found[key] = ev.DriftDetected(
+            node=node, kind=key.kind, uuid=uuid, claim_id=former, pid=pid, at=at,
+            detail=f"pid {pid} uses {usage.memory_used_mib} MiB on {uuid}, which no allocation holds{outlived}")
+    return found
+
+
+def _idle(claim, obs: Observations, node: str, at: float, stale_after_s: float, release_after_s: float):
     if not claim.holds_devices:
         return None
     watched = [g.uuid for g in claim.grants if g.uuid in obs.last]
@@ -49,21 +62,23 @@ def _idle(claim, obs: Observations, node: str, at: float, stale_after_s: float):
     return ev.DriftDetected(
         node=node, kind="idle-allocation", claim_id=claim.claim_id, at=at,
         detail=(f"claim {claim.claim_id} ({claim.spec.namespace}) holds {', '.join(watched)}, "
-                f"idle for {idle_for:.0f}s (stale after {stale_after_s:g}s)"))
+                f"idle for {idle_for:.0f}s (stale after {stale_after_s:g}s"
+                + (f"; released after {release_after_s:g}s)" if release_after_s > 0 else ")")))
 
 
-def drift_changes(view: QuotaView, nodes, stale_after_s: float, at: float) -> list[ev.Event]:
+def drift_changes(view: QuotaView, nodes, stale_after_s: float, at: float,
+                  release_after_s: float = 0.0) -> list[ev.Event]:
     """Detected events for new mismatches on these nodes, Cleared for reports that no longer hold."""
     current: dict[DriftKey, ev.DriftDetected] = {}
     for node in sorted(nodes):
-        current.update(mismatches(view.state, view.observed, node, stale_after_s))
+        current.update(mismatches(view.state, view.observed, node, stale_after_s, release_after_s))
     out: list[ev.Event] = [d for k, d in current.items() if k not in view.drifts]
     for key in sorted(view.drifts):
         if key in current:
             continue
-        if key.node in nodes or _claim_ended(view.state, key):
+        if key.node in nodes or (key.kind == "idle-allocation" and _claim_ended(view.state, key)):
             out.append(ev.DriftCleared(node=key.node, kind=key.kind, uuid=key.uuid, claim_id=key.claim_id,
-                                       at=at))
+                                       pid=key.pid, at=at))
     return out
 
 

@@ -12,9 +12,12 @@ import msgspec
 
 from schemas.types import QuotaSpec
 
-from ledger.quota import DIMS, EPS, Dim, children_of, own_used
+from ledger.cohorts import books_of, quota_of, quota_source, tree_of
+from ledger.quota import DIMS, EPS, SHARED_DIMS, Dim, children_of
 from ledger.state import State
 from services.quota.view import QuotaView
+
+UNLIMITED = QuotaSpec()
 
 
 class ResourceUse(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -45,6 +48,8 @@ class QuotaStatus(msgspec.Struct, frozen=True, omit_defaults=True):
     borrowed: dict[str, float] = {}  # use above the namespace's own quota, per resource
     alerts: list[str] = []  # resources with an alert raised in the log
     as_of_seq: int = 0
+    source: str = ""  # own | cohort (named as parent only) | default | none (unlimited); always set
+    share: float = 0.0  # fair share: dominant borrowed fraction of the parent's capacity / weight
 
 
 def used_percent(used: float, limit: float) -> float:
@@ -54,9 +59,14 @@ def used_percent(used: float, limit: float) -> float:
 
 
 def resource_uses(state: State, namespace: str, quota: QuotaSpec) -> list[ResourceUse]:
+    """Use against the limit per resource: a tree node's capacity (its own total, else its
+    children's), else the namespace's quota (its own or the default)."""
+    books = books_of(state)
+    in_tree = namespace in books.tree
     out = []
     for dim in DIMS:
-        used, limit = own_used(state, namespace, dim), dim.nominal(quota)
+        used = books.used(namespace, dim)
+        limit = books.capacity(namespace, dim) if in_tree else dim.nominal(quota)
         if limit is None:
             out.append(ResourceUse(dim.name, used, f"{dim.fmt(used)} (no limit)"))
             continue
@@ -66,31 +76,48 @@ def resource_uses(state: State, namespace: str, quota: QuotaSpec) -> list[Resour
     return out
 
 
-def namespace_status(view: QuotaView, namespace: str) -> QuotaStatus | None:
-    quota = view.state.quotas.get(namespace)
-    if quota is None:
+def namespace_status(view: QuotaView, namespace: str, unlimited: bool = False) -> QuotaStatus | None:
+    """The status of the quota that governs `namespace`; None if none does (unless `unlimited`:
+    then a status without limits, for namespaces that only have use)."""
+    state = view.state
+    quota, source = quota_of(state, namespace), quota_source(state, namespace)
+    if quota is None and not unlimited:
         return None
-    uses = resource_uses(view.state, namespace, quota)
-    borrowed = _borrowed(quota, uses)
+    quota = quota if quota is not None else UNLIMITED
+    uses = resource_uses(state, namespace, quota)
+    borrowed = _borrowed(state, namespace, uses)
     return QuotaStatus(
-        namespace=namespace, spec=quota, used=_used(view.state, namespace),
+        namespace=namespace, spec=quota, used=_used(state, namespace),
         available_percent={u.resource: u.available_percent for u in uses if u.available_percent is not None},
-        resources=uses, conditions=conditions(quota, uses, borrowed), parent=quota.parent,
-        children=children_of(view.state, namespace), borrowed=borrowed,
-        alerts=sorted(r for (ns, r) in view.alerts if ns == namespace), as_of_seq=view.last_seq)
+        resources=uses, conditions=conditions(quota, uses, borrowed, source), parent=quota.parent,
+        children=children_of(state, namespace), borrowed=borrowed,
+        alerts=sorted(r for (ns, r) in view.alerts if ns == namespace), as_of_seq=view.last_seq,
+        source=source, share=round(books_of(state).share(namespace, SHARED_DIMS), 4))
+
+
+def known_namespaces(state: State) -> list[str]:
+    """Every namespace the status answers for: those with a quota of their own, cohorts, and those
+    that ever held something (the read models' quota rows are the same set, cohorts aside)."""
+    return sorted(set(state.quotas) | set(tree_of(state).children) | set(state.usage))
 
 
 def all_statuses(view: QuotaView) -> list[QuotaStatus]:
-    return [namespace_status(view, ns) for ns in sorted(view.state.quotas)]
+    return [namespace_status(view, ns, unlimited=True) for ns in known_namespaces(view.state)]
 
 
-def conditions(quota: QuotaSpec, uses: list[ResourceUse], borrowed: dict[str, float]) -> list[Condition]:
+def conditions(quota: QuotaSpec, uses: list[ResourceUse], borrowed: dict[str, float],
+               source: str = "own") -> list[Condition]:
+    if source == "none":
+        return [Condition("Ready", True, "NoQuota", "no quota of its own and no default quota: unlimited"),
+                Condition("Exceeded", False, "WithinQuota"),
+                Condition("AlertThresholdReached", False, "BelowThreshold")]
     over = [u for u in uses if u.limit is not None and u.used > u.limit + EPS]
-    unlent = [u for u in over if not _within_borrowing(quota, u)]
+    unlent = [u for u in over if u.resource not in borrowed]
     alerting = [u for u in uses if u.used_percent is not None
                 and u.used_percent >= quota.total.alert_threshold_percent and u.used > EPS]
+    enforced = "quota enforced with every allocation" + (" (the default quota)" if source == "default" else "")
     ready = Condition("Ready", not unlent, "OverQuota" if unlent else "Enforced",
-                      _over_message(unlent) if unlent else "quota enforced with every allocation")
+                      _over_message(unlent) if unlent else enforced)
     if unlent:
         exceeded = Condition("Exceeded", True, "OverQuota", _over_message(unlent))
     elif over:
@@ -105,19 +132,20 @@ def conditions(quota: QuotaSpec, uses: list[ResourceUse], borrowed: dict[str, fl
     return [ready, exceeded, alert]
 
 
-def _within_borrowing(quota: QuotaSpec, use: ResourceUse) -> bool:
-    dim = _dim(use.resource)
-    if not quota.parent or dim.borrowable is None:
-        return False
-    limit = dim.borrowable(quota)
-    return limit is None or use.used - use.limit <= limit + EPS
-
-
-def _borrowed(quota: QuotaSpec, uses: list[ResourceUse]) -> dict[str, float]:
-    if not quota.parent:
+def _borrowed(state: State, namespace: str, uses: list[ResourceUse]) -> dict[str, float]:
+    """Use above the node's own quota that its borrowing limit allows (lent by its cohort)."""
+    books = books_of(state)
+    if namespace not in books.tree.parent:
         return {}
-    return {u.resource: round(u.used - u.limit, 3) for u in uses
-            if u.limit is not None and u.used > u.limit + EPS and _dim(u.resource).borrowable is not None}
+    out = {}
+    for use in uses:
+        dim = _dim(use.resource)
+        if use.limit is None or dim.borrowable is None or use.used <= use.limit + EPS:
+            continue
+        limit = books.borrowing_limit(namespace, dim)
+        if limit is None or use.used - use.limit <= limit + EPS:
+            out[use.resource] = round(use.used - use.limit, 3)
+    return out
 
 
 def _over_message(over: list[ResourceUse]) -> str:

@@ -1,8 +1,10 @@
 """SetQuota -> QuotaSpec, or a QuantityError naming the field and the problem (pure).
 
 Rules: quantities parse; requests are not above limits; a per-workload (`single`) amount is not
-above the namespace total; the alert threshold is a percentage; a parent (team or cohort) is one
-level deep, so a quota is either a parent or a child, never both; borrowing needs a parent.
+above the namespace total; the alert threshold is a percentage; a parent (team or cohort) may
+have a parent of its own, to any depth, but a quota is never its own ancestor; borrowing and
+lending limits need a parent; a lending limit is not above the quota it lends from; the fair
+sharing weight is a finite number >= 0.
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from schemas.commands import SetQuota
+import msgspec
+
+from schemas.commands import SetDefaultQuota, SetQuota
 from schemas.types import QuotaSingle, QuotaSpec, QuotaTotal, Resources
 
 from services.quota.quantities import QuantityError, is_unlimited, optional_tflops, optional_vram
@@ -44,14 +48,20 @@ def spec_from_command(cmd: SetQuota, quotas: Mapping[str, QuotaSpec]) -> QuotaSp
         max_gpu_count=_count(cmd.single_max_gpu_count, "single_max_gpu_count"),
     )
     spec = QuotaSpec(total=total, single=single, parent=cmd.parent,
-                     borrowing_limit=_borrowing_limit(cmd))
+                     borrowing_limit=_borrowing_limit(cmd), lending_limit=_lending_limit(cmd),
+                     fair_sharing_weight=_weight(cmd.fair_sharing_weight, "fair_sharing_weight"))
     check_consistent(spec)
     check_hierarchy(cmd.namespace, spec, quotas)
     return spec
 
 
+def spec_from_default(cmd: SetDefaultQuota) -> QuotaSpec:
+    """The validated default quota: the same rules as a namespace's, without a tree to join."""
+    return spec_from_command(SetQuota(namespace="default", **msgspec.structs.asdict(cmd)), {})
+
+
 def check_consistent(spec: QuotaSpec) -> None:
-    """Requests <= limits, single <= total, for every resource both sides set."""
+    """Requests <= limits, single <= total, lending <= requests, for every resource both sides set."""
     t, s = spec.total, spec.single
     pairs = (
         ("requests_tflops", t.requests.tflops, "limits_tflops", t.limits.tflops),
@@ -64,6 +74,8 @@ def check_consistent(spec: QuotaSpec) -> None:
         ("single_max_limits_vram", s.max_limits.vram_mib, "limits_vram", t.limits.vram_mib),
         ("single_max_requests_tflops", s.max_requests.tflops, "limits_tflops", t.limits.tflops),
         ("single_max_requests_vram", s.max_requests.vram_mib, "limits_vram", t.limits.vram_mib),
+        ("lending_limit_tflops", spec.lending_limit.tflops, "requests_tflops", t.requests.tflops),
+        ("lending_limit_vram", spec.lending_limit.vram_mib, "requests_vram", t.requests.vram_mib),
     )
     for low_name, low, high_name, high in pairs:
         if low is not None and high is not None and low > high + 1e-9:
@@ -71,20 +83,21 @@ def check_consistent(spec: QuotaSpec) -> None:
 
 
 def check_hierarchy(namespace: str, spec: QuotaSpec, quotas: Mapping[str, QuotaSpec]) -> None:
-    """One level: a parent has no parent, a child has no children, nothing is its own parent."""
+    """Trees of any depth; a quota is never its own parent nor its own ancestor."""
     if not spec.parent:
         return
     check_name(spec.parent, "parent")
     if spec.parent == namespace:
         raise QuantityError("parent", f"namespace {namespace} cannot be its own parent")
-    grandparent = quotas.get(spec.parent)
-    if grandparent is not None and grandparent.parent:
-        raise QuantityError("parent", f"{spec.parent} is itself a child of {grandparent.parent}: "
-                                      "quota hierarchies are one level deep")
-    children = sorted(ns for ns, q in quotas.items() if q.parent == namespace)
-    if children:
-        raise QuantityError("parent", f"{namespace} is the parent of {', '.join(children)}: "
-                                      "a parent cannot have a parent itself")
+    chain = [spec.parent]
+    while chain[-1] in quotas and quotas[chain[-1]].parent and chain[-1] != namespace:
+        if quotas[chain[-1]].parent in chain:
+            break  # a cycle already stored (two concurrent changes): not this change's to report
+        chain.append(quotas[chain[-1]].parent)
+    if namespace in chain:
+        path = " -> ".join([namespace, *chain])
+        raise QuantityError("parent", f"{spec.parent} is below {namespace} in the quota tree ({path}): "
+                                      "a quota cannot be its own ancestor")
 
 
 def _borrowing_limit(cmd: SetQuota) -> Resources:
@@ -98,6 +111,26 @@ def _borrowing_limit(cmd: SetQuota) -> Resources:
         tflops=None if is_unlimited(tflops) else (optional_tflops(tflops, "borrowing_limit_tflops") or 0.0),
         vram_mib=None if is_unlimited(vram) else (optional_vram(vram, "borrowing_limit_vram") or 0),
     )
+
+
+def _lending_limit(cmd: SetQuota) -> Resources:
+    """None: all unused quota may be lent (Kueue's default). Lending is to siblings: it needs a
+    parent, and lending more than the quota itself means nothing."""
+    tflops = optional_tflops(None if is_unlimited(cmd.lending_limit_tflops) else cmd.lending_limit_tflops,
+                             "lending_limit_tflops")
+    vram = optional_vram(None if is_unlimited(cmd.lending_limit_vram) else cmd.lending_limit_vram,
+                         "lending_limit_vram")
+    if not cmd.parent:
+        for name, value in (("lending_limit_tflops", tflops), ("lending_limit_vram", vram)):
+            if value is not None:
+                raise QuantityError(name, "lending needs a parent: set parent to a team or cohort")
+    return Resources(tflops=tflops, vram_mib=vram)
+
+
+def _weight(value: float, field: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1e6:
+        raise QuantityError(field, f"must be a number from 0 to 1000000, got {value!r}")
+    return float(value)
 
 
 def _is_zero(value: object) -> bool:

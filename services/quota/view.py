@@ -23,6 +23,7 @@ class DriftKey(NamedTuple):
     node: str
     uuid: str = ""
     claim_id: str = ""
+    pid: int = 0
 
 
 @dataclass
@@ -33,6 +34,9 @@ class Observations:
     node_devices: dict[str, set[str]] = field(default_factory=dict)
     node_at: dict[str, float] = field(default_factory=dict)  # node -> time of its last report
     active_at: dict[str, float] = field(default_factory=dict)  # uuid -> last time busy
+    # (uuid, pid) -> the claims holding the device when the process was first seen: a process is
+    # unallocated once none of them holds the device (it outlived its claim, or came with none)
+    owners: dict[tuple[str, int], tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass
@@ -41,7 +45,7 @@ class QuotaView:
     alerts: dict[tuple[str, str], ev.QuotaAlertRaised] = field(default_factory=dict)  # (ns, resource)
     drifts: dict[DriftKey, ev.DriftDetected] = field(default_factory=dict)  # open reports
     observed: Observations = field(default_factory=Observations)
-    recent: list[ev.Event] = field(default_factory=list)  # last borrow/reclaim events, for status
+    recent: list[ev.Event] = field(default_factory=list)  # last borrow, reclaim, release, kill events
 
     @property
     def last_seq(self) -> int:
@@ -49,6 +53,8 @@ class QuotaView:
 
 
 RECENT = 50
+# what `quota status` lists as recent: borrowing, reclaim, and reconciliation with what runs
+RECENT_DECISIONS = (ev.QuotaBorrowed, ev.QuotaReclaimed, ev.AllocationUnused)
 
 
 def is_busy(usage: DeviceUsage) -> bool:
@@ -68,7 +74,9 @@ def fold_own(view: QuotaView, event: ev.Event) -> None:
     if handler is not None:
         handler(view, event)
     if isinstance(event, ev.DecisionBatch):
-        _remember(view, [d for d in event.decisions if isinstance(d, (ev.QuotaBorrowed, ev.QuotaReclaimed))])
+        _remember(view, [d for d in event.decisions if isinstance(d, RECENT_DECISIONS)])
+    elif isinstance(event, ev.ProcessKilled):
+        _remember(view, [event])
 
 
 def fold_all(events, view: QuotaView | None = None) -> QuotaView:
@@ -93,11 +101,11 @@ def _alert_cleared(view: QuotaView, e: ev.QuotaAlertCleared) -> None:
 
 
 def _drift_detected(view: QuotaView, e: ev.DriftDetected) -> None:
-    view.drifts[DriftKey(e.kind, e.node, e.uuid, e.claim_id)] = e
+    view.drifts[DriftKey(e.kind, e.node, e.uuid, e.claim_id, e.pid)] = e
 
 
 def _drift_cleared(view: QuotaView, e: ev.DriftCleared) -> None:
-    view.drifts.pop(DriftKey(e.kind, e.node, e.uuid, e.claim_id), None)
+    view.drifts.pop(DriftKey(e.kind, e.node, e.uuid, e.claim_id, e.pid), None)
 
 
 def _usage_observed(view: QuotaView, e: ev.UsageObserved) -> None:
@@ -106,9 +114,22 @@ def _usage_observed(view: QuotaView, e: ev.UsageObserved) -> None:
     devices = obs.node_devices.setdefault(e.node, set())
     for usage in e.devices:
         devices.add(usage.uuid)
+        _track_owners(view, usage)
         obs.last[usage.uuid] = usage
         if is_busy(usage):
             obs.active_at[usage.uuid] = max(obs.active_at.get(usage.uuid, 0.0), e.at)
+
+
+def _track_owners(view: QuotaView, usage: DeviceUsage) -> None:
+    """Remember who held the device when each new process appeared; forget ended processes."""
+    owners, uuid = view.observed.owners, usage.uuid
+    before = view.observed.last.get(uuid)
+    for pid in set(before.pids if before else ()) - set(usage.pids):
+        owners.pop((uuid, pid), None)
+    unit = view.state.units.get(uuid)
+    for pid in usage.pids:
+        if (uuid, pid) not in owners:
+            owners[(uuid, pid)] = tuple(sorted(unit.holders)) if unit is not None else ()
 
 
 _HANDLERS = {

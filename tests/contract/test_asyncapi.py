@@ -72,7 +72,7 @@ def test_every_event_type_is_a_message_of_some_channel():
 
     carried = {m for _, _, messages, _, _ in EVENT_CHANNELS.values() for m in messages}
     batched = {"ClaimAllocated", "ClaimPending", "AllocationRejected", "ClaimEvicted", "AllocationExpired",
-               "NodeLost", "QuotaBorrowed", "QuotaReclaimed"}  # inside DecisionBatch only
+               "NodeLost", "QuotaBorrowed", "QuotaReclaimed", "AllocationUnused"}  # inside DecisionBatch only
     assert {t.__name__ for t in AnyEvent.__args__} - carried - batched == set()
 
 

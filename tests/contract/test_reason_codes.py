@@ -76,7 +76,8 @@ def _end_codes() -> set[str]:
     from services.claim.outcome_view import end_code
 
     spec = ClaimSpec(claim_id="c", namespace="n")
-    ends = [("released", "by holder"), ("evicted", "stale: idle"), ("expired", "lease not renewed"),
+    ends = [("released", "by holder"), ("released", "unused: no process on its devices"),
+            ("evicted", "stale: idle"), ("expired", "lease not renewed"),
             ("lost", "node n-1 lost"), ("lost", "device vanished when the node re-registered")]
     return {end_code(Claim(spec, 1, 0.0, status=s, end_reason=r)) for s, r in ends}
 

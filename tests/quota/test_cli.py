@@ -43,7 +43,8 @@ async def test_set_get_list_delete_from_the_command_line(url):
     code, out = await gl(url, "delete", "team-a")
     assert code == 0 and "quota team-a deleted" in out
     code, out = await gl(url, "get", "team-a")
-    assert code == 1 and "not-found: no quota for namespace 'team-a' (field namespace)" in out
+    assert code == 1 and ("not-found: no quota for namespace 'team-a': it has none of its own and no default "
+                          "quota is set, so it is unlimited (field namespace)") in out
 
 
 async def test_bad_input_prints_the_field_and_the_problem(url):

@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 
 from schemas import events as ev
 
-from ledger.quota import DIMS, children_of, cohort_capacity, cohort_used
+from ledger.cohorts import Subtrees
+from ledger.quota import DIMS, children_of
 from tests.quota.builders import add, claim, fleet, node, of_type, quota, step
 
 
@@ -161,8 +162,8 @@ def test_no_namespace_or_cohort_ever_exceeds_its_quota(actions, parent_cap):
 def _assert_within_quota(state):
     vram = DIMS[1]
     children = children_of(state, "team-x")
-    capacity = cohort_capacity(state, "team-x", vram, children)
-    assert cohort_used(state, "team-x", vram, children) <= capacity
+    books = Subtrees(state)
+    assert books.used("team-x", vram) <= books.capacity("team-x", vram)
     for ns in children:
         spec, usage = state.quotas[ns], state.usage.get(ns)
         if usage is None:

@@ -67,13 +67,15 @@ async def test_set_get_list_delete(quota_stack):
     assert [c["type"] for c in got["data"]["conditions"]] == ["Ready", "Exceeded", "AlertThresholdReached"]
     await cmd(nc, "set", namespace="team-b", requests_vram="1Ti", parent="org")
     listed = await cmd(nc, "list")
-    assert [q["namespace"] for q in listed["data"]] == ["team-a", "team-b"]
-    assert [q["namespace"] for q in (await cmd(nc, "list", parent="org"))["data"]] == ["team-b"]
+    assert [(q["namespace"], q["source"]) for q in listed["data"]] == [
+        ("org", "cohort"), ("team-a", "own"), ("team-b", "own")]  # org: a cohort by being named parent
+    assert [q["namespace"] for q in (await cmd(nc, "list", parent="org"))["data"]] == ["org", "team-b"]
     deleted = await cmd(nc, "delete", namespace="team-a")
     assert deleted["ok"] and deleted["data"]["deleted"] is True
     missing = await cmd(nc, "get", namespace="team-a")
-    assert missing["error"] == {"code": "not-found", "message": "no quota for namespace 'team-a'",
-                                "field": "namespace"}
+    assert missing["error"] == {"code": "not-found", "field": "namespace",
+                                "message": "no quota for namespace 'team-a': it has none of its own and "
+                                           "no default quota is set, so it is unlimited"}
     stored = await events_of(log, (ev.QuotaSet, ev.QuotaDeleted))
     assert [type(e).__name__ for e in stored] == ["QuotaSet", "QuotaSet", "QuotaDeleted"]
 

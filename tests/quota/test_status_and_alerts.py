@@ -114,7 +114,9 @@ def test_a_borrowing_child_is_exceeded_by_borrowing_and_still_ready():
     assert condition(status, "Ready").status is True
     assert status.borrowed == {"vram": 80 * 1024} and status.parent == "team-x"
     assert [type(e).__name__ for e in view.recent] == ["QuotaBorrowed"]
-    assert namespace_status(view, "team-x") is None  # a cohort by name only has no status of its own
+    cohort = namespace_status(view, "team-x")  # a cohort by name only: its children's sum, their use
+    assert cohort.source == "cohort" and cohort.children == ["team-a", "team-b"]
+    assert {u.resource: u.shown for u in cohort.resources}["vram"] == "160Gi of 240Gi"
 
 
 def test_a_parent_counts_its_childrens_use():

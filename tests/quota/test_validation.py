@@ -1,4 +1,4 @@
-"""SetQuota validation: requests not above limits, single not above total, hierarchy one level."""
+"""SetQuota validation: requests not above limits, single not above total, trees without loops."""
 
 from __future__ import annotations
 
@@ -77,11 +77,34 @@ def test_borrowing_needs_a_parent_and_may_be_unlimited():
     assert default.borrowing_limit.vram_mib == 0  # a child borrows nothing unless allowed to
 
 
-def test_hierarchies_are_one_level_deep():
-    quotas = {"team-x": spec_from_command(SetQuota(namespace="team-x", parent="org"), {}),
-              "team-a": spec_from_command(SetQuota(namespace="team-a", parent="cohort"), {})}
-    with pytest.raises(QuantityError, match="itself a child of org"):
-        spec_from_command(SetQuota(namespace="team-b", parent="team-x"), quotas)
-    with pytest.raises(QuantityError, match="parent of team-a"):
-        spec_from_command(SetQuota(namespace="cohort", parent="org"), quotas)
-    spec_from_command(SetQuota(namespace="cohort", requests_vram="1Ti"), quotas)  # a parent may be set
+def test_trees_may_be_deep_but_never_loop():
+    quotas = {"org": spec_from_command(SetQuota(namespace="org", requests_vram="1Ti"), {}),
+              "team-x": spec_from_command(SetQuota(namespace="team-x", parent="org"), {})}
+    quotas["team-a"] = spec_from_command(SetQuota(namespace="team-a", parent="team-x"), quotas)
+    assert quotas["team-a"].parent == "team-x"  # three levels: team-a -> team-x -> org
+    with pytest.raises(QuantityError) as err:
+        spec_from_command(SetQuota(namespace="org", parent="team-a"), quotas)
+    assert err.value.field == "parent"
+    assert err.value.message == ("team-a is below org in the quota tree (org -> team-a -> team-x -> org): "
+                                 "a quota cannot be its own ancestor")
+
+
+@pytest.mark.parametrize("fields, field, message", [
+    (dict(lending_limit_vram="8Gi"), "lending_limit_vram", "lending needs a parent"),
+    (dict(parent="x", requests_vram="8Gi", lending_limit_vram="16Gi"), "lending_limit_vram",
+     "16Gi is above requests_vram 8Gi"),
+    (dict(parent="x", lending_limit_tflops="lots"), "lending_limit_tflops", "not a number of TFLOPS"),
+    (dict(parent="x", fair_sharing_weight=-1), "fair_sharing_weight", "from 0 to 1000000"),
+])
+def test_lending_limits_and_weights_are_checked(fields, field, message):
+    with pytest.raises(QuantityError) as err:
+        spec_from_command(SetQuota(namespace="team-a", **fields), {})
+    assert err.value.field == field and message in err.value.message
+
+
+def test_a_lending_limit_is_kept_and_unset_means_everything_may_be_lent():
+    spec = spec_from_command(SetQuota(namespace="team-a", parent="x", requests_vram="80Gi",
+                                      lending_limit_vram="16Gi", fair_sharing_weight=2), {})
+    assert spec.lending_limit.vram_mib == 16 * 1024 and spec.lending_limit.tflops is None
+    assert spec.fair_sharing_weight == 2.0
+    assert spec_from_command(SetQuota(namespace="team-b", parent="x"), {}).lending_limit.vram_mib is None

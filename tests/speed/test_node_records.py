@@ -48,6 +48,8 @@ def test_the_nodes_an_event_touches_are_those_whose_live_claims_it_may_change():
         ev.ClaimPending(claim_id="d", reasons=[])])
     assert list(nodes_touched(state, batch)) == ["n0", "n1", "n9", "n1"]
     assert list(nodes_touched(state, ev.EventBatch(events=[ev.ClaimReleased(claim_id="b")]))) == ["n1"]
+    unused = ev.DecisionBatch(decisions=[ev.AllocationUnused(claim_id="a", idle_since=0, observed_at=0, grace_s=1)])
+    assert list(nodes_touched(state, unused)) == ["n0"]
     assert list(nodes_touched(state, h100_node("n0"))) == ["n0"]
     assert list(nodes_touched(state, ev.NodeHeartbeat(node="n0"))) == []
 

@@ -1,8 +1,9 @@
 """decide(state, ctx) -> decisions: the allocator's one pure decision function.
 
-One pass: expire unrenewed leases, declare silent nodes lost, then walk the queue. Each decision
-is applied to the state through a journal as it is made (so later claims in the pass see it) and
-everything is rolled back before returning: the caller folds the decisions once they are stored.
+One pass: expire unrenewed leases, declare silent nodes lost, release allocations nothing runs on,
+then walk the queue. Each decision is applied to the state through a journal as it is made (so
+later claims in the pass see it) and everything is rolled back before returning: the caller folds
+the decisions once they are stored.
 
 Queue rule: claims are tried in order of priority (high first), then age (submit order). A claim
 that does not fit does not block the ones behind it (backfill), except that once a claim has
@@ -16,7 +17,7 @@ from __future__ import annotations
 from ledger.state import State, flush_index
 from services.allocator.core.decision_pass import POLICY_VERSION, DecideContext, Pass
 from services.allocator.core.queue import nothing_new_for, queue_order, walk_queue
-from services.allocator.core.timers import expire_leases, lose_silent_nodes
+from services.allocator.core.timers import expire_leases, lose_silent_nodes, release_unused
 
 __all__ = ["POLICY_VERSION", "DecideContext", "decide", "nothing_new_for", "queue_order"]
 
@@ -31,6 +32,7 @@ def decide(state: State, ctx: DecideContext) -> list:
         if ctx.check_timers:
             expire_leases(state, run)
             lose_silent_nodes(state, run)
+            release_unused(state, run)
         walk_queue(state, run, epoch)
     finally:
         run.journal.rollback(state)

@@ -12,7 +12,7 @@ from schemas.types import Reason
 
 from ledger.evolve import apply_decision
 from ledger.holdings import Journal
-from ledger.quota import borrow_event
+from ledger.borrowing import borrow_event
 from ledger.state import Claim, State
 from services.allocator.core.scorers import DEFAULT_POLICY
 
@@ -26,6 +26,7 @@ class DecideContext:
     check_timers: bool = True
     node_timeout_s: float = 30.0
     stale_after_s: float = 600.0
+    release_unused_after_s: float = 0.0  # 0: allocations nothing runs on are never released
     starvation_after_s: float = 300.0
     max_decisions: int = 512
     evict: bool = True

@@ -49,8 +49,8 @@ def model_options(spec: ClaimSpec, fleet_models: list[str]) -> list[frozenset[st
             if members:
                 options.append(members)
         return options
-    if spec.gpu_memory_gib or spec.model_memory_gib:
-        # memory-sized claims need a concrete memory per option: one option per fleet model
+    if spec.gpu_memory_gib or spec.model_memory_gib or spec.gpu_tflops:
+        # memory- or TFLOPS-sized claims need a concrete card per option: one option per fleet model
         return [frozenset([m]) for m in fleet_models] or [None]
     return [None]
 
@@ -75,12 +75,12 @@ def _single_need(spec: ClaimSpec, models: frozenset[str] | None) -> Need | None:
     if spec.mig_profile:
         return Need(spec.gpus, FREE, spec.mig_profile, spec.cpu_milli, spec.memory_mib, spec.pool,
                     models, f"{spec.gpus} x MIG {spec.mig_profile}")
-    if spec.gpu_memory_gib > 0:
-        milli = _milli_for_memory(spec.gpu_memory_gib, models)
+    if spec.gpu_memory_gib > 0 or spec.gpu_tflops > 0:
+        milli = _milli_for_request(spec, models)
         if milli is None:
             return None
         return Need(spec.gpus, milli, "", spec.cpu_milli, spec.memory_mib, spec.pool, models,
-                    f"{spec.gpus} x {spec.gpu_memory_gib:g}Gi of {label_models}")
+                    f"{spec.gpus} x {_request_label(spec)} of {label_models}")
     label = (f"{spec.gpus} x {label_models}" if spec.gpu_milli >= FREE
              else f"{spec.gpu_milli}m of {label_models}")
     return Need(spec.gpus, spec.gpu_milli, "", spec.cpu_milli, spec.memory_mib, spec.pool, models,
@@ -98,6 +98,33 @@ def _tensor_parallel_needs(spec: ClaimSpec, options) -> list[Need]:
             needs.append(Need(size, milli, "", spec.cpu_milli, spec.memory_mib, spec.pool, models,
                               f"{size} x {spec.model_memory_gib / size:g}Gi of {label}"))
     return needs
+
+
+def _milli_for_request(spec: ClaimSpec, models: frozenset[str] | None) -> int | None:
+    """The share of one card that holds the memory and provides the TFLOPS asked, whichever is
+    larger (TensorFusion's vram and tflops requests); None if one card cannot."""
+    shares = []
+    if spec.gpu_memory_gib > 0:
+        shares.append(_milli_for_memory(spec.gpu_memory_gib, models))
+    if spec.gpu_tflops > 0:
+        shares.append(_milli_for_tflops(spec.gpu_tflops, models))
+    return None if None in shares else max(shares)
+
+
+def _request_label(spec: ClaimSpec) -> str:
+    parts = [f"{spec.gpu_memory_gib:g}Gi"] if spec.gpu_memory_gib else []
+    return " + ".join(parts + ([f"{spec.gpu_tflops:g} TFLOPS"] if spec.gpu_tflops else []))
+
+
+def _milli_for_tflops(tflops: float, models: frozenset[str] | None) -> int | None:
+    """Share of a device that provides `tflops`, rounded up; None if one device cannot."""
+    if models is None or len(models) != 1:
+        return None
+    model = MODELS.get(next(iter(models)))
+    if model is None or model.tflops <= 0:
+        return None
+    milli = math.ceil(tflops / model.tflops * FREE - 1e-9)
+    return milli if milli <= FREE else None
 
 
 def _milli_for_memory(gib: float, models: frozenset[str] | None) -> int | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from schemas import events as ev
 
-from ledger.quota import reclaim_event, reclaim_victims
+from ledger.borrowing import claimant_cost, reclaim_event, reclaim_victims
 from ledger.state import Claim, State
 from services.allocator.core.decision_pass import Pass, emit
 from services.allocator.core.place import try_place
@@ -101,21 +101,22 @@ def _evict_until_it_fits(state, run: Pass, claim: Claim, node_name: str, on_node
     return False
 
 
-def reclaim_for(state: State, run: Pass, claim: Claim) -> bool:
-    """A claim within its own quota, blocked by siblings that borrowed from the cohort, takes the
-    quota back: evict borrowers' claims one at a time until it is placed; else nothing."""
-    parent = state.quotas[claim.spec.namespace].parent
+def reclaim_for(state: State, run: Pass, claim: Claim, reasons: list) -> bool:
+    """A claim that waits because others borrowed from its cohorts takes quota back along the tree
+    (nearest cohort first; see ledger.borrowing): evict one victim at a time until it is placed;
+    if it still cannot be placed, nothing is evicted."""
+    cost = claimant_cost(reasons)
     mark, before = run.journal.mark(), len(run.decisions)
-    for _ in range(len(reclaim_victims(state, claim))):
-        victims = reclaim_victims(state, claim)  # again: a borrower back within its quota is spared
+    for _ in range(len(reclaim_victims(state, claim, cost))):
+        victims = reclaim_victims(state, claim, cost)  # again: a borrower back within its quota is spared
         if not victims:
             break
         victim = victims[0]
+        rule = "quota-reclaim" if victim.rule == "nominal" else "fair-share"
         emit(state, run, ev.ClaimEvicted(
-            claim_id=victim.claim_id, rule="quota-reclaim", beneficiary=claim.claim_id,
-            detail=f"{claim.spec.namespace} reclaims quota {victim.spec.namespace} borrowed through {parent}",
-            at=run.ctx.now))
-        emit(state, run, reclaim_event(victim, claim, parent, run.ctx.now))
+            claim_id=victim.claim.claim_id, rule=rule, beneficiary=claim.claim_id,
+            detail=_reclaim_detail(victim, claim), at=run.ctx.now))
+        emit(state, run, reclaim_event(victim, claim, run.ctx.now))
         run.failed.clear()
         outcome = try_place(state, run, claim)
         if isinstance(outcome, ev.ClaimAllocated):
@@ -125,3 +126,10 @@ def reclaim_for(state: State, run: Pass, claim: Claim) -> bool:
     del run.decisions[before:]
     run.failed.clear()
     return False
+
+
+def _reclaim_detail(victim, claim: Claim) -> str:
+    borrower, lender = victim.claim.spec.namespace, claim.spec.namespace
+    if victim.rule == "nominal":
+        return f"{lender} reclaims quota {borrower} borrowed through {victim.cohort}"
+    return f"fair sharing in {victim.cohort}: {borrower} borrows a larger share than {lender} would"

@@ -6,6 +6,7 @@ from __future__ import annotations
 from schemas import events as ev
 from schemas.types import Grant, Reason
 
+from ledger.cohorts import quota_of
 from ledger.pools import has_access
 from ledger.quota import Cost, quota_check, single_violation, total_violation
 from ledger.state import FREE, Claim, State
@@ -28,8 +29,7 @@ def try_place(state: State, run: Pass, claim: Claim):
     needs = [in_pool(need, pool) for need in needs_for(spec, sorted(k for k in state.groups_by_model if k))]
     if not needs:
         return _reject(claim, run, "no-such-shape",
-                       f"no GPU model in the fleet can hold {spec.gpu_memory_gib or spec.model_memory_gib:g}Gi "
-                       "on the devices the claim allows")
+                       f"no GPU model in the fleet can hold {_asked(spec)} on the devices the claim allows")
     reasons: list[Reason] = []
     single_refusals: list[Reason] = []
     # Counting reasons over every node is the expensive part of a failure: a pass without timers
@@ -46,6 +46,12 @@ def try_place(state: State, run: Pass, claim: Claim):
         return ev.AllocationRejected(claim_id=claim.claim_id, code="quota-single-exceeded",
                                      reasons=single_refusals[:1], at=run.ctx.now)
     return rank_reasons(reasons)
+
+
+def _asked(spec) -> str:
+    memory = spec.gpu_memory_gib or spec.model_memory_gib
+    asked = [f"{memory:g}Gi"] if memory else []
+    return " and ".join(asked + ([f"{spec.gpu_tflops:g} TFLOPS"] if spec.gpu_tflops else [])) or "the claim"
 
 
 def _try_need(state, run, claim, need: Need, args: tuple, reasons, single_refusals):
@@ -87,14 +93,15 @@ def _slots_spread(state: State, need: Need, choice):
 def _models_within_quota(state, claim, need, reasons, single_refusals):
     """Models of this need whose cost the namespace can afford; None when no quota applies."""
     namespace = claim.spec.namespace
-    if namespace not in state.quotas or need.count == 0:
+    quota = quota_of(state, namespace)
+    if quota is None or need.count == 0:
         return None
     candidates = need.models or frozenset(m for m in state.groups_by_model if m)
     allowed = []
     for model in sorted(candidates):
         memory = _model_memory(state, model, need)
         c = _cost(claim, need, model, memory)
-        refusal = single_violation(namespace, state.quotas.get(namespace), c)
+        refusal = single_violation(namespace, quota, c)
         if refusal is not None:
             single_refusals.append(refusal)
             continue

@@ -6,6 +6,8 @@ from __future__ import annotations
 from schemas import events as ev
 from schemas.catalogue import models_in_group
 
+from ledger.borrowing import namespace_shares
+from ledger.cohorts import tree_of
 from ledger.quota import reclaims
 from ledger.state import Claim, State
 from services.allocator.core.decision_pass import Pass, emit, pend
@@ -16,9 +18,15 @@ from services.allocator.core.starvation import hold_node_if_starving
 
 
 def queue_order(state: State) -> list[Claim]:
-    """Pending claims by priority (high first), then age."""
+    """Pending claims by priority (high first), then fair share (namespaces of a cohort that borrow
+    least first; 0 outside cohorts), then age. Shares are taken once, as the pass starts."""
     claims = [state.claims[c] for c in state.pending]
-    claims.sort(key=lambda c: (-c.spec.priority, c.seq))
+    in_cohorts = claims and tree_of(state).parent  # no tree: no shares, nothing to compute
+    shares = namespace_shares(state, {c.spec.namespace for c in claims}) if in_cohorts else {}
+    if shares:
+        claims.sort(key=lambda c: (-c.spec.priority, shares.get(c.spec.namespace, 0.0), c.seq))
+    else:
+        claims.sort(key=lambda c: (-c.spec.priority, c.seq))
     return claims
 
 
@@ -55,9 +63,8 @@ def nothing_new_for(state: State, claim: Claim, since: int) -> bool:
     if state.grown_at > since or state.freed_ns.get(claim.spec.namespace, 0) > since:
         return False
     models = _accepted_models(claim.spec)
-    quota = state.quotas.get(claim.spec.namespace)
-    if models is None or (quota is not None and quota.parent):
-        return False
+    if models is None or claim.spec.namespace in tree_of(state):
+        return False  # in a cohort tree, room frees up when any other member's use drops
     return all(state.freed_model.get(model, 0) <= since for model in models)
 
 
@@ -78,7 +85,7 @@ def place_one(state: State, run: Pass, claim: Claim) -> None:
     elif isinstance(outcome, ev.AllocationRejected):
         emit(state, run, outcome)
     else:
-        if run.ctx.evict and reclaims(outcome) and reclaim_for(state, run, claim):
+        if run.ctx.evict and reclaims(outcome) and reclaim_for(state, run, claim, outcome):
             return
         if run.ctx.evict and evict_for(state, run, claim):
             return

@@ -1,4 +1,5 @@
-"""Timer decisions, made on the tick: leases not renewed expire, silent nodes are lost."""
+"""Timer decisions, made on the tick: leases not renewed expire, silent nodes are lost, allocations
+nothing runs on past the grace period are released."""
 
 from __future__ import annotations
 
@@ -23,3 +24,31 @@ def lose_silent_nodes(state: State, run: Pass) -> None:
             released = [c for c in node.claims if state.claims[c].holds_devices]
             emit(state, run, ev.NodeLost(node=node.name, last_heartbeat=node.last_heartbeat,
                                           released=released, at=run.ctx.now))
+
+
+def release_unused(state: State, run: Pass) -> None:
+    """An allocation whose devices its node agent has reported without a process (or utilisation)
+    for longer than the grace period is released: quota use rebuilt from what runs (seed 003).
+    Judged in the agent's own observation times, so the verdict is a function of the log; a device
+    the agent does not report is never judged (no evidence), nor a claim holding no device."""
+    grace = run.ctx.release_unused_after_s
+    if grace <= 0 or not state.idle_watch:
+        return
+    for claim_id in sorted(state.idle_watch, key=lambda c: state.claims[c].seq):
+        claim = state.claims[claim_id]
+        verdict = _unused_for(state, claim)
+        if verdict is not None and verdict[1] - verdict[0] > grace:
+            idle_since, seen = verdict
+            reason = (f"no process on its devices from {idle_since:.0f} to {seen:.0f} "
+                      f"({seen - idle_since:.0f}s, grace {grace:g}s)")
+            emit(state, run, ev.AllocationUnused(claim_id=claim_id, idle_since=idle_since, observed_at=seen,
+                                                 grace_s=grace, reason=reason, at=run.ctx.now))
+
+
+def _unused_for(state: State, claim) -> tuple[float, float] | None:
+    """(idle since, last seen idle) for a claim all of whose devices were reported, else None."""
+    units = [state.units.get(g.uuid) for g in claim.grants]
+    if not claim.holds_devices or not units or any(u is None or u.observed_at <= 0 for u in units):
+        return None
+    idle_since = max([claim.allocated_at] + [u.busy_at for u in units])
+    return idle_since, min(u.observed_at for u in units)

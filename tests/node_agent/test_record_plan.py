@@ -4,7 +4,7 @@ bound before it knew, never put two live claims over one device's capacity."""
 from schemas.grants import LiveClaim, NodeGrants
 from schemas.types import Grant
 
-from services.node_agent.reconcile import plan
+from services.node_agent.record_plan import plan
 
 
 def claim(claim_id, *cards, milli=1000, bound=False):
