@@ -25,8 +25,8 @@ from bench.replay_log import SyntheticLog
 from ledger.digest import compact_digest
 from ledger.evolve import defer_dropping, drop_ended_claims, fold_batch
 from ledger.state import State, defer_index, flush_index
-from ledger.follower import decode_batch
-from services.allocator.loop import Allocator, pause_gc, resume_gc
+from ledger.follower import decode_batch, pause_gc, resume_gc
+from services.allocator.loop import Allocator
 from services.allocator.snapshots import load_snapshot, save_snapshot
 
 WINDOW = 2000  # unacknowledged publishes in flight

@@ -1,4 +1,4 @@
-"""`gpuledger bench decide|replay`: benchmarks that print figures (JSON on the last line)."""
+"""`gpuledger bench decide|replay|e2e`: benchmarks that print figures (JSON on the last line)."""
 
 from __future__ import annotations
 
@@ -44,6 +44,65 @@ def replay(events: int = typer.Option(1_000_000, "--events", help="events in the
     from bench.replay import run
 
     _emit(run(events, nodes, nats_url or None, batched=not single, compare=compare), as_json)
+
+
+def _rates(raw: str) -> list[float | None]:
+    rates = []
+    for part in filter(None, (p.strip() for p in raw.split(","))):
+        if part == "max":
+            rates.append(None)
+            continue
+        try:
+            rates.append(float(part))
+        except ValueError:
+            raise typer.BadParameter(f"{part!r} is not a rate (claims/s) or 'max'", param_hint="--rates")
+        if rates[-1] <= 0:
+            raise typer.BadParameter(f"{part}: a rate must be above 0", param_hint="--rates")
+    return rates
+
+
+@bench_app.command("e2e")
+def e2e(claims: int = typer.Option(20_000, "--claims", min=1, help="claims published per run"),
+        rate: float = typer.Option(0.0, "--rate", min=0.0, help="claims/s offered, open loop "
+                                   "(0: as fast as the intake acknowledges them)"),
+        nodes: int = typer.Option(100, "--nodes", min=1, help="simulated 8-GPU nodes (the default "
+                                  "leaves room: each claim is released shortly after it is allocated)"),
+        hold_ms: float = typer.Option(20.0, "--hold-ms", min=0.0, help="how long a claim holds its "
+                                      "GPUs after it is seen allocated, before its release"),
+        sweep: bool = typer.Option(False, "--sweep", help="one run per rate of --rates on the same "
+                                   "stack, and a table"),
+        rates: str = typer.Option("100,300,1000,3000,max", "--rates", help="rates for --sweep "
+                                  "(claims/s, 'max' for no limit)"),
+        sweep_s: float = typer.Option(10.0, "--sweep-seconds", min=1.0, help="in a sweep, claims per "
+                                      "rate are at most rate x this (keeps slow rates short)"),
+        drain_s: float = typer.Option(60.0, "--drain-s", min=1.0, help="after the last publish, how "
+                                      "long the claims may take to be decided and released"),
+        settle_s: float = typer.Option(4.0, "--settle-s", min=0.0, help="after the run, how long the "
+                                       "agents get to report stopped workloads before the check"),
+        data_dir: str = typer.Option("", "--data-dir", help="run the stack in this folder and keep it "
+                                     "(logs in DIR/logs); default: a temporary one, removed after"),
+        as_json: bool = typer.Option(False, "--json", help="print only the JSON object")) -> None:
+    """The whole stack (gpuledger up --demo) under a load of raw JSON claims published to the
+    intake: throughput, publish-to-allocated latency, lost and double-booked claims, CPU per claim
+    of every process."""
+    import asyncio
+
+    from bench.e2e.report import table
+    from bench.e2e.run import Options, run_on_new_stack
+
+    options = Options(claims=claims, rate=rate or None, nodes=nodes, hold_s=hold_ms / 1000,
+                      drain_s=drain_s, settle_s=settle_s, data_dir=data_dir)
+    say = (lambda _line: None) if as_json else (lambda line: typer.echo(line, err=True))
+    if sweep:
+        chosen = _rates(rates)
+        runs = [(r, min(claims, int(r * sweep_s)) if r else claims) for r in chosen]
+        results = asyncio.run(run_on_new_stack(options, runs, say))
+        if not as_json:
+            typer.echo(table(results))
+        typer.echo(json.dumps(results))
+        return
+    (result,) = asyncio.run(run_on_new_stack(options, [(options.rate, claims)], say))
+    _emit(result, as_json)
 
 
 def register(app: typer.Typer) -> None:

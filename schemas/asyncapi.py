@@ -18,9 +18,9 @@ _NATS = {"nats": {"bindingVersion": "0.1.0"}}
 _TOKEN = "a claim id with every character other than a letter, digit, '-', '_' or ':' as '_'"
 EVENT_CHANNELS = {
     "claimEvents": (
-        "gpu.evt.claim.{claimToken}", "One claim's events (claim service, node agent bindings).",
-        ["ClaimSubmitted", "ClaimRejected", "ClaimReleased", "LeaseRenewed", "ClaimActivity",
-         "ClaimBound"], "appended", {"claimToken": _TOKEN}),
+        "gpu.evt.claim.{claimToken}", "One claim's events (claim service).",
+        ["ClaimSubmitted", "ClaimRejected", "ClaimReleased", "LeaseRenewed", "ClaimActivity"],
+        "appended", {"claimToken": _TOKEN}),
     "intakeBatches": (
         subjects.INTAKE_BATCHES, "Claims the claim service drained from the intake together: one "
         "EventBatch of ClaimSubmitted (read its members in order).", ["EventBatch"], "appended", {}),
@@ -32,6 +32,12 @@ EVENT_CHANNELS = {
         "gpu.evt.node.{node}", "A node agent's reports.",
         ["NodeRegistered", "NodeHeartbeat", "DeviceHealthChanged", "NodeConditionChanged",
          "UsageObserved", "ProcessKilled", "EventBatch"], "appended",
+        {"node": "the node name as a subject token"}),
+    "nodeBindings": (
+        "gpu.evt.node.{node}.bound", "A node agent's bindings of the claims its node's record of live "
+        "claims lists (the key {node} of the key-value bucket " + subjects.NODE_GRANTS_BUCKET + ", "
+        "written by the allocator): one ClaimBound, or an EventBatch of them per record, appended "
+        "with the subject's last sequence as the fence.", ["ClaimBound", "EventBatch"], "fenced",
         {"node": "the node name as a subject token"}),
     "poolEvents": ("gpu.evt.pool.{pool}", "Pool definitions (pool controller).",
                    ["PoolCreated", "PoolAccessChanged", "PoolDeleted"], "appended",

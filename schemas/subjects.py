@@ -12,6 +12,11 @@ OUTCOMES = "gpu.outcome.>"
 OUTCOME_CHECKPOINT = "gpu.outcome.checkpoint"  # the claim service's own: outcomes written up to here
 OUTCOMES_MAX_AGE_S = 7 * 24 * 3600  # an ended claim's outcome is kept a week after its last change
 SNAPSHOT_BUCKET = "gpuledger_snapshots"
+# What is live on each node (schemas.grants): a key-value bucket the allocator writes, one key per
+# node; a node agent watches its own key.
+NODE_GRANTS_BUCKET = "gpuledger_node_grants"
+NODE_GRANTS_STREAM = f"KV_{NODE_GRANTS_BUCKET}"
+NODE_GRANTS = f"$KV.{NODE_GRANTS_BUCKET}.>"
 
 
 def claim(claim_id: str) -> str:
@@ -25,6 +30,17 @@ def outcome(claim_id: str) -> str:
 
 def node(name: str) -> str:
     return f"gpu.evt.node.{_token(name)}"
+
+
+def node_bindings(name: str) -> str:
+    """Where a node's agent records its bindings (ClaimBound): its own subject, fenced by its
+    last sequence, so a retried append is never stored twice and no one else's id can shadow it."""
+    return f"gpu.evt.node.{_token(name)}.bound"
+
+
+def node_grants(name: str) -> str:
+    """The key of a node's record of live claims in the node-grants bucket."""
+    return f"$KV.{NODE_GRANTS_BUCKET}.{_token(name)}"
 
 
 def pool(name: str) -> str:

@@ -60,6 +60,8 @@ class EventLog(Protocol):
 
     async def last_subject_seq(self, subject: str) -> int: ...
 
+    def subject_after(self, subject: str, after_seq: int = 0) -> AsyncIterator[StoredEvent]: ...
+
     def read(self, from_seq: int = 1, until_seq: int | None = None,
              subject: str | None = None) -> AsyncIterator[StoredEvent]: ...
 
@@ -109,6 +111,11 @@ class InMemoryEventLog:
 
     async def last_subject_seq(self, subject: str) -> int:
         return self._subject_last.get(subject, 0)
+
+    async def subject_after(self, subject: str, after_seq: int = 0):
+        for seq in range(after_seq + 1, len(self._entries) + 1):
+            if self._entries[seq - 1][0] == subject:
+                yield self._stored(seq)
 
     async def read(self, from_seq=1, until_seq=None, subject=None):
         end = len(self._entries) if until_seq is None else min(until_seq, len(self._entries))

@@ -62,6 +62,22 @@ def intake_stream_config(replicas: int = 1, duplicate_window_s: float = 120.0) -
     )
 
 
+def node_grants_config(replicas: int = 1) -> api.StreamConfig:
+    # A key-value bucket (the stream behind `nats kv`): the latest record of each node only.
+    return api.StreamConfig(
+        name=subjects.NODE_GRANTS_STREAM,
+        subjects=[subjects.NODE_GRANTS],
+        storage=api.StorageType.FILE,
+        retention=api.RetentionPolicy.LIMITS,
+        num_replicas=replicas,
+        max_msgs_per_subject=1,
+        discard=api.DiscardPolicy.NEW,
+        allow_rollup_hdrs=True,
+        deny_delete=True,
+        allow_direct=True,
+    )
+
+
 def outcomes_stream_config(replicas: int = 1) -> api.StreamConfig:
     # Each claim's latest ClaimOutcome, for publishers (docs/contract.md): one message per
     # subject; an outcome unchanged for OUTCOMES_MAX_AGE_S goes (the claim service rewrites the
@@ -80,7 +96,8 @@ def outcomes_stream_config(replicas: int = 1) -> api.StreamConfig:
 
 async def ensure_streams(js: JetStreamContext, replicas: int = 1) -> None:
     """Create the streams if missing; leave an existing stream's data alone."""
-    for config in (stream_config(replicas), intake_stream_config(replicas), outcomes_stream_config(replicas)):
+    for config in (stream_config(replicas), intake_stream_config(replicas), outcomes_stream_config(replicas),
+                   node_grants_config(replicas)):
         try:
             await js.stream_info(config.name)
         except NotFoundError:
@@ -127,6 +144,19 @@ class JetStreamEventLog:
         except NotFoundError:
             return 0
         return msg.seq or 0
+
+    async def subject_after(self, subject: str, after_seq: int = 0):
+        """The events stored on one subject after `after_seq`, up to its last one, by direct
+        'next message on subject' lookups: a request per message, no consumer to set up, and it
+        ends at the subject's last message by construction."""
+        seq = after_seq + 1
+        while True:
+            try:
+                raw = await self.js.get_msg(self.stream, seq=seq, subject=subject, next=True)
+            except NotFoundError:
+                return
+            yield StoredEvent(raw.seq, raw.subject or subject, decode_event(raw.data), dict(raw.headers or {}))
+            seq = raw.seq + 1
 
     async def read(self, from_seq: int = 1, until_seq: int | None = None, subject: str | None = None):
         """Events from `from_seq` up to the end as it was when the read began (or `until_seq`)."""

@@ -14,6 +14,8 @@ from shared.service import ServiceContext
 
 from services.allocator.loop import Allocator
 from services.allocator.metrics import instrument
+from services.allocator.node_records import record_of
+from services.allocator.node_writer import NodeRecordWriter
 from services.allocator.snapshots import load_snapshot, save_snapshot
 
 log = logging.getLogger("gpuledger.allocator")
@@ -29,6 +31,8 @@ async def build(ctx: ServiceContext) -> None:
         log.info("restored snapshot at seq %d; replaying %d events", state.last_seq, end - state.last_seq)
     ctx.spawn(allocator.follow(end), "allocator-follow")
     ctx.spawn(allocator.decide_forever(), "allocator-decide")
+    writer = allocator.node_records = NodeRecordWriter(ctx.nc, lambda node: record_of(allocator.state, node))
+    ctx.spawn(_write_node_records(allocator, writer), "allocator-node-records")
     ctx.spawn(_snapshot_forever(js, allocator, ctx.settings.snapshot_every), "allocator-snapshot")
     ctx.allocator = allocator  # type: ignore[attr-defined]  # for in-process tests
     instrument(ctx.metrics, allocator, ctx.log.last_seq)
@@ -39,9 +43,16 @@ async def build(ctx: ServiceContext) -> None:
             "allocator": name, "last_seq": s.last_seq, "last_decision_seq": s.last_decision_seq,
             "nodes": len(s.nodes), "groups": len(s.groups), "pending": len(s.pending),
             "claims": len(s.claims), "batches_appended": allocator.batches_appended,
-            "conflicts": allocator.conflicts})
+            "conflicts": allocator.conflicts, "node_records_written": writer.writes,
+            "node_record_conflicts": writer.conflicts})
 
     command(ctx.broker, subjects.query("allocator.status"), Query, status)
+
+
+async def _write_node_records(allocator: Allocator, writer: NodeRecordWriter) -> None:
+    """Once caught up (the records follow the fold, never a part of it), forever."""
+    await allocator.caught_up.wait()
+    await writer.run(lambda: list(allocator.state.nodes))
 
 
 async def _snapshot_forever(js, allocator: Allocator, every: int) -> None:

@@ -23,11 +23,11 @@ from shared.eventlog import AppendConflict
 from shared.settings import Settings
 from shared.telemetry import extract_context, inject_headers, tracer
 
-from ledger.follower import decode_batch, decode_or_none
+from ledger.follower import Follower
+from ledger.state import State
 from services.allocator.core.decide import POLICY_VERSION, DecideContext, decide
-from ledger.evolve import defer_dropping, drop_ended_claims, evolve, fold_batch
 from services.allocator.core.scorers import DEFAULT_POLICY
-from ledger.state import State, defer_index, flush_index
+from services.allocator.node_records import nodes_touched
 
 log = logging.getLogger("gpuledger.allocator")
 
@@ -36,21 +36,6 @@ log = logging.getLogger("gpuledger.allocator")
 _TRIGGERS = (ev.ClaimSubmitted, ev.ClaimReleased, ev.NodeRegistered, ev.DeviceHealthChanged,
              ev.NodeConditionChanged, ev.PoolCreated, ev.PoolDeleted, ev.PoolAccessChanged,
              ev.QuotaSet, ev.QuotaDeleted, ev.DecisionBatch, ev.ClaimRejected)
-
-
-def pause_gc() -> bool:
-    """Catch-up builds millions of long-lived objects and frees few cycles: CPython's cyclic
-    collector would rescan the growing heap again and again (a third of a replay's time here)."""
-    was_on = gc.isenabled()
-    gc.disable()
-    return was_on
-
-
-def resume_gc(was_on: bool) -> None:
-    """The state built so far lives as long as the process: keep later collections off it."""
-    gc.freeze()
-    if was_on:
-        gc.enable()
 
 
 def collect_between_passes() -> int | None:
@@ -84,71 +69,63 @@ class Allocator:
         self.settings = settings
         self.name = name
         self.clock = clock
-        self.state = drop_ended_claims(state or State())  # decides on live claims only
+        self.follower = Follower(event_log, state, keep_ended=False)  # decides on live claims only
+        self.follower.before_live.append(self._before)
+        self.follower.after_live.append(self._after)
+        self.caught_up = self.follower.caught_up
         self.dirty = asyncio.Event()
-        self.caught_up = asyncio.Event()
-        self._seen_seq = asyncio.Condition()
         self._traces: dict[str, dict[str, str]] = {}
         self.batches_appended = 0
         self.conflicts = 0
         self.memo: dict = {}  # placement scores per node view, kept across passes
         self.failed_at: dict = {}  # claim -> capacity epoch it last failed at
-        self._gc_was_on = False
         self.reclaiming: asyncio.Task | None = None  # frees the claims a catch-up dropped
         # called after each decision pass with (seconds, decisions): the metrics' one hook per pass
         self.on_pass: Callable[[float, int], None] | None = None
+        # the writer of each node's record of live claims (schemas.grants), when there is one:
+        # told which nodes every event folded live touches
+        self.node_records = None
+
+    @property
+    def state(self) -> State:
+        return self.follower.state
 
     # --- folding ---------------------------------------------------------------------------
 
     async def follow(self, start_end: int) -> None:
-        """Fold the log from where the state is, forever."""
-        if start_end <= self.state.last_seq:
-            self.caught_up.set()
-        else:  # catch-up: the placement index is built once, when caught up, not after every event
-            defer_index(self.state)
-            defer_dropping(self.state)  # ended claims go all at once when caught up
-            self._gc_was_on = pause_gc()
-        async for batch in self.log.follow_raw(self.state.last_seq + 1):
-            if not self.caught_up.is_set():  # no decision or trace to care for: fold the batch
-                fold_batch(self.state, decode_batch(batch))
-            else:
-                for seq, subject, data, _headers in batch:
-                    event = decode_or_none(seq, subject, data)
-                    if event is None:
-                        self.state.last_seq = seq
-                    else:
-                        self.fold(seq, event)
-            if not self.caught_up.is_set() and self.state.last_seq >= start_end:
-                flush_index(self.state)
-                dropped: list = []
-                drop_ended_claims(self.state, dropped)
-                resume_gc(self._gc_was_on)
-                self.caught_up.set()
-                self.dirty.set()  # what the catch-up folded may be waiting for a decision
-                if dropped:
-                    self.reclaiming = asyncio.get_running_loop().create_task(free_slowly(dropped))
-            async with self._seen_seq:
-                self._seen_seq.notify_all()
+        """Fold the log from where the state is, forever (caught up at `start_end`)."""
+        waiting = asyncio.ensure_future(self._when_caught_up())
+        try:
+            await self.follower.run(start_end)
+        finally:
+            waiting.cancel()
 
-    def fold(self, seq: int, event: ev.Event) -> None:
-        evolve(self.state, event, seq)
-        if not self.caught_up.is_set():
-            return  # catching up: no decision runs before the end, and old traces are done
-        for member in ev.flatten(event) if isinstance(event, ev.EventBatch) else (event,):
-            if isinstance(member, ev.ClaimSubmitted) and member.trace:
-                self._traces[member.claim.claim_id] = member.trace
-            elif isinstance(member, ev.DecisionBatch):  # decided, by us or another allocator
-                for decision in member.decisions:
-                    if isinstance(decision, (ev.ClaimAllocated, ev.AllocationRejected)):
-                        self._traces.pop(decision.claim_id, None)
-            elif isinstance(member, ev.ClaimReleased):
-                self._traces.pop(member.claim_id, None)
-            if isinstance(member, _TRIGGERS):
-                self.dirty.set()
+    async def _when_caught_up(self) -> None:
+        await self.caught_up.wait()
+        self.dirty.set()  # what the catch-up folded may be waiting for a decision
+        if self.follower.dropped:
+            self.reclaiming = asyncio.get_running_loop().create_task(free_slowly(self.follower.dropped))
+
+    def _before(self, seq: int, subject: str, event: ev.Event) -> None:
+        if self.node_records is not None:
+            self.node_records.mark(nodes_touched(self.state, event))
+
+    def _after(self, seq: int, subject: str, member: ev.Event) -> None:
+        if isinstance(member, ev.ClaimSubmitted) and member.trace:
+            self._traces[member.claim.claim_id] = member.trace
+        elif isinstance(member, ev.DecisionBatch):  # decided, by us or another allocator
+            for decision in member.decisions:
+                if isinstance(decision, (ev.ClaimAllocated, ev.AllocationRejected)):
+                    self._traces.pop(decision.claim_id, None)
+        elif isinstance(member, ev.ClaimReleased):
+            self._traces.pop(member.claim_id, None)
+        if isinstance(member, _TRIGGERS):
+            self.dirty.set()
+        if self.node_records is not None:
+            self.node_records.flush()
 
     async def wait_for_seq(self, seq: int) -> None:
-        async with self._seen_seq:
-            await self._seen_seq.wait_for(lambda: self.state.last_seq >= seq)
+        await self.follower.wait_for_seq(seq, timeout=None)
 
     # --- deciding ----------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from shared.commands import DomainError, command
 from shared.service import ServiceContext
 from shared.telemetry import inject_headers
 
-from ledger.follower import StateFollower
+from ledger.follower import Follower
 from services.claim.intake import consume_intake, wait_intake_drained
 from services.claim.lookup import Unresolved, claim_with_prefix
 from services.claim.metrics import instrument
@@ -31,7 +31,7 @@ class ClaimService:
     def __init__(self, event_log, clock=time.time):
         self.log = event_log
         self.clock = clock
-        self.follower = StateFollower(event_log)
+        self.follower = Follower(event_log, places=False)  # answers for claims, never places
         self.rejected: dict[str, ev.ClaimRejected] = {}  # intake refusals, by claim id
         self.follower.listeners.append(self._remember_rejections)
         self.intake_drained = None  # async () -> None: set where the durable intake is consumed

@@ -29,7 +29,7 @@ from schemas.commands import (
 )
 from schemas import events as ev
 from schemas.types import ClaimSpec, EndpointSpec
-from ledger.follower import StateFollower
+from ledger.follower import Follower
 from ledger.state import State
 from services.claim.autoscaler import LIVE, EndpointView, Load, Scaling, Worker, decide_scaling
 from shared.commands import command
@@ -191,7 +191,7 @@ class EndpointBook:
 
 
 class Endpoints:
-    def __init__(self, event_log, follower: StateFollower, clock=time.time):
+    def __init__(self, event_log, follower: Follower, clock=time.time):
         self.log = event_log
         self.follower = follower
         self.clock = clock
@@ -363,7 +363,7 @@ class Endpoints:
 async def register_endpoints(ctx: ServiceContext) -> Endpoints:
     """Add the endpoint handlers and the scaling loop to a claim service being built."""
     claims = getattr(ctx, "claims", None)
-    follower = claims.follower if claims is not None else StateFollower(ctx.log)
+    follower = claims.follower if claims is not None else Follower(ctx.log, places=False)
     endpoints = Endpoints(ctx.log, follower)
     ctx.endpoints = endpoints  # type: ignore[attr-defined]  # for in-process tests
     b = ctx.broker

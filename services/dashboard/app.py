@@ -19,7 +19,7 @@ from schemas import subjects
 from shared.httpserve import Request, Response, Router, Stream, fetch
 from shared.metrics import Metrics
 
-from ledger.follower import StateFollower
+from ledger.follower import Follower
 from services.dashboard import render, render_claim, views
 from services.dashboard.feed import Feed
 from services.dashboard.merge import merge_expositions
@@ -30,7 +30,7 @@ STATIC = Path(__file__).parent / "static"
 class Dashboard:
     def __init__(self, nc, event_log, targets: dict[str, str]):
         self.nc, self.log, self.targets = nc, event_log, targets
-        self.follower = StateFollower(event_log)
+        self.follower = Follower(event_log, places=False)  # draws, never places
         self.feed = Feed()
         self.follower.listeners.append(self.feed)
         self.metrics = Metrics()

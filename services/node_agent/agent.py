@@ -3,43 +3,38 @@
 One `NodeAgent` per node; the simulated fleet runs several in one process, each with its own
 FakeNvml. All NVML reading goes through the injected module, all writing through the event log.
 
-Resuming after a restart (docs/node-agent.md): decisions are read through a durable JetStream
-consumer per node (`node-agent-<node>`), acknowledged only after the ClaimBound is appended, so a
-restarted agent carries on where it stopped and sees every allocation made while it was down.
-A decision that may have been handled before (a redelivery, or stored before this start) is
-checked against the claim's own subject first, so a claim is never bound twice, even after
-the 2-minute dedup window of `Nats-Msg-Id: bound-<claim>` has passed.
+Binding (services/node_agent/binder.py): the agent acts on its node's record of live claims, the
+allocator's fold of the log (schemas.grants), and on nothing else: it binds what the record lists,
+and stops the workloads of what it no longer lists. It reads no decision of any other node.
+A transient NATS error in a heartbeat, a report or a binding is retried with a backoff, never fatal.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgspec
-from nats.errors import TimeoutError as NatsTimeout
-from nats.js import api
-from nats.js.errors import NotFoundError
-
 from schemas import subjects
-from schemas.events import (
-    AllocationExpired, AllocationUnused, ClaimAllocated, ClaimBound, ClaimEvicted, ClaimReleased, DecisionBatch,
-    DeviceHealthChanged, DriftDetected, NodeConditionChanged, NodeHeartbeat, NodeLost,
-    UsageObserved, decode_event)
-from services.node_agent.binding import bind_env
+from schemas.events import DeviceHealthChanged, NodeConditionChanged, NodeHeartbeat, UsageObserved
+from schemas.grants import LiveClaim
+from services.node_agent.binder import Binder
 from services.node_agent.discovery import Inventory, discover
 from services.node_agent.health import (
     FAULTED, APPLICATION_XIDS, Verdict, XidWatcher, device_verdicts, link_regressions,
     node_condition, probe_card)
 from services.node_agent.islands import active_links
 from services.node_agent.reconcile import ProcessReaper, kill_host_process
+from services.node_agent.retry import TRANSIENT, Backoff, every
 from services.node_agent.usage import observe_usage, usage_signature
 
 log = logging.getLogger("gpuledger.node_agent")
+LOOKS = frozenset(("rescan", "health", "usage"))  # what a watch pass may look at
 
 
 @dataclass
@@ -56,36 +51,7 @@ class AgentConfig:
     xid_hold_s: float = 300.0  # a critical XID keeps its card Faulted this long after the last
     xid_ignore: frozenset[int] = APPLICATION_XIDS
     fault_drains_node: bool = True  # HasFaulted while a device is Faulted (seed 004)
-    fetch_timeout_s: float = 2.0  # how long one pull for decisions waits before pulling again
     kill_unallocated_after_s: float = 0.0  # > 0: kill processes no allocation holds (reconcile.py)
-
-
-async def subject_events(js: Any, subject: str):
-    """Every event on one subject, oldest first, by direct 'next message on subject' lookups: a
-    few requests for a claim's handful of events, and it ends at the last one by construction
-    (a consumer-based read has to guess when it has seen everything)."""
-    seq = 1
-    while True:
-        try:
-            raw = await js.get_msg(subjects.STREAM, seq=seq, subject=subject, next=True)
-        except NotFoundError:
-            return
-        yield decode_event(raw.data)
-        seq = raw.seq + 1
-
-
-async def _unsubscribe(sub: Any) -> None:
-    """Unsubscribe rather than leave it to the connection's drain, which waits forever on a pull
-    subscription whose last fetch timed out (nats-py keeps an unfinished item in its queue)."""
-    try:
-        await sub.unsubscribe()
-    except Exception:  # the connection is already closing: the subscription goes with it
-        pass
-
-
-def durable_name(node: str) -> str:
-    """JetStream consumer names may not hold '.', '*', '>' or spaces."""
-    return "node-agent-" + "".join(c if c.isalnum() or c in "-_" else "_" for c in node)
 
 
 class NodeAgent:
@@ -103,13 +69,29 @@ class NodeAgent:
         self.usage_sig: tuple | None = None
         self.usage_at = float("-inf")
         self.rescanned_at = 0.0
-        self.bound: set[str] = set()
-        self.bindings: dict[str, list[str]] = {}  # claim -> granted UUIDs (for simulated workloads)
-        self.on_bound: list[Callable[[ClaimAllocated], None]] = []
-        self.on_ended: list[Callable[[str], None]] = []
+        # a simulated node's: what of its fake NVML changed since asked last ("health", "usage");
+        # None on real NVML, which cannot tell, so every pass looks at everything
+        self.changes: Callable[[], set[str]] | None = None
+        self._due: set[str] = set()  # looks a failed pass still owes
+        self.binder = Binder(config.node, event_log, self.devices, clock)
         self.wake = asyncio.Event()
+        self._leftover_tasks: set[asyncio.Task] = set()
         self.last_usages: list = []
         self.reaper: ProcessReaper | None = None
+
+    @property
+    def on_bound(self) -> list[Callable[[LiveClaim], None]]:
+        """Called with each claim once its binding is stored (or found stored after a restart)."""
+        return self.binder.on_bound
+
+    @property
+    def on_ended(self) -> list[Callable[[LiveClaim], None]]:
+        """Called with each bound claim that its node's record no longer lists."""
+        return self.binder.on_ended
+
+    def devices(self) -> dict:
+        """The node's devices by UUID, as last discovered."""
+        return {f.info.uuid: f.info for f in self.inventory.devices} if self.inventory else {}
 
     @property
     def node(self) -> str:
@@ -121,9 +103,18 @@ class NodeAgent:
     # --- registration ---------------------------------------------------------------------
 
     async def register(self) -> None:
-        """Discover and append NodeRegistered (a re-registration replaces the inventory)."""
+        """Discover and append NodeRegistered (a re-registration replaces the inventory); NATS
+        trouble is waited out."""
         inventory = await self._nvml(discover, self.nvml, self.node)
-        await self._adopt(inventory)
+        backoff = Backoff()
+        while True:
+            try:
+                await self._adopt(inventory)
+                break
+            except TRANSIENT as err:
+                delay = backoff.next()
+                log.warning("%s: registering failed (%s); again in %.1f s", self.node, err, delay)
+                await asyncio.sleep(delay)
         for line in inventory.notes.lines():
             log.info("%s: %s", self.node, line)
 
@@ -144,25 +135,50 @@ class NodeAgent:
     # --- loops ----------------------------------------------------------------------------
 
     async def heartbeat_loop(self) -> None:
-        while True:
-            await self.log.append(subjects.node(self.node), NodeHeartbeat(at=self.clock(), node=self.node))
-            await asyncio.sleep(self.config.heartbeat_s)
+        await every(lambda: self.config.heartbeat_s, self.heartbeat, f"{self.node}: heartbeat")
+
+    async def heartbeat(self) -> None:
+        await self.log.append(subjects.node(self.node), NodeHeartbeat(at=self.clock(), node=self.node))
 
     async def watch_loop(self) -> None:
-        while True:
-            await self.watch_once()
-            try:
-                await asyncio.wait_for(self.wake.wait(), self.config.watch_s)
-            except asyncio.TimeoutError:
-                pass
-            self.wake.clear()
+        await every(lambda: 0.0, self._watch_then_wait, f"{self.node}: health and usage watch")
 
-    async def watch_once(self) -> None:
-        """One pass: rediscover when due, then health, then usage."""
-        if self.clock() - self.rescanned_at >= self.config.rescan_s:
+    async def _watch_then_wait(self) -> None:
+        self._due |= self._looks_due()
+        if self._due:  # kept until a pass went through: a failed one is tried again
+            await self.watch_once(self._due)
+            self._due = set()
+        try:
+            await asyncio.wait_for(self.wake.wait(), self.config.watch_s)
+        except asyncio.TimeoutError:
+            pass
+        self.wake.clear()
+
+    def _looks_due(self) -> set[str]:
+        """What to look at this pass: everything on real NVML; on a simulated node only what its
+        fake NVML changed, and what a timer makes due (rescan, the periodic usage report, the end
+        of an XID hold). A fleet of 2,000 simulated nodes would otherwise spend a third of a core
+        every 3 s on passes over hardware that cannot change unseen, and a workload started or
+        stopped costs a usage look, not a health probe of every card."""
+        if self.changes is None:
+            return set(LOOKS)
+        due, now, config = set(self.changes()), self.clock(), self.config
+        if now - self.rescanned_at >= config.rescan_s:
+            due.add("rescan")
+        if now - self.usage_at >= config.usage_every_s or config.kill_unallocated_after_s > 0:
+            due.add("usage")  # the reaper's grace runs out between changes: it looks every pass
+        if any(until <= now for until, _xid in self.xid_until.values()):
+            due.add("health")
+        return due
+
+    async def watch_once(self, looks: set[str] | frozenset[str] = LOOKS) -> None:
+        """One pass: rediscover when due, then health, then usage (those of `looks`)."""
+        if "rescan" in looks and self.clock() - self.rescanned_at >= self.config.rescan_s:
             await self._rescan()
-        await self._watch_health()
-        await self._watch_usage()
+        if "health" in looks or "rescan" in looks:
+            await self._watch_health()
+        if "usage" in looks or "rescan" in looks:
+            await self._watch_usage()
         await self._reap()
 
     async def _rescan(self) -> None:
@@ -176,6 +192,8 @@ class NodeAgent:
         now = self.clock()
         for uuid, xid in await self._nvml(self.xids.poll) if self.xids else []:
             self.xid_until[uuid] = (now + self.config.xid_hold_s, xid)
+        for uuid in [u for u, (until, _xid) in self.xid_until.items() if until <= now]:
+            del self.xid_until[uuid]  # the hold is over: this pass sees the card as it is
         cards = await self._nvml(self._probe_cards, now)
         self.infra = await self._nvml(self._probe_links)
         current = device_verdicts(self.inventory.devices, cards)
@@ -205,10 +223,10 @@ class NodeAgent:
 
     async def _publish_condition(self, force: bool = False) -> None:
         condition = node_condition(self.verdicts, self.infra, self.config.fault_drains_node)
-        if force or condition != self.condition:
-            self.condition = condition
+        if force or condition != self.condition:  # remembered once stored: a failure is retried
             await self.log.append(subjects.node(self.node), NodeConditionChanged(
                 at=self.clock(), node=self.node, condition=condition[0], reason=condition[1]))
+            self.condition = condition
 
     async def _watch_usage(self) -> None:
         usages = self.last_usages = await self._nvml(observe_usage, self.nvml, self.inventory,
@@ -216,8 +234,8 @@ class NodeAgent:
         signature, now = usage_signature(usages), self.clock()
         if signature == self.usage_sig and now - self.usage_at < self.config.usage_every_s:
             return
-        self.usage_sig, self.usage_at = signature, now
         await self.log.append(subjects.node(self.node), UsageObserved(at=now, node=self.node, devices=usages))
+        self.usage_sig, self.usage_at = signature, now
 
     async def _reap(self) -> None:
         """The operator's choice: kill processes no allocation holds, past the grace (reconcile.py)."""
@@ -230,87 +248,32 @@ class NodeAgent:
         if await self.reaper.reap(self.last_usages):
             self.wake.set()  # report the usage without the killed processes on the next pass
 
-    # --- binding --------------------------------------------------------------------------
+    # --- workloads of ended claims --------------------------------------------------------
 
-    async def bind_loop(self) -> None:
-        """Follow the decision subject through this node's durable consumer; ack after handling."""
-        js = self.nc.jetstream()
-        boot_seq = await self.log.last_seq()
-        config = api.ConsumerConfig(durable_name=durable_name(self.node),
-                                    deliver_policy=api.DeliverPolicy.ALL,
-                                    ack_policy=api.AckPolicy.EXPLICIT, ack_wait=30.0,
-                                    filter_subject=subjects.DECISIONS, max_ack_pending=1024)
-        sub = await js.pull_subscribe(subjects.DECISIONS, durable=durable_name(self.node),
-                                      stream=subjects.STREAM, config=config)
+    def look_for_leftovers(self, claim: LiveClaim, kill: bool) -> None:
+        """An ended claim's hook on a real node: see whether its processes are still there."""
+        task = asyncio.ensure_future(self.leftover_processes(claim, kill))
+        self._leftover_tasks.add(task)
+        task.add_done_callback(self._leftover_tasks.discard)
+
+    async def leftover_processes(self, claim: LiveClaim, kill: bool) -> list[int]:
+        """Processes still running on the devices of an ended claim that no live claim holds now:
+        reported (the quota service's drift check reports them too), and with `kill` sent SIGTERM.
+        A device a live claim holds is never touched: its processes may be that claim's."""
         try:
-            while True:
-                try:
-                    messages = await sub.fetch(batch=256, timeout=self.config.fetch_timeout_s)
-                except (NatsTimeout, asyncio.TimeoutError):  # nats-py raises either, by version
-                    continue
-                for msg in messages:
-                    seq, deliveries = msg.metadata.sequence.stream, msg.metadata.num_delivered
-                    await self.handle_decision(msg.data, maybe_seen=deliveries > 1 or seq <= boot_seq)
-                    await msg.ack()
-        finally:
-            await _unsubscribe(sub)
-
-    async def handle_decision(self, data: bytes, maybe_seen: bool = False) -> None:
-        try:
-            batch = decode_event(data)
-        except (msgspec.DecodeError, msgspec.ValidationError) as err:
-            log.warning("%s: skipping an undecodable decision message: %s", self.node, err)
-            return
-        if not isinstance(batch, DecisionBatch):
-            return
-        for decision in batch.decisions:
-            if isinstance(decision, ClaimAllocated) and decision.node == self.node:
-                await self._bind(decision, maybe_seen)
-            else:
-                self._note_ended(decision)
-
-    async def _bind(self, allocation: ClaimAllocated, maybe_seen: bool) -> None:
-        claim_id = allocation.claim_id
-        if claim_id in self.bound or (maybe_seen and await self._settled(claim_id)):
-            self.bound.add(claim_id)
-            return
-        binding = bind_env(allocation, {f.info.uuid: f.info for f in self.inventory.devices})
-        if not binding.ok:
-            await self._report_missing(allocation, binding.missing)
-            return
-        await self.log.append(subjects.claim(claim_id),
-                              ClaimBound(at=self.clock(), claim_id=claim_id, node=self.node, env=binding.env),
-                              msg_id=f"bound-{claim_id}")
-        self.bound.add(claim_id)
-        self.bindings[claim_id] = [g.uuid for g in allocation.grants]
-        for hook in self.on_bound:
-            hook(allocation)
-
-    async def _settled(self, claim_id: str) -> bool:
-        """Already bound, or released before we got to it: either way nothing to bind."""
-        async for event in subject_events(self.nc.jetstream(), subjects.claim(claim_id)):
-            if isinstance(event, (ClaimBound, ClaimReleased)):
-                return True
-        return False
-
-    async def _report_missing(self, allocation: ClaimAllocated, missing: tuple[str, ...]) -> None:
-        log.warning("%s: claim %s was granted devices this node lacks: %s", self.node,
-                    allocation.claim_id, ", ".join(missing))
-        for uuid in missing:
-            await self.log.append(subjects.drift(self.node), DriftDetected(
-                at=self.clock(), node=self.node, kind="missing-device", uuid=uuid,
-                claim_id=allocation.claim_id, detail="granted device not on this node; not bound"),
-                msg_id=f"unbound-{allocation.claim_id}-{uuid}")
-
-    def _note_ended(self, decision: Any) -> None:
-        if isinstance(decision, (ClaimEvicted, AllocationExpired, AllocationUnused)):
-            self.claim_ended(decision.claim_id)
-        elif isinstance(decision, NodeLost) and decision.node == self.node:
-            for claim_id in decision.released:
-                self.claim_ended(claim_id)
-
-    def claim_ended(self, claim_id: str) -> None:
-        """The claim no longer holds its devices (released, evicted, expired, node lost)."""
-        if self.bindings.pop(claim_id, None) is not None:
-            for hook in self.on_ended:
-                hook(claim_id)
+            usages = await self._nvml(observe_usage, self.nvml, self.inventory, self.inventory.notes)
+        except Exception as err:  # NVML trouble is the health watch's business
+            log.warning("%s: cannot look for processes of ended claim %s: %s", self.node, claim.claim_id, err)
+            return []
+        held = {g.uuid for live in self.binder.live.values() for g in live.grants}
+        ended = {g.uuid for g in claim.grants} - held
+        pids = sorted({pid for usage in usages if usage.uuid in ended for pid in usage.pids})
+        if pids:
+            log.warning("%s: claim %s ended but processes %s still run on its devices%s", self.node,
+                        claim.claim_id, pids, "; stopping them" if kill else "")
+        for pid in pids if kill else ():
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except (ProcessLookupError, PermissionError) as err:
+                log.warning("%s: cannot stop process %d: %s", self.node, pid, err)
+        return pids

@@ -17,8 +17,6 @@ import socket
 import sys
 from typing import Any
 
-from schemas import subjects
-from schemas.events import ClaimReleased, flatten
 from shared.service import Builder, ServiceContext, serve
 from shared.settings import Settings
 from services.node_agent.agent import AgentConfig, NodeAgent
@@ -27,9 +25,10 @@ from services.node_agent.fleet import DEFAULT_FLEET, FleetSpecError, SimNodeSpec
 from services.node_agent.health import APPLICATION_XIDS
 from services.node_agent.nvmlcalls import error_text
 from services.node_agent.simulation import SimulatedFleet
+from services.node_agent.watch import watch_records
 
 SERVICE = "node-agent"
-CLAIM_EVENTS = subjects.claim("x").rsplit(".", 1)[0] + ".*"  # gpu.evt.claim.*
+ENDED_POLICIES = ("report", "kill")
 log = logging.getLogger("gpuledger.node_agent")
 
 
@@ -70,6 +69,16 @@ def agent_config(node: str, settings: Settings, **fields: Any) -> AgentConfig:
         fault_drains_node=os.environ.get("GPULEDGER_FAULT_DRAINS_NODE", "1") not in ("0", "false", "no"),
         kill_unallocated_after_s=settings.kill_unallocated_after_s,
         **fields)
+
+
+def ended_policy() -> str:
+    """GPULEDGER_ENDED_WORKLOADS: what a real agent does with processes left on the devices of a
+    claim that ended: `report` them (the default) or `kill` them (SIGTERM)."""
+    policy = os.environ.get("GPULEDGER_ENDED_WORKLOADS", "report").strip().lower()
+    if policy not in ENDED_POLICIES:
+        raise AgentSetupError(f"GPULEDGER_ENDED_WORKLOADS must be one of {', '.join(ENDED_POLICIES)}, "
+                              f"got {policy!r}")
+    return policy
 
 
 def local_node_name() -> str:
@@ -120,11 +129,22 @@ def real_nvml() -> Any:
 # --- builders ---------------------------------------------------------------------------------
 
 
-async def _start_agent(ctx: ServiceContext, agent: NodeAgent) -> None:
-    await agent.register()
-    ctx.spawn(agent.heartbeat_loop(), f"heartbeat-{agent.node}")
-    ctx.spawn(agent.watch_loop(), f"watch-{agent.node}")
-    ctx.spawn(agent.bind_loop(), f"bind-{agent.node}")
+REGISTERING = 32  # registrations in flight at once: a fleet of thousands starts in seconds
+
+
+async def _start_agents(ctx: ServiceContext, agents: list[NodeAgent]) -> None:
+    """Register every node, start its loops, then watch the records of all of them at once."""
+    gate = asyncio.Semaphore(REGISTERING)
+
+    async def start(agent: NodeAgent) -> None:
+        async with gate:
+            await agent.register()
+        ctx.spawn(agent.heartbeat_loop(), f"heartbeat-{agent.node}")
+        ctx.spawn(agent.watch_loop(), f"watch-{agent.node}")
+        ctx.spawn(agent.binder.run(), f"bind-{agent.node}")
+
+    await asyncio.gather(*(start(agent) for agent in agents))
+    ctx.spawn(watch_records(ctx.nc, [agent.binder for agent in agents]).run(), "node-records")
 
 
 def build_real(settings: Settings | None = None, node: str | None = None) -> Builder:
@@ -133,10 +153,13 @@ def build_real(settings: Settings | None = None, node: str | None = None) -> Bui
     name = node or local_node_name()
     cpu, memory = local_resources()
     config = agent_config(name, settings, labels=local_labels(), cpu_milli=cpu, memory_mib=memory)
+    kill = ended_policy() == "kill"
     nvml = real_nvml()  # now, so a machine without a driver fails before connecting anywhere
 
     async def build(ctx: ServiceContext) -> None:
-        await _start_agent(ctx, NodeAgent(nvml, config, ctx.log, ctx.nc, offload=True))
+        agent = NodeAgent(nvml, config, ctx.log, ctx.nc, offload=True)
+        agent.on_ended.append(lambda claim: agent.look_for_leftovers(claim, kill))
+        await _start_agents(ctx, [agent])
         ctx.metrics.gauges("gpuledger_agent_nodes", "Nodes this agent process reports for", (),
                            lambda: {(): 1})
         ctx.on_stop.append(lambda: asyncio.to_thread(nvml.nvmlShutdown))
@@ -175,26 +198,16 @@ def build_simulated(fleet_spec: str = DEFAULT_FLEET, settings: Settings | None =
         ctx.on_stop.append(lambda: asyncio.gather(*(sub.unsubscribe() for sub in subscriptions),
                                                   return_exceptions=True))
         if workloads:
-            _wire_workloads(ctx, fleet, agents)
-        for agent in agents:
-            await _start_agent(ctx, agent)
+            _wire_workloads(fleet, agents)
+        await _start_agents(ctx, agents)
     return build
 
 
-def _wire_workloads(ctx: ServiceContext, fleet: SimulatedFleet, agents: list[NodeAgent]) -> None:
+def _wire_workloads(fleet: SimulatedFleet, agents: list[NodeAgent]) -> None:
+    """A bound claim runs fake processes on its devices until its node's record drops it."""
     for agent in agents:
-        agent.on_bound.append(lambda allocation, node=agent.node: fleet.start_workload(node, allocation))
-        agent.on_ended.append(fleet.end_workload)
-    ctx.spawn(_follow_releases(ctx, fleet), "sim-releases")
-
-
-async def _follow_releases(ctx: ServiceContext, fleet: SimulatedFleet) -> None:
-    """Released claims stop their fake processes (releases are on claim subjects, not decisions)."""
-    start = await ctx.log.last_seq() + 1
-    async for stored in ctx.log.follow(start, subject=CLAIM_EVENTS):
-        for event in flatten(stored.event):
-            if isinstance(event, ClaimReleased):
-                fleet.claim_released(event.claim_id)
+        agent.on_bound.append(lambda claim, node=agent.node: fleet.start_workload(node, claim))
+        agent.on_ended.append(lambda claim: fleet.end_workload(claim.claim_id))
 
 
 def agent_argv(fleet_spec: str | None = DEFAULT_FLEET, nats_url: str | None = None) -> list[str]:

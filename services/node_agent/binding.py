@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from schemas.events import ClaimAllocated
+from schemas.grants import LiveClaim
 from schemas.types import DeviceInfo
 
 
@@ -23,9 +24,11 @@ class Binding:
         return not self.missing
 
 
-def bind_env(allocation: ClaimAllocated, devices: dict[str, DeviceInfo]) -> Binding:
+def bind_env(allocation: ClaimAllocated | LiveClaim, devices: dict[str, DeviceInfo],
+             node: str = "") -> Binding:
     """CUDA_VISIBLE_DEVICES: card indices (sorted, PCI order) then MIG UUIDs;
-    NVIDIA_VISIBLE_DEVICES: the same devices by UUID (what the NVIDIA container runtime reads)."""
+    NVIDIA_VISIBLE_DEVICES: the same devices by UUID (what the NVIDIA container runtime reads).
+    `node` names the node when the claim does not (a node's record of live claims)."""
     granted = list(dict.fromkeys(g.uuid for g in allocation.grants))
     missing = tuple(u for u in granted if u not in devices)
     if missing:
@@ -38,6 +41,6 @@ def bind_env(allocation: ClaimAllocated, devices: dict[str, DeviceInfo]) -> Bind
         # CUDA numbers devices fastest-first by default; NVML indices follow the PCI bus.
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "GPULEDGER_CLAIM_ID": allocation.claim_id,
-        "GPULEDGER_NODE": allocation.node,
+        "GPULEDGER_NODE": node or allocation.node,
     }
     return Binding(env)

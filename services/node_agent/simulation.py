@@ -19,7 +19,7 @@ from typing import Annotated, Any
 import msgspec
 
 from schemas import subjects
-from schemas.events import ClaimAllocated
+from schemas.grants import LiveClaim
 from services.node_agent.agent import NodeAgent
 from services.node_agent.fakenvml import FakeGpu, FakeMig, FakeNvml, FakeProcess
 
@@ -59,7 +59,14 @@ class SimulatedFleet:
         self.agents = {a.node: a for a in agents}
         self.fakes = fakes
         self._pids = itertools.count(40_000)
-        self._workloads: dict[str, list[tuple[Any, int]]] = {}
+        self._workloads: dict[str, tuple[str, list[tuple[Any, int]]]] = {}  # claim -> node, processes
+        # node -> what of its fake NVML changed since its agent last looked
+        self._touched: dict[str, set[str]] = {node: {"health", "usage"} for node in self.fakes}
+        for node, agent in self.agents.items():
+            agent.changes = lambda node=node: self._touched.pop(node, set())
+
+    def _touch(self, node: str, *looks: str) -> None:
+        self._touched.setdefault(node, set()).update(looks)
 
     # --- commands -------------------------------------------------------------------------
 
@@ -109,6 +116,7 @@ class SimulatedFleet:
         else:
             raise CommandError(f"health: must be Faulted or Healthy, got {command.health!r} "
                                "(Ignored is an operator's decision, not simulated hardware)")
+        self._touch(command.node, "health", "usage")
         return {"node": command.node, "uuid": gpu.uuid, "health": command.health}
 
     def process(self, command: ProcessCommand) -> dict:
@@ -122,6 +130,7 @@ class SimulatedFleet:
                 raise CommandError(f"pid: no process {command.pid} on that device")
         else:
             raise CommandError(f"action: must be start or stop, got {command.action!r}")
+        self._touch(command.node, "usage")
         return {"node": command.node, "uuid": target.uuid, "pid": command.pid}
 
     def _target(self, command: ProcessCommand) -> FakeGpu | FakeMig:
@@ -137,8 +146,10 @@ class SimulatedFleet:
 
     # --- workloads ------------------------------------------------------------------------
 
-    def start_workload(self, node: str, allocation: ClaimAllocated) -> None:
-        """Every bound claim runs a fake process on each granted device until the claim ends."""
+    def start_workload(self, node: str, allocation: LiveClaim) -> None:
+        """Every bound claim runs a fake process on each granted device until the claim ends
+        (started again if the agent restarts and finds it still live and bound)."""
+        self.end_workload(allocation.claim_id)
         fake, started = self.fakes[node], []
         busy = 40 + int(hashlib.sha1(allocation.claim_id.encode()).hexdigest(), 16) % 56
         for grant in allocation.grants:
@@ -149,15 +160,15 @@ class SimulatedFleet:
             memory = grant.memory_mib or device.memory_mib * grant.milli // 1000
             device.processes[pid] = FakeProcess(pid, int(memory * 0.8), busy)
             started.append((device, pid))
-        self._workloads[allocation.claim_id] = started
+        self._workloads[allocation.claim_id] = (node, started)
+        self._touch(node, "usage")
 
     def end_workload(self, claim_id: str) -> None:
-        for device, pid in self._workloads.pop(claim_id, []):
+        node, started = self._workloads.pop(claim_id, ("", []))
+        for device, pid in started:
             device.processes.pop(pid, None)
-
-    def claim_released(self, claim_id: str) -> None:
-        for agent in self.agents.values():
-            agent.claim_ended(claim_id)
+        if node:
+            self._touch(node, "usage")
 
 
 def _device(fake: FakeNvml, index: int, mig_index: int) -> FakeGpu | FakeMig | None:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from schemas import subjects
 from schemas.commands import (
     CreatePool, DeletePool, GetPool, IgnoreDevice, ListPools, RenderPool, Reply, UpdatePool, fail, ok)
-from schemas.events import decode_event
+from ledger.follower import Follower
 from ledger.state import State
 from services.pool_controller.admission import AdmissionConfig, PoolPlacement, review
 from services.pool_controller.decisions import (
@@ -45,8 +45,10 @@ class PoolController:
         self.admission = admission
         self.clock = clock
         self.projection = PoolProjection()
+        # the allocator's fold, without its placement index: pools and units are what it reads
+        self.follower = Follower(event_log, self.projection.state, places=False)
+        self.follower.listeners.append(self.projection.saw)
         self.boot_seq: int | None = None  # the log's end at start: ready once read that far
-        self._progress = asyncio.Condition()
         self._writing = asyncio.Lock()
 
     @property
@@ -57,21 +59,10 @@ class PoolController:
 
     async def run_fold(self) -> None:
         """Fold the log from the start, then its tail, for as long as the service runs."""
-        async for batch in self.log.follow_raw(1):
-            for seq, subject, data, _headers in batch:
-                try:
-                    event = decode_event(data)
-                except Exception as err:  # not an event (e.g. a dead letter): skip, never stop
-                    log.debug("skipping seq %d on %s: %s", seq, subject, err)
-                    self.projection.state.last_seq = seq
-                    continue
-                self.projection.apply(seq, subject, event)
-            async with self._progress:
-                self._progress.notify_all()
+        await self.follower.run()
 
     async def wait_for(self, seq: int) -> None:
-        async with self._progress:
-            await self._progress.wait_for(lambda: self.projection.last_seq >= seq)
+        await self.follower.wait_for_seq(seq, timeout=None)
 
     def ready(self) -> bool:
         return self.boot_seq is not None and self.projection.last_seq >= self.boot_seq

@@ -32,6 +32,11 @@ class PoolProjection:
 
     def apply(self, seq: int, subject: str, event: Event) -> None:
         evolve(self.state, event, seq)
+        self.saw(seq, subject, event)
+
+    def saw(self, seq: int, subject: str, event: Event) -> None:
+        """What the fold does not keep: the last sequence of each fenced subject, and which claim
+        a Kubernetes GpuClaim became (the follower tells an EventBatch member by member)."""
         if subject.startswith(FENCED_PREFIXES):
             self.subject_seqs[subject] = seq
         for member in flatten(event):

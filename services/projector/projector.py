@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 from schemas import events as ev
 from ledger.evolve import apply_decision, evolve
-from ledger.state import State
+from ledger.state import State, defer_index
 from services.projector import rows
 from services.projector.dirty import Dirty, claims_named, mark_event
 from services.projector.index import index_rows
@@ -37,6 +37,7 @@ class Projector:
     def reset(self) -> None:
         """Forget everything folded: the next run refolds from the stored position."""
         self.state = State()
+        defer_index(self.state)  # the tables need no placement index: never built
         self.position = 0  # the last sequence folded into `state`
         self.ended_at: dict[str, float] = {}
         self.claim_seq: dict[str, int] = {}

@@ -21,7 +21,7 @@ from shared.settings import Settings
 
 from ledger import census
 from ledger.cohorts import quota_source, tree_of
-from ledger.follower import StateFollower
+from ledger.follower import Follower
 from services.quota.alerts import alert_changes
 from services.quota.drift import drift_changes
 from services.quota.status import QuotaStatus, all_statuses, known_namespaces, namespace_status
@@ -29,6 +29,9 @@ from services.quota.writes import QuotaWrites
 from services.quota.view import QuotaView, fold_own
 
 log = logging.getLogger("gpuledger.quota")
+# Alerts and drift are looked at again at most this often: they are about minutes of use, and a
+# look after every folded batch (every claim, under load) cost more than the fold itself.
+RECONCILE_EVERY_S = 0.25
 
 
 class QuotaService(QuotaWrites):
@@ -37,7 +40,7 @@ class QuotaService(QuotaWrites):
         self.settings = settings
         self.clock = clock
         self.view = QuotaView()
-        self.follower = StateFollower(event_log, self.view.state)
+        self.follower = Follower(event_log, self.view.state, places=False)  # reports use, never places
         self.follower.listeners.append(self._folded)
         self.changed = asyncio.Event()
         self.dirty_nodes: set[str] = set()
@@ -83,6 +86,7 @@ class QuotaService(QuotaWrites):
             await self.changed.wait()
             self.changed.clear()
             await self.reconcile_once()
+            await asyncio.sleep(RECONCILE_EVERY_S)
 
     async def reconcile_once(self) -> int:
         """Append what the rules call for now; wait until it is folded back. Returns events appended."""

@@ -1,0 +1,106 @@
+"""CPU time of every process of the stack, from /proc (Linux), by role.
+
+The stack is the process tree under `gpuledger up`: nats-server, one process per service, the
+simulated node agents, and `up` itself. The tree is sampled now and then, so a process that is
+restarted (by `up`'s supervision) is counted from its start, and the restarts are counted too.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _stat(pid: int) -> tuple[int, float] | None:
+    """(parent pid, user + system CPU seconds), None once the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    fields = raw[raw.rfind(b")") + 2:].split()  # the name may hold spaces: cut after it
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def role(pid: int) -> str:
+    """nats-server, a service name, node-agents, up, or the program's name."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return "gone"
+    if not argv:
+        return "gone"
+    if os.path.basename(argv[0]).startswith("nats-server"):
+        return "nats-server"
+    if "service" in argv:
+        return argv[argv.index("service") + 1] if argv.index("service") + 1 < len(argv) else "service"
+    if "services.node_agent" in argv:
+        return "node-agents"
+    if "up" in argv:
+        return "up"
+    return os.path.basename(argv[1] if len(argv) > 1 else argv[0])
+
+
+def descendants(root: int) -> list[int]:
+    """`root` and every process below it."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            stat = _stat(int(entry))
+            if stat is not None:
+                children.setdefault(stat[0], []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, ()))
+    return out
+
+
+@dataclass
+class CpuMeter:
+    """CPU seconds used by the tree under `root` between `start()` and the last `sample()`."""
+
+    root: int
+    first: dict[int, float] = field(default_factory=dict)  # pid -> CPU at start (0 if born later)
+    last: dict[int, float] = field(default_factory=dict)
+    roles: dict[int, str] = field(default_factory=dict)
+    baseline_pids: dict[str, set[int]] = field(default_factory=dict)
+
+    def start(self) -> None:
+        self.first, self.last, self.roles = {}, {}, {}
+        self._visit(started=True)
+        self.baseline_pids = {}
+        for pid, name in self.roles.items():
+            self.baseline_pids.setdefault(name, set()).add(pid)
+
+    def sample(self) -> None:
+        self._visit(started=False)
+
+    def _visit(self, started: bool) -> None:
+        for pid in descendants(self.root):
+            stat = _stat(pid)
+            if stat is None:
+                continue
+            if pid not in self.roles:
+                self.roles[pid] = role(pid)
+                self.first[pid] = stat[1] if started else 0.0
+            self.last[pid] = stat[1]
+
+    def seconds_by_role(self) -> dict[str, float]:
+        used: dict[str, float] = {}
+        for pid, cpu in self.last.items():
+            name = self.roles[pid]
+            used[name] = used.get(name, 0.0) + cpu - self.first.get(pid, 0.0)
+        return used
+
+    def restarts(self) -> dict[str, int]:
+        """Processes of a role that appeared after `start()` (a role seen then: a restart)."""
+        counts: dict[str, int] = {}
+        for pid, name in self.roles.items():
+            if name in self.baseline_pids and pid not in self.baseline_pids[name]:
+                counts[name] = counts.get(name, 0) + 1
+        return counts

@@ -1,0 +1,147 @@
+"""One e2e run (or a sweep of rates) on a stack started for it; the figures as one dict."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import nats
+
+from ledger.follower import decode_batch
+from shared.jetstream import JetStreamEventLog
+from bench.e2e.check import Checker
+from bench.e2e.cpu import CpuMeter
+from bench.e2e.follow import Follower
+from bench.e2e.load import Publisher, claim_mix
+from bench.e2e.report import figures
+from bench.e2e.stack import start_stack
+
+SAMPLE_S = 0.5
+
+
+@dataclass(frozen=True)
+class Options:
+    claims: int = 20_000
+    rate: float | None = None  # claims/s offered; None: as fast as the intake acknowledges
+    nodes: int = 100  # 800 GPUs: with claims held ~20 ms, room at every rate this machine reaches
+    hold_s: float = 0.02
+    drain_s: float = 60.0  # after the last publish, how long claims may take to settle
+    settle_s: float = 4.0  # then, for the agents' usage reports to show stopped workloads
+    idle_s: float = 1.0  # CPU of the idle stack measured this long before the load
+    data_dir: str = ""  # where the stack runs, kept after; "": a temporary folder, removed
+
+
+async def run_on_new_stack(options: Options, runs: list[tuple[float | None, int]],
+                           say=lambda _line: None) -> list[dict]:
+    """Start the stack, do each run of (rate, claims) on it in turn, stop the stack."""
+    with tempfile.TemporaryDirectory(prefix="gpuledger-e2e-") as tmp:
+        folder = Path(options.data_dir) if options.data_dir else Path(tmp) / "data"
+        say(f"starting gpuledger up --demo with {options.nodes} nodes in {folder}")
+        stack = await start_stack(options.nodes, folder)
+        try:
+            ops, publisher = await nats.connect(stack.url), await nats.connect(stack.publisher_url)
+            try:
+                results = []
+                for rate, claims in runs:
+                    say(f"run: {claims} claims at {rate or 'max'}/s")
+                    results.append(await one_run(stack, ops, publisher, options, rate, claims))
+                return results
+            finally:
+                await ops.close()
+                await publisher.close()
+        finally:
+            await stack.stop()
+
+
+async def one_run(stack, ops, publisher_nc, options: Options, rate: float | None, count: int) -> dict:
+    log = JetStreamEventLog(ops)
+    run_id = f"e2e-{uuid.uuid4().hex[:6]}"
+    follower = Follower(ops, run_id + "-", options.hold_s)
+    publisher = Publisher(publisher_nc, follower.published)
+    await publisher.start()
+    start_seq = await log.last_seq() + 1
+    tasks = [asyncio.ensure_future(follower.follow(start_seq)), asyncio.ensure_future(follower.release_forever())]
+    meter = CpuMeter(stack.pid)
+    idle = await _idle_cpu(meter, options.idle_s)
+    meter.start()
+    sampler = asyncio.ensure_future(_sample_forever(meter))
+    client_cpu, began = time.process_time(), time.monotonic()
+    try:
+        await publisher.publish_all(claim_mix(run_id, count), rate)
+        published_at = time.monotonic()
+        await _until(lambda: follower.settled(publisher.acked), follower.changed, options.drain_s)
+        await _projector_caught_up(stack.data_dir, await log.last_seq(), timeout=30.0)
+        meter.sample()
+        ended = time.monotonic()
+        client_cpu = time.process_time() - client_cpu
+    finally:
+        for task in (*tasks, sampler):
+            task.cancel()
+        await asyncio.gather(*tasks, sampler, return_exceptions=True)
+    await asyncio.sleep(options.settle_s)
+    checker = await _check(log, start_seq)
+    return figures(options, rate, follower, publisher, checker, meter, idle, client_cpu_s=client_cpu,
+                   publish_s=published_at - began, wall_s=ended - began)
+
+
+async def _idle_cpu(meter: CpuMeter, seconds: float) -> dict[str, float]:
+    """CPU seconds per second of the stack doing nothing but heartbeats, by role."""
+    if seconds <= 0:
+        return {}
+    meter.start()
+    await asyncio.sleep(seconds)
+    meter.sample()
+    return {name: used / seconds for name, used in meter.seconds_by_role().items()}
+
+
+async def _sample_forever(meter: CpuMeter) -> None:
+    while True:
+        await asyncio.sleep(SAMPLE_S)
+        meter.sample()
+
+
+async def _until(done, changed: asyncio.Event, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not done():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        changed.clear()
+        try:
+            await asyncio.wait_for(changed.wait(), min(left, 0.5))
+        except asyncio.TimeoutError:
+            pass
+    return True
+
+
+async def _projector_caught_up(data_dir: Path, seq: int, timeout: float) -> bool:
+    """The read model has committed up to `seq` (its work for the run is in the CPU figures)."""
+    from services.projector.db import make_engine
+    from services.projector.projector import DEFAULT_NAME
+    from services.projector.store import read_position
+
+    engine = make_engine(f"sqlite:///{(data_dir / 'readmodel.db').resolve()}")
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if await asyncio.to_thread(read_position, engine, DEFAULT_NAME) >= seq:
+                    return True
+            except Exception:  # the projector has not created its tables yet
+                pass
+            await asyncio.sleep(0.2)
+        return False
+    finally:
+        engine.dispose()
+
+
+async def _check(log: JetStreamEventLog, start_seq: int) -> Checker:
+    """Fold the whole log as stored now; findings from the run's first sequence on."""
+    checker = Checker(since=start_seq)
+    async for batch in log.follow_raw(1, stop_at=await log.last_seq()):
+        checker.fold([(seq, event) for seq, event in decode_batch(batch) if event is not None])
+    return checker

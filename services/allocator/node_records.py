@@ -1,0 +1,53 @@
+"""What is live on a node, from the fold: the record its agent acts on (pure; see schemas.grants).
+
+`nodes_touched` is asked before an event is folded: the nodes whose live claims the event may
+change (an allocation on it, the end of a claim held there, the node registered or lost).
+`record_of` is the record of one node as the state holds it now.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from schemas import events as ev
+from schemas.grants import LiveClaim, NodeGrants
+
+from ledger.state import State
+
+
+def nodes_touched(state: State, event: ev.Event) -> Iterable[str]:
+    """Nodes whose live claims folding `event` may change (asked before it is folded)."""
+    if isinstance(event, ev.DecisionBatch):
+        return [node for decision in event.decisions for node in _decision_nodes(state, decision)]
+    if isinstance(event, ev.EventBatch):
+        return [node for member in event.events for node in nodes_touched(state, member)]
+    if isinstance(event, ev.ClaimReleased):
+        return _holder_node(state, event.claim_id)
+    if isinstance(event, ev.NodeRegistered):  # a re-registration ends claims on vanished devices
+        return (event.node,)
+    return ()
+
+
+def _decision_nodes(state: State, decision) -> Iterable[str]:
+    if isinstance(decision, (ev.ClaimAllocated, ev.NodeLost)):
+        return (decision.node,)
+    if isinstance(decision, (ev.ClaimEvicted, ev.AllocationExpired, ev.AllocationUnused)):
+        return _holder_node(state, decision.claim_id)
+    return ()
+
+
+def _holder_node(state: State, claim_id: str) -> Iterable[str]:
+    claim = state.claims.get(claim_id)
+    return (claim.node,) if claim is not None and claim.holds_devices else ()
+
+
+def record_of(state: State, node: str) -> NodeGrants:
+    """The claims holding devices (or host resources) on `node` now, in allocation order."""
+    found = state.nodes.get(node)
+    live = []
+    for claim_id in found.claims if found is not None else ():
+        claim = state.claims.get(claim_id)
+        if claim is not None and claim.holds_devices:
+            live.append(LiveClaim(claim_id=claim_id, namespace=claim.spec.namespace,
+                                  grants=claim.grants, bound=claim.status == "bound"))
+    return NodeGrants(node=node, through_seq=state.last_seq, claims=live)

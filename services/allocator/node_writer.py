@@ -1,0 +1,134 @@
+"""Keeps each node's record of live claims (schemas.grants) equal to the allocator's fold.
+
+The follower marks the nodes an event touched; this writes their records, at most one write in
+flight per node (a node marked again meanwhile is written again once the first is acknowledged,
+so a burst of changes costs one write, not one per change), compare-and-set on the revision of the
+node's key: a write that finds another revision (a second allocator, an ack that was lost) reads
+the record there and keeps whichever was folded further along. When the allocator starts (caught
+up with the log), every record that differs from its fold is rewritten: so a crash between a
+decision and its records loses nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+
+from nats.js.errors import NotFoundError
+
+from schemas import subjects
+from schemas.grants import NodeGrants, decode_grants, encode_grants
+from shared.eventlog import EXPECTED_LAST_SUBJECT_SEQ
+from shared.jetstream import WRONG_LAST_SEQUENCE
+from shared.latest import latest_per_subject
+from shared.pipelined import PipelinedPublisher
+
+log = logging.getLogger("gpuledger.allocator")
+RETRY_S = 0.5
+ACK_CHECK_S = 1.0
+
+
+class NodeRecordWriter:
+    def __init__(self, nc, build: Callable[[str], NodeGrants]):
+        self.nc, self.js, self.build = nc, nc.jetstream(), build
+        self.publisher = PipelinedPublisher(nc)
+        self.revision: dict[str, int] = {}  # node -> revision of its key we last saw (0: none)
+        self.stored: dict[str, NodeGrants] = {}  # node -> the record at that revision
+        self.dirty: dict[str, None] = {}
+        self.writing: set[str] = set()
+        self.wake = asyncio.Event()
+        self.writes = 0
+        self.conflicts = 0
+
+    def mark(self, nodes: Iterable[str]) -> None:
+        for node in nodes:
+            self.dirty[node] = None
+
+    def flush(self) -> None:
+        if self.dirty:
+            self.wake.set()
+
+    async def load(self) -> None:
+        """What the bucket holds now (the revision and record of every node)."""
+        found = await latest_per_subject(self.js, subjects.NODE_GRANTS_STREAM, [subjects.NODE_GRANTS])
+        for _subject, (seq, data) in found.items():
+            record = _decoded(data)
+            if record is not None:
+                self.revision[record.node], self.stored[record.node] = seq, record
+
+    async def run(self, nodes: Callable[[], Iterable[str]]) -> None:
+        """Load the bucket, rewrite what differs from the fold (`nodes`: every node it knows),
+        then write what is marked, forever."""
+        await self.publisher.start()
+        try:
+            await self.load()
+            self.mark(nodes())
+            self.flush()
+            while True:
+                try:  # woken by a change, or now and then to give up on acks that never came
+                    await asyncio.wait_for(self.wake.wait(), ACK_CHECK_S)
+                except asyncio.TimeoutError:
+                    pass
+                self.wake.clear()
+                await self._write_dirty()
+                self.publisher.expire()
+        finally:
+            await self.publisher.stop()
+
+    async def _write_dirty(self) -> None:
+        for node in [n for n in self.dirty if n not in self.writing]:
+            del self.dirty[node]
+            record, stored = self.build(node), self.stored.get(node)
+            if record.same_claims(stored) or (stored is not None and stored.through_seq > record.through_seq):
+                continue  # unchanged, or written by an allocator further along the same log
+            self.writing.add(node)
+            self.writes += 1
+            await self.publisher.publish(
+                subjects.node_grants(node), encode_grants(record),
+                {EXPECTED_LAST_SUBJECT_SEQ: str(self.revision.get(node, 0))},
+                lambda seq, code, why, node=node, record=record: self._acked(node, record, seq, code, why))
+
+    def _acked(self, node: str, record: NodeGrants, seq: int, code: int, why: str) -> None:
+        self.writing.discard(node)
+        if seq:
+            self.revision[node], self.stored[node] = seq, record
+        elif code in WRONG_LAST_SEQUENCE:
+            self.conflicts += 1
+            asyncio.ensure_future(self._reread(node))
+            return
+        else:
+            log.warning("node record of %s not written (%s); retrying", node, why)
+            asyncio.get_running_loop().call_later(RETRY_S, self._again, node)
+            return
+        if node in self.dirty:
+            self.wake.set()
+
+    def _again(self, node: str) -> None:
+        self.mark((node,))
+        self.flush()
+
+    async def _reread(self, node: str) -> None:
+        """Another revision is there: take it as the base and write again if ours is newer."""
+        self.writing.add(node)
+        try:
+            msg = await self.js.get_last_msg(subjects.NODE_GRANTS_STREAM, subjects.node_grants(node))
+            theirs = _decoded(msg.data)
+            self.revision[node] = msg.seq
+            if theirs is not None:
+                self.stored[node] = theirs
+        except NotFoundError:
+            self.revision[node] = 0
+        except Exception as err:  # NATS trouble: try the whole write again a little later
+            log.warning("reading the node record of %s failed (%s)", node, err)
+        finally:
+            self.writing.discard(node)
+        self._again(node)
+
+
+def _decoded(data: bytes) -> NodeGrants | None:
+    try:
+        return decode_grants(data)
+    except Exception as err:  # not ours to trust: overwritten by the next write for that node
+        log.warning("ignoring an undecodable node record: %s", err)
+        return None

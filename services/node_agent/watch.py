@@ -1,0 +1,37 @@
+"""The records of live claims an agent process acts on: one consumer for the nodes it hosts.
+
+A machine's agent hosts one node and watches that node's key; a simulated fleet hosts many and
+watches all of theirs through one consumer (one filter subject per node), so each record is read
+once, by the one process whose node it is.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import msgspec
+
+from schemas import subjects
+from schemas.grants import decode_grants
+from shared.latest import LatestWatch
+from services.node_agent.binder import Binder
+
+log = logging.getLogger("gpuledger.node_agent")
+
+
+def watch_records(nc, binders: list[Binder]) -> LatestWatch:
+    """Offer each binder the records of its node, the current one first: `run()` the watch."""
+    by_subject = {subjects.node_grants(binder.node): binder for binder in binders}
+
+    async def on_msg(msg) -> None:
+        binder = by_subject.get(msg.subject)
+        if binder is None:
+            return
+        try:
+            record = decode_grants(msg.data)
+        except msgspec.MsgspecError as err:  # only the allocator writes there: say so, skip it
+            log.warning("%s: ignoring an undecodable record of live claims: %s", binder.node, err)
+            return
+        binder.offer(record)
+
+    return LatestWatch(nc.jetstream(), subjects.NODE_GRANTS_STREAM, list(by_subject), on_msg)

@@ -1,0 +1,104 @@
+"""The latest message of each subject of a stream (a key-value bucket's current values): read
+once, or watched (the current ones first, then every new one as it is stored)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from nats.js import api
+
+log = logging.getLogger("gpuledger")
+CHECK_EVERY_S = 5.0
+
+
+def _latest_config(filter_subjects: list[str]) -> api.ConsumerConfig:
+    # several filters: one consumer for the keys of every node a process hosts
+    return api.ConsumerConfig(deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT,
+                              filter_subjects=list(filter_subjects))
+
+
+async def watch_latest(js, stream: str, filter_subjects: list[str],
+                       on_msg: Callable[[object], Awaitable[None]]):
+    """An ordered consumer: the last message of each matching subject, then each new one."""
+    return await js.subscribe("", cb=on_msg, ordered_consumer=True, stream=stream,
+                              config=_latest_config(filter_subjects), idle_heartbeat=5.0)
+
+
+class LatestWatch:
+    """`watch_latest` that keeps going: nats-py's ordered consumer recreates its consumer after a
+    gap or a missed heartbeat, but once, in the background, and a creation that times out (a busy
+    server, thousands of filter subjects) leaves it silent for good. This one checks its consumer
+    now and then and makes a new one from the last sequence it saw when it is gone."""
+
+    def __init__(self, js, stream: str, filter_subjects: list[str],
+                 on_msg: Callable[[object], Awaitable[None]]):
+        self.js, self.stream, self.filters, self.on_msg = js, stream, list(filter_subjects), on_msg
+        self.last_seq = 0  # the last stream sequence handed over
+        self.restarts = 0
+        self._sub = None
+
+    async def _seen(self, msg) -> None:
+        self.last_seq = max(self.last_seq, msg.metadata.sequence.stream)
+        await self.on_msg(msg)
+
+    async def _subscribe(self) -> None:
+        config = _latest_config(self.filters)
+        if self.last_seq:  # the latest per subject was seen: everything after it, in order
+            config.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
+            config.opt_start_seq = self.last_seq + 1
+        self._sub = await self.js.subscribe("", cb=self._seen, ordered_consumer=True, stream=self.stream,
+                                            config=config, idle_heartbeat=5.0)
+
+    async def run(self) -> None:
+        try:
+            while True:
+                if self._sub is None:
+                    try:
+                        await self._subscribe()
+                    except Exception as err:  # NATS trouble: try again after the pause
+                        log.warning("watching %s failed (%s); again in %.0f s", self.stream, err, CHECK_EVERY_S)
+                await asyncio.sleep(CHECK_EVERY_S)
+                if self._sub is not None and not await self._alive():
+                    self.restarts += 1
+                    await self._drop()
+        finally:
+            await self._drop()
+
+    async def _alive(self) -> bool:
+        try:
+            await self._sub.consumer_info()
+            return True
+        except Exception as err:  # gone (never made again, or deleted), or the server is away
+            log.warning("the consumer watching %s is gone (%s): making a new one", self.stream, err)
+            return False
+
+    async def _drop(self) -> None:
+        sub, self._sub = self._sub, None
+        if sub is not None:
+            try:
+                await sub.unsubscribe()
+            except Exception:  # the connection is closing: the subscription goes with it
+                pass
+
+
+async def latest_per_subject(js, stream: str, filter_subjects: list[str],
+                             timeout: float = 30.0) -> dict[str, tuple[int, bytes]]:
+    """subject -> (stream sequence, payload) of the last message on each matching subject."""
+    found: dict[str, tuple[int, bytes]] = {}
+    done = asyncio.Event()
+
+    async def on_msg(msg) -> None:
+        found[msg.subject] = (msg.metadata.sequence.stream, msg.data)
+        if msg.metadata.num_pending == 0:
+            done.set()
+
+    sub = await watch_latest(js, stream, filter_subjects, on_msg)
+    try:
+        info = await sub.consumer_info()
+        if info.num_pending or info.delivered.consumer_seq:
+            await asyncio.wait_for(done.wait(), timeout)
+    finally:
+        await sub.unsubscribe()
+    return found

@@ -1,0 +1,140 @@
+"""The binder on the in-memory event log (the same contract as JetStream's): one fenced message
+per record, learning what is bound after a restart or a lost acknowledgement, NATS trouble
+retried. Devices are those of a simulated node."""
+
+import asyncio
+
+import nats.errors
+import pytest
+
+from schemas import subjects
+from schemas.events import ClaimBound, EventBatch, flatten
+from schemas.grants import LiveClaim, NodeGrants
+from schemas.types import DeviceInfo, Grant
+from shared.eventlog import InMemoryEventLog
+
+from services.node_agent.binder import Binder
+
+NODE = "n1"
+DEVICES = {f"GPU-{i}": DeviceInfo(uuid=f"GPU-{i}", index=i, model="H100", memory_mib=81559) for i in range(8)}
+
+
+def claim(claim_id, card, bound=False):
+    return LiveClaim(claim_id=claim_id, namespace="ns", bound=bound,
+                     grants=[Grant(node=NODE, uuid=f"GPU-{card}", index=card)])
+
+
+def record(*claims, seq=1):
+    return NodeGrants(node=NODE, through_seq=seq, claims=list(claims))
+
+
+class FlakyLog(InMemoryEventLog):
+    """The in-memory log whose first `failures` appends time out, as NATS does in an outage."""
+
+    def __init__(self, failures: int):
+        super().__init__()
+        self.failures = failures
+
+    async def append(self, *args, **kwargs):
+        if self.failures:
+            self.failures -= 1
+            raise nats.errors.TimeoutError
+        return await super().append(*args, **kwargs)
+
+
+def binder_on(log):
+    binder = Binder(NODE, log, lambda: DEVICES, clock=lambda: 1.0)
+    started, ended = [], []
+    binder.on_bound.append(lambda c: started.append(c.claim_id))
+    binder.on_ended.append(lambda c: ended.append(c.claim_id))
+    return binder, started, ended
+
+
+async def stored_bindings(log):
+    return [(s.seq, [e.claim_id for e in flatten(s.event) if isinstance(e, ClaimBound)])
+            async for s in log.subject_after(subjects.node_bindings(NODE))]
+
+
+async def until(predicate, timeout=5.0):
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate() and loop.time() < deadline:
+        await asyncio.sleep(0.01)
+    return predicate()
+
+
+@pytest.fixture
+async def running():
+    tasks = []
+
+    def start(binder):
+        tasks.append(asyncio.ensure_future(binder.run()))
+        return binder
+
+    yield start
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_a_record_is_bound_in_one_message_and_its_workloads_started():
+    log = InMemoryEventLog()
+    binder, started, _ = binder_on(log)
+    await binder.apply(record(claim("a", 0), claim("b", 1)))
+    ((_, ids),) = await stored_bindings(log)
+    assert ids == ["a", "b"] and started == ["a", "b"]
+    (stored,) = [s async for s in log.subject_after(subjects.node_bindings(NODE))]
+    assert isinstance(stored.event, EventBatch)
+    assert stored.event.events[0].env["CUDA_VISIBLE_DEVICES"] == "0"
+
+
+async def test_a_claim_the_next_record_drops_is_ended_and_nothing_is_bound_twice():
+    log = InMemoryEventLog()
+    binder, _, ended = binder_on(log)
+    await binder.apply(record(claim("a", 0), claim("b", 1), seq=1))
+    await binder.apply(record(claim("b", 1), claim("c", 0), seq=2))
+    assert ended == ["a"]
+    assert [ids for _, ids in await stored_bindings(log)] == [["a", "b"], ["c"]]
+
+
+async def test_only_the_latest_record_of_its_own_node_is_kept(running):
+    binder, started, _ = binder_on(InMemoryEventLog())
+    binder.offer(record(claim("new", 0), seq=5))
+    binder.offer(record(claim("stale", 1), seq=4))
+    binder.offer(NodeGrants(node="other", through_seq=9, claims=[claim("foreign", 2)]))
+    running(binder)
+    assert await until(lambda: started == ["new"])
+    assert binder.latest.through_seq == 5
+
+
+async def test_after_a_restart_what_was_bound_is_adopted_not_bound_again():
+    log = InMemoryEventLog()
+    first, _, _ = binder_on(log)
+    await first.apply(record(claim("a", 0), seq=0))  # stored after the record's position
+    again, started, _ = binder_on(log)
+    await again.apply(record(claim("a", 0), claim("flagged", 1, bound=True), claim("new", 2), seq=0))
+    assert started == ["a", "flagged", "new"]
+    assert [ids for _, ids in await stored_bindings(log)] == [["a"], ["new"]]
+
+
+async def test_a_binding_stored_behind_its_back_is_learnt_from_the_fence(running):
+    """An append whose acknowledgement was lost: the next one is fenced out, the agent reads
+    what is there, and binds only what is still unbound."""
+    log = InMemoryEventLog()
+    binder, started, _ = binder_on(log)
+    await binder.apply(record(claim("a", 0), seq=1))
+    await log.append(subjects.node_bindings(NODE), ClaimBound(claim_id="b", node=NODE, env={}))
+    binder.offer(record(claim("a", 0), claim("b", 1), claim("c", 2), seq=3))
+    running(binder)
+    assert await until(lambda: "c" in started)
+    assert [ids for _, ids in await stored_bindings(log)] == [["a"], ["b"], ["c"]]
+    assert sorted(started) == ["a", "b", "c"]
+
+
+async def test_a_timed_out_append_is_retried_and_stored_once(running):
+    log = FlakyLog(failures=2)
+    binder, started, _ = binder_on(log)
+    binder.offer(record(claim("a", 0)))
+    running(binder)
+    assert await until(lambda: started == ["a"])
+    assert [ids for _, ids in await stored_bindings(log)] == [["a"]]
