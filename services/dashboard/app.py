@@ -1,7 +1,7 @@
 """The dashboard process: a web view of the fleet, the queue, quotas and the live event log, and
 the one Prometheus scrape endpoint of the whole stack (`gpuledger up` starts it).
 
-It folds the log itself (`ledger.follower.StateFollower`, as every service does), so drawing the
+It folds the log itself (`ledger.follower.Follower`, as every service does), so drawing the
 fleet asks nothing of the services; a claim's page asks the claim service (`resolve`, `explain`),
 the one place that explains claims. Pages are rendered on the server and refreshed by a small
 script on server-sent events (`/live`).
