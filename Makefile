@@ -11,14 +11,17 @@ PYTEST_ARGS ?=
 NODE_PKG := tests/contract/js
 NODE_STAMP := $(NODE_PKG)/node_modules/.installed
 
-.PHONY: run test install schemas bench clean
+.PHONY: run test install schemas bench clean browser
 
+# The first install takes minutes: say so, and let pip show each package as it comes.
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit("gpuledger needs Python 3.11+, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -U pip
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
+	@test -x $(PY) || { echo "gpuledger: creating $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	@echo "gpuledger: installing gpuledger and its dependencies into $(VENV) (the first time takes a few minutes)"
+	@$(PY) -m pip install -q --disable-pip-version-check -U pip
+	$(PY) -m pip install --disable-pip-version-check --progress-bar on -e '.[test]'
 	@touch $(STAMP)
+	@echo "gpuledger: installed"
 
 install: $(STAMP)
 
@@ -31,8 +34,16 @@ $(NODE_STAMP): $(NODE_PKG)/package.json $(NODE_PKG)/package-lock.json
 run: $(STAMP)
 	@$(VENV)/bin/gpuledger up --demo $(ARGS)
 
-test: $(STAMP) $(NODE_STAMP)
+test: $(STAMP) $(NODE_STAMP) browser
 	@$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+# Debian's chromium for the dashboard's browser tests: installed when missing, as root, with
+# apt-get; anything else (not root, no apt-get, a failed install) only means those tests skip.
+browser:
+	@command -v chromium >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1 || \
+	  { echo "gpuledger: installing Debian's chromium for the dashboard's browser tests"; \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >/dev/null 2>&1 \
+	    || echo "gpuledger: chromium could not be installed; the dashboard's browser tests will skip"; }
 
 schemas: $(STAMP)
 	$(VENV)/bin/gpuledger schemas export

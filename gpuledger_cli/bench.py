@@ -31,15 +31,15 @@ def decide(nodes: int = typer.Option(1000, "--nodes", help="nodes in the synthet
 
 
 @bench_app.command("replay")
-def replay(events: int = typer.Option(1_000_000, "--events"),
-           nodes: int = typer.Option(1000, "--nodes"),
+def replay(events: int = typer.Option(1_000_000, "--events", help="events in the synthetic log"),
+           nodes: int = typer.Option(1000, "--nodes", help="nodes in the synthetic fleet"),
            nats_url: str = typer.Option("", "--nats-url", help="use this server (default: an embedded one "
                                         "in a temporary folder)"),
            single: bool = typer.Option(False, "--single-event-messages",
                                        help="write every event as its own message (no EventBatch)"),
            compare: bool = typer.Option(False, "--compare", help="also time nats-py's reader and "
                                         "the eager placement index (the paths replaced)"),
-           as_json: bool = typer.Option(False, "--json")) -> None:
+           as_json: bool = typer.Option(False, "--json", help="print the figures as one JSON line")) -> None:
     """Rebuild the allocator's state from a log of N events, and from a snapshot of it."""
     from bench.replay import run
 

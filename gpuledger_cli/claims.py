@@ -6,10 +6,9 @@ import uuid
 from typing import Optional
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from gpuledger_cli.client import NatsUrl, die, nats_url, print_json, request, run
+from gpuledger_cli.client import (NatsUrl, ask, die, local_time, nats_url, open_requester, print_json,
+                                  request, run)
 from schemas import subjects
 
 claim_app = typer.Typer(help="Submit and manage GPU claims.", no_args_is_help=True)
@@ -49,8 +48,8 @@ def submit(
     gang: str = typer.Option("", "--gang", help="gang id: members are placed all-or-nothing"),
     gang_size: int = typer.Option(0, "--gang-size", help="members the gang needs"),
     lease: float = typer.Option(0.0, "--lease", help="seconds; the claim expires unless renewed"),
-    cpu_milli: int = typer.Option(0, "--cpu-milli"),
-    memory_mib: int = typer.Option(0, "--memory-mib"),
+    cpu_milli: int = typer.Option(0, "--cpu-milli", help="host CPU the workload needs, in millicores"),
+    memory_mib: int = typer.Option(0, "--memory-mib", help="host memory the workload needs, in MiB"),
     claim_id: Optional[str] = typer.Option(None, "--id", help="claim id (default: a new uuid); "
                                                               "resubmitting an id is idempotent"),
     wait: float = typer.Option(0.0, "--wait", help="seconds to wait for the decision"),
@@ -70,54 +69,88 @@ def submit(
     _show(data, as_json)
 
 
+ClaimId = typer.Argument(..., help="the claim's id, or its first characters when only one claim "
+                                   "starts with them")
+AsJson = typer.Option(False, "--json", help="print one JSON object")
+
+
+async def _for_claim(url: str, given: str, subject: str, extra: dict | None = None):
+    """Resolve a typed id or prefix to the one full claim id (the claim service answers), then
+    send the command for that id, on one connection."""
+    conn = await open_requester(url)
+    try:
+        found = await ask(conn, subjects.query("claim.resolve"), {"claim_id": given}, service="claim")
+        return await ask(conn, subject, {"claim_id": found["claim_id"], **(extra or {})}, service="claim")
+    finally:
+        await conn.close()
+
+
 @claim_app.command("release")
-def release(claim_id: str, reason: str = typer.Option("released by holder", help="why"),
-            as_json: bool = typer.Option(False, "--json"), url: Optional[str] = NatsUrl) -> None:
+def release(claim_id: str = ClaimId,
+            reason: str = typer.Option("released by holder", help="why, recorded in the log"),
+            as_json: bool = AsJson, url: Optional[str] = NatsUrl) -> None:
     """Release a claim (pending or allocated): its GPUs and quota are free again."""
-    _show(run(request(nats_url(url), subjects.command("claim.release"),
-                      {"claim_id": claim_id, "reason": reason})), as_json)
+    _show(run(_for_claim(nats_url(url), claim_id, subjects.command("claim.release"), {"reason": reason})),
+          as_json)
 
 
 @claim_app.command("renew")
-def renew(claim_id: str, as_json: bool = typer.Option(False, "--json"), url: Optional[str] = NatsUrl) -> None:
+def renew(claim_id: str = ClaimId, as_json: bool = AsJson, url: Optional[str] = NatsUrl) -> None:
     """Renew a claim's lease."""
-    _show(run(request(nats_url(url), subjects.command("claim.renew"), {"claim_id": claim_id})), as_json)
+    _show(run(_for_claim(nats_url(url), claim_id, subjects.command("claim.renew"))), as_json)
 
 
 @claim_app.command("get")
-def get(claim_id: str, as_json: bool = typer.Option(False, "--json"), url: Optional[str] = NatsUrl) -> None:
+def get(claim_id: str = ClaimId, as_json: bool = AsJson, url: Optional[str] = NatsUrl) -> None:
     """Show one claim."""
-    _show(run(request(nats_url(url), subjects.query("claim.get"), {"claim_id": claim_id})), as_json)
+    _show(run(_for_claim(nats_url(url), claim_id, subjects.query("claim.get"))), as_json)
 
 
 @claim_app.command("explain")
-def explain(claim_id: str, as_json: bool = typer.Option(False, "--json"), url: Optional[str] = NatsUrl) -> None:
-    """Why a claim waits, was refused, or was placed where it is: ranked reasons and history."""
-    data = run(request(nats_url(url), subjects.query("claim.explain"), {"claim_id": claim_id}))
+def explain(claim_id: str = ClaimId, as_json: bool = AsJson, url: Optional[str] = NatsUrl) -> None:
+    """Why a claim waits, was refused, or was placed where it is: ranked reasons, the allocator's
+    score and NVLink island, and its history in local time."""
+    data = run(_for_claim(nats_url(url), claim_id, subjects.query("claim.explain")))
     if as_json:
         print_json(data)
         return
     _show(data, False)
-    for line in data.get("history", []):
-        typer.echo(f"  {line}")
+    for line in data.get("placement", []):
+        typer.echo(f"  placed: {line}")
+    for step in data.get("timeline", []):
+        typer.echo(f"  {local_time(step['at'], 'milliseconds')}  {step['event']}")
 
 
 @claim_app.command("list")
-def list_claims(namespace: str = typer.Option("", "--namespace", "-n"),
-                status: str = typer.Option("", help="pending, allocated, bound, released, ..."),
-                limit: int = typer.Option(1000), as_json: bool = typer.Option(False, "--json"),
+def list_claims(namespace: str = typer.Option("", "--namespace", "-n", help="only this namespace"),
+                status: str = typer.Option("", help="only this status: pending, allocated, bound, "
+                                                    "released, rejected, evicted, expired, lost"),
+                limit: int = typer.Option(1000, help="at most this many (the newest)"),
+                as_json: bool = typer.Option(False, "--json", help="print one JSON array"),
                 url: Optional[str] = NatsUrl) -> None:
-    """List claims (newest last)."""
+    """List claims (newest last), with whole ids: any unique prefix of one works in other commands."""
     data = run(request(nats_url(url), subjects.query("claim.list"),
                        {"namespace": namespace, "status": status, "limit": limit}))
     if as_json:
         print_json(data)
         return
-    table = Table("claim", "namespace", "status", "shape", "node", "devices", "why")
-    for c in data:
+    _table(data)
+
+
+def _table(claims: list[dict]) -> None:
+    from rich.console import Console  # only the commands that draw tables pay for rich
+    from rich.table import Table
+
+    table = Table()
+    # the id is what people copy: never cut or wrapped, whatever the terminal's width
+    table.add_column("claim", no_wrap=True, min_width=max((len(c["claim_id"]) for c in claims), default=5))
+    for header in ("namespace", "status", "shape", "node", "devices", "submitted", "why"):
+        table.add_column(header)
+    for c in claims:
         devices = ",".join(str(d["index"]) for d in c.get("devices", []))
         why = c.get("reasons", [{}])[0].get("message", "") if c.get("reasons") else c.get("end_reason", "")
-        table.add_row(c["claim_id"], c["namespace"], c["status"], c["shape"], c.get("node", ""), devices, why)
+        table.add_row(c["claim_id"], c["namespace"], c["status"], c["shape"], c.get("node", ""), devices,
+                      local_time(c.get("submitted_at")), why)
     Console().print(table)
 
 
@@ -126,8 +159,11 @@ def _show(data: dict, as_json: bool) -> None:
         print_json(data)
         return
     typer.echo(f"{data['claim_id']}  {data['status']}  {data.get('shape', '')}")
+    if data.get("submitted_at"):
+        allocated = f", allocated {local_time(data['allocated_at'])}" if data.get("allocated_at") else ""
+        typer.echo(f"  submitted {local_time(data['submitted_at'])}{allocated}")
     if data.get("node"):
-        devices = ", ".join(f"{d['index']} ({d['uuid']})" for d in data.get("devices", []))
+        devices = ", ".join(_device(d) for d in data.get("devices", []))
         typer.echo(f"  node {data['node']}: {devices}")
     for key, value in data.get("env", {}).items():
         typer.echo(f"  {key}={value}")
@@ -135,6 +171,11 @@ def _show(data: dict, as_json: bool) -> None:
         typer.echo(f"  - {reason['message']}")
     if data.get("end_reason"):
         typer.echo(f"  ended: {data['end_reason']}")
+
+
+def _device(d: dict) -> str:
+    island = f", {d['island']}" if d.get("island") else ""
+    return f"{d['index']} ({d['uuid']}{island})"
 
 
 def register(app: typer.Typer) -> None:

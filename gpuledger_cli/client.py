@@ -3,22 +3,54 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
+from datetime import datetime
 from typing import Any
 
 import msgspec
 import typer
 
-from shared.telemetry import inject_headers, setup_tracing, tracer
+from gpuledger_cli.stack_env import read_env
 
+# Imports here are kept light on purpose: `gpuledger --help` and `gpuledger claim get` must answer
+# at once, so nats-py, OpenTelemetry and the services load only inside the functions that use them.
+
+DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
 NatsUrl = typer.Option(None, "--nats-url", envvar="GPULEDGER_NATS_URL",
-                       help="NATS server URL (default nats://127.0.0.1:4222; env GPULEDGER_NATS_URL)")
+                       help="NATS server URL (default: env GPULEDGER_NATS_URL, else the URL the last "
+                            "`gpuledger up` wrote to .gpuledger/env, else nats://127.0.0.1:4222)")
 
 
 def nats_url(value: str | None) -> str:
-    return value or os.environ.get("GPULEDGER_NATS_URL") or "nats://127.0.0.1:4222"
+    """The option, the environment, the running `up`'s env file, the NATS default: first found."""
+    return (value or os.environ.get("GPULEDGER_NATS_URL") or read_env().get("GPULEDGER_NATS_URL")
+            or DEFAULT_NATS_URL)
+
+
+def tracing_wanted() -> bool:
+    """Whether spans would go anywhere: without an exporter configured the CLI does not even load
+    OpenTelemetry (its SDK costs about 0.1 s of CPU to import, a command's whole budget)."""
+    if "shared.telemetry" in sys.modules:  # this process traces already (a service, a test): join it
+        return True
+    kind = os.environ.get("OTEL_TRACES_EXPORTER", "").lower()
+    return kind not in ("", "none") or bool(
+        os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+
+
+@contextlib.contextmanager
+def cli_span(name: str):
+    """A span around one CLI request and the trace headers to send with it ({} when not tracing)."""
+    if not tracing_wanted():
+        yield {}
+        return
+    from shared.telemetry import inject_headers, setup_tracing, tracer
+
+    setup_tracing("cli")
+    with tracer().start_as_current_span(name):
+        yield inject_headers()
 
 
 def die(message: str, code: int = 1) -> None:
@@ -46,25 +78,70 @@ async def connect_or_die(url: str):
 async def request(url: str, subject: str, payload: Any, timeout: float = 10.0, service: str = "") -> Any:
     """Send a command (a dict, bytes or a msgspec Command); return its data, or exit with the
     service's error message."""
-    setup_tracing("cli")
-    nc = await connect_or_die(url)
+    conn = await open_requester(url)
     try:
-        body = payload if isinstance(payload, bytes) else msgspec.json.encode(payload)
-        with tracer().start_as_current_span(f"cli {subject}"):
-            try:
-                msg = await nc.request(subject, body, timeout=timeout, headers=inject_headers())
-            except Exception as err:
-                who = f"the {service} service" if service else "the service"
-                die(f"no answer on {subject} within {timeout:g}s ({type(err).__name__}). "
-                    f"Is {who} running?")
-        reply = msgspec.json.decode(msg.data)
+        return await ask(conn, subject, payload, timeout, service)
     finally:
-        await nc.close()
+        await conn.close()
+
+
+async def open_requester(url: str):
+    """A connection for requests: the light core-protocol client (`natsreq`) for plain nats://
+    URLs, nats-py for anything it does not do (TLS, nkeys). Exits with a clear message when no
+    server answers or it refuses the credentials."""
+    from gpuledger_cli.natsreq import NatsError, Requester, Unsupported
+
+    try:
+        return await Requester.open(url)
+    except Unsupported:
+        return _NatsPy(await connect_or_die(url))
+    except NatsError as err:
+        die(f"NATS at {url} refused the connection ({err}). Use the GPULEDGER_NATS_URL line "
+            "`gpuledger up` printed, or your deployment's ops user.")
+    except (ConnectionError, OSError) as err:
+        die(f"cannot reach NATS at {url} ({err}). Is `gpuledger up` running? "
+            "Set --nats-url or GPULEDGER_NATS_URL.")
+
+
+class _NatsPy:
+    """nats-py behind the same two calls as `natsreq.Requester`."""
+
+    def __init__(self, nc):
+        self.nc = nc
+
+    async def request(self, subject: str, payload: bytes, timeout: float, headers=None) -> bytes:
+        return (await self.nc.request(subject, payload, timeout=timeout, headers=headers)).data
+
+    async def close(self) -> None:
+        await self.nc.close()
+
+
+async def ask(conn, subject: str, payload: Any, timeout: float = 10.0, service: str = "") -> Any:
+    """One request on an open connection (`open_requester`): its data, or exit with the service's
+    error message."""
+    body = payload if isinstance(payload, bytes) else msgspec.json.encode(payload)
+    with cli_span(f"cli {subject}") as headers:
+        try:
+            data = await conn.request(subject, body, timeout, headers or None)
+        except Exception as err:
+            if "permission" in str(err).lower():
+                die(f"NATS refused this user: {err}. Use the ops user's URL.")
+            who = f"the {service} service" if service else "the service"
+            why = str(err) or type(err).__name__
+            die(f"no answer on {subject} within {timeout:g}s ({why}). Is {who} running?")
+    reply = msgspec.json.decode(data)
     if not reply.get("ok"):
         error = reply.get("error") or {}
         field = f" (field {error['field']})" if error.get("field") else ""
         die(f"{error.get('code', 'error')}: {error.get('message', reply)}{field}")
     return reply.get("data")
+
+
+def local_time(epoch: float | None, precision: str = "seconds") -> str:
+    """A log time (epoch seconds) as local ISO 8601 with its offset, e.g. 2026-11-03T14:02:11+01:00."""
+    if not epoch:
+        return ""
+    return datetime.fromtimestamp(epoch).astimezone().isoformat(timespec=precision)
 
 
 def run(coro):

@@ -1,10 +1,19 @@
-"""The table of CLI areas: each module exposes `register(app)`; missing ones are skipped."""
+"""The table of CLI areas: each module exposes `register(app)`; missing ones are skipped.
+
+Commands load lazily: `gpuledger --help` lists `COMMANDS` (name, module, one help line) without
+importing any area, and `gpuledger claim get` imports only `gpuledger_cli.claims`. Importing every
+area eagerly pulled in faststream, OpenTelemetry, SQLAlchemy and nats-py: about 2 s of CPU before
+anything was printed. An area in `AREAS` that `COMMANDS` does not list still works (it is
+imported eagerly, as before); tests/ops_ux/test_cli_lazy.py says what line to add.
+"""
 
 from __future__ import annotations
 
 import importlib
 
 import typer
+from typer import _click as click  # typer 0.29 vendors click; its groups are these classes
+from typer.core import TyperCommand, TyperGroup
 
 AREAS = (
     "gpuledger_cli.up",
@@ -23,13 +32,86 @@ AREAS = (
     "gpuledger_cli.whatif",
 )
 
+# top-level command -> (its module, the help line `gpuledger --help` shows for it)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "up": ("gpuledger_cli.up", "Run NATS (embedded by default), all five services and, with --demo, "
+                               "simulated nodes."),
+    "claim": ("gpuledger_cli.claims", "Submit and manage GPU claims."),
+    "events": ("gpuledger_cli.events", "Read the event log."),
+    "schemas": ("gpuledger_cli.schemas_cmd", "The event and command contract as JSON Schema."),
+    "service": ("gpuledger_cli.services_cmd", "Run one service in the foreground (reads GPULEDGER_* "
+                                              "settings from the environment)."),
+    "quota": ("gpuledger_cli.quota", "Namespace GPU quotas and cohort trees: limits, status, alerts, "
+                                     "borrowing, reconciliation, drift."),
+    "pool": ("gpuledger_cli.pools", "GPU pools (Deckhouse-style): validated, immutable but for access."),
+    "webhook": ("gpuledger_cli.webhook", "The pod admission webhook on Kubernetes."),
+    "endpoint": ("gpuledger_cli.endpoints", "Serverless endpoints: workers are claims the autoscaler "
+                                            "adds and releases."),
+    "node": ("gpuledger_cli.nodes", "Node agents: GPU discovery (NVML), the agent process, simulated "
+                                    "faults."),
+    "projection": ("gpuledger_cli.projection", "The SQL read models: status and rebuilds."),
+    "state": ("gpuledger_cli.projection", "The allocator's state at any point of the log."),
+    "bench": ("gpuledger_cli.bench", "Benchmarks (figures are wall clock on this machine)."),
+    "simulate": ("gpuledger_cli.simulate", "Run the allocator's decision core over a trace with the "
+                                           "FGD paper's one-pass protocol."),
+    "whatif": ("gpuledger_cli.whatif", "Replay the log's claims, releases and hardware facts; at "
+                                       "every recorded decision point let the allocator decide with "
+                                       "these settings instead; compare with what happened."),
+}
+
+
+def import_area(module_name: str):
+    """The area's module, or None when it is not built (yet); any other import error is real."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        if err.name == module_name:
+            return None
+        raise
+
+
+def commands_of(module_name: str) -> dict[str, click.Command]:
+    """The click commands an area's `register(app)` adds, by top-level name."""
+    module = import_area(module_name)
+    if module is None:
+        return {}
+    scratch = typer.Typer()
+    module.register(scratch)
+    return dict(typer.main.get_group(scratch).commands)
+
+
+class _Listed(TyperCommand):
+    """What `--help` shows for a command not loaded yet: its name and help line, nothing else."""
+
+    def __init__(self, name: str, help_line: str):
+        super().__init__(name, help=help_line, short_help=help_line, rich_markup_mode=None)
+
+
+class LazyGroup(TyperGroup):
+    """Lists `COMMANDS` from the table; loads an area when one of its commands runs."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(COMMANDS))
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        loaded = super().get_command(ctx, name)
+        if loaded is not None or name not in COMMANDS:
+            return loaded
+        return _Listed(name, COMMANDS[name][1])
+
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        name = args[0] if args else ""
+        if name in COMMANDS and name not in self.commands:
+            self.commands.update(commands_of(COMMANDS[name][0]))
+        return super().resolve_command(ctx, args)
+
 
 def register(app: typer.Typer) -> None:
+    """Areas the table lists load when used; any other area registers now."""
+    listed = {module for module, _help in COMMANDS.values()}
     for name in AREAS:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as err:
-            if err.name == name:  # the area is not built yet; anything else is a real error
-                continue
-            raise
-        module.register(app)
+        if name in listed:
+            continue
+        module = import_area(name)
+        if module is not None:
+            module.register(app)

@@ -26,18 +26,18 @@ def register(app: typer.Typer) -> None:
 def create(
     name: Optional[str] = typer.Argument(None, help="Endpoint name (or give -f)."),
     file: Optional[Path] = typer.Option(None, "-f", "--file", help="EndpointSpec as JSON ('-': stdin)."),
-    namespace: str = typer.Option("default", "--namespace", "-n"),
+    namespace: str = typer.Option("default", "--namespace", "-n", help="namespace its workers are charged to"),
     gpus: str = typer.Option("any", "--gpus", help="GPU groups in priority order, e.g. "
                              "HOPPER_141,ADA_80_PRO; 'any' for every group."),
     cuda: str = typer.Option("", "--cuda", help="Allowed CUDA versions, e.g. 12.4,12.8."),
-    gpus_per_worker: int = typer.Option(1, "--gpus-per-worker"),
-    workers_min: int = typer.Option(0, "--workers-min"),
-    workers_max: int = typer.Option(3, "--workers-max"),
+    gpus_per_worker: int = typer.Option(1, "--gpus-per-worker", help="GPUs each worker claims"),
+    workers_min: int = typer.Option(0, "--workers-min", help="workers kept even when idle"),
+    workers_max: int = typer.Option(3, "--workers-max", help="most workers the autoscaler adds"),
     scaler: str = typer.Option("QUEUE_DELAY", "--scaler", help="QUEUE_DELAY or REQUEST_COUNT."),
     scaler_value: int = typer.Option(4, "--scaler-value", help="Seconds of queue delay, or requests "
                                      "per minute per worker."),
     idle_timeout: float = typer.Option(5.0, "--idle-timeout", help="Seconds a worker may idle."),
-    priority: int = typer.Option(0, "--priority"),
+    priority: int = typer.Option(0, "--priority", help="priority of its worker claims"),
     as_json: bool = JSON,
     nats_url: str = nats_url_option(),
 ) -> None:
@@ -58,14 +58,15 @@ def create(
 
 
 @endpoint_app.command("delete")
-def delete(name: str, as_json: bool = JSON, nats_url: str = nats_url_option()) -> None:
+def delete(name: str = typer.Argument(..., help="the endpoint's name"), as_json: bool = JSON, nats_url: str = nats_url_option()) -> None:
     """Delete an endpoint and release its workers."""
     data = send(nats_url, subjects.command("endpoint.delete"), DeleteEndpoint(name=name), SERVICE)
     show(data, as_json, lambda d: f"endpoint {d['endpoint']} deleted, released {len(d['released'])} worker(s)")
 
 
 @endpoint_app.command("load")
-def load(name: str, queued: int = typer.Option(..., "--queued"),
+def load(name: str = typer.Argument(..., help="the endpoint's name"),
+         queued: int = typer.Option(..., "--queued", help="requests waiting now"),
          oldest_wait: float = typer.Option(0.0, "--oldest-wait", help="Seconds the oldest request waited."),
          rpm: float = typer.Option(0.0, "--rpm", help="Requests per minute."),
          as_json: bool = JSON, nats_url: str = nats_url_option()) -> None:
@@ -76,13 +77,13 @@ def load(name: str, queued: int = typer.Option(..., "--queued"),
 
 
 @endpoint_app.command("get")
-def get(name: str, as_json: bool = JSON, nats_url: str = nats_url_option()) -> None:
+def get(name: str = typer.Argument(..., help="the endpoint's name"), as_json: bool = JSON, nats_url: str = nats_url_option()) -> None:
     """An endpoint's spec, load, workers and last scaling step."""
     show(send(nats_url, subjects.query("endpoint.get"), GetEndpoint(name=name), SERVICE), as_json, _render)
 
 
 @endpoint_app.command("list")
-def list_endpoints(namespace: str = typer.Option("", "--namespace", "-n"), as_json: bool = JSON,
+def list_endpoints(namespace: str = typer.Option("", "--namespace", "-n", help="only this namespace"), as_json: bool = JSON,
                    nats_url: str = nats_url_option()) -> None:
     """Every endpoint (of one namespace with -n)."""
     data = send(nats_url, subjects.query("endpoint.list"), ListEndpoints(namespace=namespace), SERVICE)

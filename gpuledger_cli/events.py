@@ -85,10 +85,12 @@ def replay(from_seq: int = typer.Option(1, "--from-seq", help="first sequence to
 
 
 @events_app.command("tail")
-def tail(from_seq: Optional[int] = typer.Option(None, "--from-seq"),
+def tail(from_seq: Optional[int] = typer.Option(None, "--from-seq", help="start at this sequence "
+                                               "instead of the last few events"),
          last: int = typer.Option(10, "--last", help="events before now to show first"),
-         subject: Optional[str] = typer.Option(None, "--subject"),
-         as_json: bool = typer.Option(False, "--json"), url: Optional[str] = NatsUrl) -> None:
+         subject: Optional[str] = typer.Option(None, "--subject", help="filter, e.g. gpu.evt.claim.>"),
+         as_json: bool = typer.Option(False, "--json", help="one JSON object per line"),
+         url: Optional[str] = NatsUrl) -> None:
     """Follow the log live (Ctrl-C to stop)."""
     try:
         asyncio.run(_tail(nats_url(url), from_seq, last, subject, as_json))

@@ -16,7 +16,8 @@ node_app = typer.Typer(help="Node agents: GPU discovery (NVML), the agent proces
                        no_args_is_help=True)
 
 NATS_URL = typer.Option(None, "--nats-url", envvar="GPULEDGER_NATS_URL",
-                        help="NATS URL (default: GPULEDGER_NATS_URL or nats://127.0.0.1:4222)")
+                        help="NATS URL (default: env GPULEDGER_NATS_URL, else the URL the last "
+                             "`gpuledger up` wrote to .gpuledger/env, else nats://127.0.0.1:4222)")
 
 
 def register(app: typer.Typer) -> None:
@@ -100,9 +101,10 @@ def agent_cmd(
                                       help="simulated fleet: no fake process per bound claim"),
 ) -> None:
     """Run the node agent: real NVML by default, `--fleet SPEC` for a simulated fleet."""
+    from gpuledger_cli.client import nats_url as resolve_url
     from services.node_agent.app import main
 
-    argv = (["--fleet", fleet] if fleet else []) + (["--nats-url", nats_url] if nats_url else [])
+    argv = (["--fleet", fleet] if fleet else []) + ["--nats-url", resolve_url(nats_url)]
     argv += (["--node", node] if node else []) + (["--no-workloads"] if no_workloads else [])
     raise typer.Exit(main(argv))
 
@@ -130,8 +132,8 @@ def process_cmd(
     index: int = typer.Argument(..., help="GPU index"),
     pid: int = typer.Argument(..., help="the fake process id"),
     mig_index: int = typer.Option(-1, "--mig-index", help="MIG instance on that GPU"),
-    used_mib: int = typer.Option(1024, "--used-mib"),
-    utilization: int = typer.Option(50, "--utilization"),
+    used_mib: int = typer.Option(1024, "--used-mib", help="GPU memory the process uses, MiB"),
+    utilization: int = typer.Option(50, "--utilization", help="GPU utilization it causes, percent"),
     stop: bool = typer.Option(False, "--stop", help="end the process instead"),
     nats_url: str = NATS_URL,
 ) -> None:
@@ -144,9 +146,9 @@ def process_cmd(
 
 
 def _request(subject: str, body: dict, nats_url: str | None) -> None:
-    from shared.settings import Settings
+    from gpuledger_cli.client import nats_url as resolve_url
 
-    url = nats_url or Settings().nats_url
+    url = resolve_url(nats_url)  # the option, the variable, or the running `up`'s env file
     try:
         answer = asyncio.run(_ask(url, subject, body))
     except Exception as err:  # no server, no responder: say which

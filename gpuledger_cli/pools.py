@@ -55,7 +55,7 @@ def apply(file: Path = FILE, as_json: bool = JSON, nats_url: str = nats_url_opti
 
 
 @pool_app.command("render")
-def render(name: str,
+def render(name: str = typer.Argument(..., help="the pool's name"),
            namespace: str = typer.Option("gpuledger", "--namespace", "-n", help="Namespace of the "
                                          "device-plugin and MIG manager ConfigMaps."),
            claim_namespace: list[str] = typer.Option([], "--claim-namespace", help="dra pools: "
@@ -74,7 +74,7 @@ def render(name: str,
 
 
 @pool_app.command("ignore")
-def ignore(node: str, device: str = typer.Argument(..., help="UUID, <index> or <index>:<mig index>."),
+def ignore(node: str = typer.Argument(..., help="the node the device is on"), device: str = typer.Argument(..., help="UUID, <index> or <index>:<mig index>."),
            reason: str = typer.Option("", "--reason", help="Why (shown with the device)."),
            undo: bool = typer.Option(False, "--undo", help="Give the device back instead."),
            as_json: bool = JSON, nats_url: str = nats_url_option()) -> None:
@@ -93,14 +93,14 @@ def update(file: Path = FILE, as_json: bool = JSON, nats_url: str = nats_url_opt
 
 
 @pool_app.command("delete")
-def delete(name: str, as_json: bool = JSON, nats_url: str = nats_url_option()) -> None:
+def delete(name: str = typer.Argument(..., help="the pool's name"), as_json: bool = JSON, nats_url: str = nats_url_option()) -> None:
     """Delete a pool; refused while any of its devices is allocated."""
     data = send(nats_url, subjects.command("pool.delete"), DeletePool(name=name), SERVICE)
     show(data, as_json, lambda d: f"pool {d['pool']} deleted")
 
 
 @pool_app.command("get")
-def get(name: str, as_json: bool = JSON, nats_url: str = nats_url_option()) -> None:
+def get(name: str = typer.Argument(..., help="the pool's name"), as_json: bool = JSON, nats_url: str = nats_url_option()) -> None:
     """A pool's spec, the devices it selects and its allocations."""
     show(send(nats_url, subjects.query("pool.get"), GetPool(name=name), SERVICE), as_json, _render_pool)
 

@@ -91,7 +91,7 @@ async def _open_log(url: str):
 
 @projection_app.command("status")
 def status(db: Optional[str] = DbUrl, schema: Optional[str] = Schema,
-           as_json: bool = typer.Option(False, "--json"), url: Optional[str] = NatsUrl) -> None:
+           as_json: bool = typer.Option(False, "--json", help="print JSON instead of text"), url: Optional[str] = NatsUrl) -> None:
     """The projection's position against the stream's last sequence, and its row counts."""
     db_url = db or Settings().database_url
     engine = _engine(db_url, schema)
@@ -155,7 +155,7 @@ def rebuild_cmd(
                                              help="project what the log held at this time "
                                                   "(ISO 8601 or unix seconds)"),
     batch: int = typer.Option(5000, "--batch", min=1, help="events per transaction"),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON instead of text"),
     url: Optional[str] = NatsUrl,
 ) -> None:
     """Drop and recreate the read models, then replay the log into them (up to a point)."""
@@ -203,7 +203,7 @@ def state_at_cmd(
     seq: Optional[int] = typer.Option(None, "--seq", help="fold events 1..SEQ"),
     when: Optional[str] = typer.Option(None, "--time", help="fold what the log held at this time "
                                                              "(ISO 8601 or unix seconds)"),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON instead of text"),
     url: Optional[str] = NatsUrl,
 ) -> None:
     """Rebuild the allocator's state at a sequence or a time: nodes, devices in use, claims, usage."""

@@ -1,8 +1,10 @@
 """`gpuledger up`: the whole system on one machine, for a demo or development.
 
-A real nats-server (unless --nats-url), the streams, every service as its own process, and
-simulated node agents with --demo. Prints `GPULEDGER_NATS_URL=...` on stdout when ready; SIGINT or
-SIGTERM stops everything it started. Data stays in the data folder for the next start.
+A real nats-server (unless --nats-url), the streams, every service as its own process, simulated
+node agents with --demo, and the dashboard (which also serves the merged /metrics). Prints
+`GPULEDGER_NATS_URL=...`, `GPULEDGER_METRICS=...` and `GPULEDGER_DASHBOARD=...` on stdout when
+ready (and keeps them in DATA_DIR/env for the CLI); SIGINT or SIGTERM stops everything it started.
+Data and ports (DATA_DIR/ports.json) stay in the data folder for the next start.
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ from typing import Optional
 
 import typer
 
+from gpuledger_cli import up_web
+from gpuledger_cli.ports import PortBook
 from gpuledger_cli.services_cmd import SERVICES
+from gpuledger_cli.stack_env import write_env
 from shared.natsserver import NatsServerError, start_nats_server
 from shared.service import READY_SUBJECT
 
@@ -61,11 +66,19 @@ def _available_services() -> list[str]:
     return [name for name, module in SERVICES.items() if importlib.util.find_spec(module) is not None]
 
 
-def _children(services: list[str], env: dict[str, str], log_dir: Path, fleet: str | None) -> list[Child]:
+def _children(services: list[str], env: dict[str, str], log_dir: Path, fleet: str | None,
+              book: PortBook, dashboard: bool = True) -> list[Child]:
+    """Every service, the simulated agents (--demo) and the dashboard; each serves /metrics on a
+    port of its own, which the dashboard merges into one scrape endpoint."""
     exe = sys.executable
-    children = [Child(s, [exe, "-m", "gpuledger_cli.main", "service", s], env, log_dir) for s in services]
+    children = [Child(s, [exe, "-m", "gpuledger_cli.main", "service", s],
+                      env | up_web.metrics_port_env(book, s), log_dir) for s in services]
     if fleet:
-        children.append(Child("node-agents", [exe, "-m", "services.node_agent", "--fleet", fleet], env, log_dir))
+        children.append(Child("node-agents", [exe, "-m", "services.node_agent", "--fleet", fleet],
+                              env | up_web.metrics_port_env(book, "node-agents"), log_dir))
+    if dashboard:
+        argv, web_env = up_web.dashboard_command(book, [c.name for c in children])
+        children.append(Child(up_web.DASHBOARD, argv, env | web_env, log_dir))
     return children
 
 
@@ -115,10 +128,16 @@ def register(app: typer.Typer) -> None:
            nats_url: Optional[str] = typer.Option(None, "--nats-url", help="use this NATS server instead "
                                                   "of starting one"),
            fleet: str = typer.Option(DEFAULT_FLEET, "--fleet", help="simulated fleet for --demo"),
-           port: int = typer.Option(0, "--port", help="port for the embedded nats-server (0: a free one)"),
-           ready_timeout: float = typer.Option(90.0, "--ready-timeout")) -> None:
+           port: int = typer.Option(0, "--port", help="client port of the embedded nats-server (default: "
+                                    "the one the last start used, kept in DATA_DIR/ports.json, else a "
+                                    "free one); remembered for the next start"),
+           ready_timeout: float = typer.Option(90.0, "--ready-timeout", help="seconds to wait for every "
+                                               "service (and demo node) to be ready"),
+           dashboard: bool = typer.Option(True, "--dashboard/--no-dashboard", help="run the dashboard, "
+                                          "which also serves the one /metrics of the stack (off: "
+                                          "benchmarks that count every process's CPU)")) -> None:
         """Run NATS (embedded by default), all five services and, with --demo, simulated nodes."""
-        _run_up(demo, data_dir, nats_url, fleet, port or None, ready_timeout)
+        _run_up(demo, data_dir, nats_url, fleet, port or None, ready_timeout, dashboard)
 
 
 def _expected_nodes(fleet: str) -> int:
@@ -131,14 +150,15 @@ def _expected_nodes(fleet: str) -> int:
 
 
 def _run_up(demo: bool, data_dir: Path, nats_url: str | None, fleet: str, port: int | None,
-            ready_timeout: float) -> None:
+            ready_timeout: float, dashboard: bool = True) -> None:
     data_dir = data_dir.resolve()
     log_dir = data_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     server = None
+    book = PortBook(data_dir)
     if nats_url is None:
         try:
-            server = start_nats_server(data_dir / "nats", port=port)
+            server = start_nats_server(data_dir / "nats", port=book.take("nats", port))
         except NatsServerError as err:
             _say(f"cannot start nats-server: {err}")
             raise typer.Exit(1)
@@ -147,7 +167,10 @@ def _run_up(demo: bool, data_dir: Path, nats_url: str | None, fleet: str, port: 
     env = dict(os.environ, GPULEDGER_NATS_URL=nats_url, GPULEDGER_DATA_DIR=str(data_dir),
                PYTHONUNBUFFERED="1")
     services = _available_services()
-    children = _children(services, env, log_dir, fleet if demo else None)
+    children = _children(services, env, log_dir, fleet if demo else None, book, dashboard)
+    book.save()
+    for change in book.changed:
+        _say(change)
     stop = {"now": False}
 
     def on_signal(signum, frame) -> None:
@@ -160,11 +183,16 @@ def _run_up(demo: bool, data_dir: Path, nats_url: str | None, fleet: str, port: 
         want = _expected_nodes(fleet) if demo else 0
         try:
             asyncio.run(_start_and_wait(children, nats_url, services, want, ready_timeout))
+            if dashboard:
+                home = up_web.printed_lines(book)[1][1]
+                asyncio.run(up_web.wait_http(f"{home}healthz", ready_timeout))
         except Exception as err:
             _say(f"{err}; see the logs in {log_dir}")
             raise typer.Exit(1)
-        sys.stdout.write(f"GPULEDGER_NATS_URL={nats_url}\n")
+        lines = [("GPULEDGER_NATS_URL", nats_url), *(up_web.printed_lines(book) if dashboard else [])]
+        sys.stdout.writelines(f"{name}={value}\n" for name, value in lines)
         sys.stdout.flush()
+        _say(f"these lines are also in {write_env(data_dir, lines)}: the CLI reads the URL from there")
         _supervise(children, stop)
     finally:
         _say("stopping")

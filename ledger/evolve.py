@@ -436,7 +436,8 @@ def _apply_allocated(state: State, d: ev.ClaimAllocated, journal: Journal | None
     claim.limit_tflops, claim.limit_vram_mib = d.limit_tflops, d.limit_vram_mib
     claim.borrowed_from = d.borrowed_from
     allocate(state, claim, d.grants, node_name, d.at, journal)
-    claim.trail.append((d.at, "allocated", node_name, d.policy))
+    # the allocator's own words on why here (score, NVLink island): `claim explain` shows them
+    claim.trail.append((d.at, "allocated", node_name, d.policy, d.explain))
     return True
 
 

@@ -154,7 +154,20 @@ class Claim:
     @property
     def history(self) -> list[str]:
         """Short lines for `claim explain`: when it was submitted, then each step of the trail."""
-        return [f"{self.submitted_at:.3f} submitted", *map(history_line, self.trail)]
+        return [f"{at:.3f} {text}" for at, text in self.timeline]
+
+    @property
+    def timeline(self) -> list[tuple[float, str]]:
+        """(time, what happened) from the submit on: clients format the time as they show it."""
+        return [(self.submitted_at, "submitted"), *((e[0], trail_text(e)) for e in self.trail)]
+
+    @property
+    def placement(self) -> list[str]:
+        """Why the allocator put the claim where it is (its score, the NVLink island), if placed."""
+        for entry in reversed(self.trail):
+            if entry[1] == "allocated":
+                return list(entry[4]) if len(entry) > 4 else []
+        return []
 
     @property
     def holds_devices(self) -> bool:
@@ -173,9 +186,9 @@ _HISTORY_LINES = {
 }
 
 
-def history_line(entry: tuple) -> str:
-    at, kind, *details = entry
-    return f"{at:.3f} " + _HISTORY_LINES[kind].format(*details)
+def trail_text(entry: tuple) -> str:
+    _at, kind, *details = entry  # format() ignores details its line does not name (placement)
+    return _HISTORY_LINES[kind].format(*details)
 
 
 @dataclass(slots=True)

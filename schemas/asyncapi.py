@@ -67,6 +67,8 @@ REQUESTS = (
     (subjects.command("claim.activity"), "ReportActivity", "report a claim in use (keeps it from going stale)"),
     (subjects.query("claim.get"), "GetClaim", "a claim's current view"),
     (subjects.query("claim.explain"), "GetClaim", "a claim's view with its history and reasons"),
+    (subjects.query("claim.resolve"), "GetClaim", "the one whole claim id a typed id or unique prefix names "
+                                                  "(ambiguous: an error listing the candidates)"),
     (subjects.query("claim.list"), "ListClaims", "claims by namespace and status"),
     (subjects.query("cluster.summary"), "Query", "counts of nodes, devices and claims by status"),
     (subjects.query("allocator.status"), "Query", "the allocator's position and queue"),

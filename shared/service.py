@@ -14,6 +14,7 @@ from faststream.nats import NatsBroker
 from nats.aio.client import Client
 
 from shared.jetstream import JetStreamEventLog, ensure_streams
+from shared.metrics import Metrics
 from shared.settings import Settings
 
 log = logging.getLogger("gpuledger")
@@ -29,6 +30,7 @@ class ServiceContext:
     log: JetStreamEventLog | None = None
     tasks: list[asyncio.Task] = field(default_factory=list)
     on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    metrics: Metrics = field(default_factory=Metrics)  # served when settings.metrics_port is set
 
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str = "") -> asyncio.Task:
         """A background loop that lives as long as the service; a crash in it stops the service."""
@@ -86,6 +88,10 @@ async def serve(name: str, settings: Settings, build: Builder) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     ctx = await start_service(name, settings, build)
+    if settings.metrics_port:
+        metrics_server = await ctx.metrics.serve(settings.metrics_port, settings.metrics_host)
+        ctx.on_stop.append(_closer(metrics_server))
+        log.info("%s: metrics on http://%s:%d/metrics", name, settings.metrics_host, settings.metrics_port)
     log.info("%s ready", name)
     await ctx.nc.publish(f"{READY_SUBJECT}.{name}", b"")  # `gpuledger up` waits for these
     waiter = asyncio.create_task(stop.wait())
@@ -97,3 +103,11 @@ async def serve(name: str, settings: Settings, build: Builder) -> None:
     finally:
         waiter.cancel()
         await stop_service(ctx)
+
+
+def _closer(server) -> Callable[[], Awaitable[None]]:
+    async def close() -> None:
+        server.close()
+        await server.wait_closed()
+
+    return close

@@ -13,6 +13,7 @@ from shared.commands import command
 from shared.service import ServiceContext
 
 from services.allocator.loop import Allocator
+from services.allocator.metrics import instrument
 from services.allocator.node_records import record_of
 from services.allocator.node_writer import NodeRecordWriter
 from services.allocator.snapshots import load_snapshot, save_snapshot
@@ -34,6 +35,7 @@ async def build(ctx: ServiceContext) -> None:
     ctx.spawn(_write_node_records(allocator, writer), "allocator-node-records")
     ctx.spawn(_snapshot_forever(js, allocator, ctx.settings.snapshot_every), "allocator-snapshot")
     ctx.allocator = allocator  # type: ignore[attr-defined]  # for in-process tests
+    instrument(ctx.metrics, allocator, ctx.log.last_seq)
 
     async def status(_: Query):
         s = allocator.state

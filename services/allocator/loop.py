@@ -80,6 +80,8 @@ class Allocator:
         self.memo: dict = {}  # placement scores per node view, kept across passes
         self.failed_at: dict = {}  # claim -> capacity epoch it last failed at
         self.reclaiming: asyncio.Task | None = None  # frees the claims a catch-up dropped
+        # called after each decision pass with (seconds, decisions): the metrics' one hook per pass
+        self.on_pass: Callable[[float, int], None] | None = None
         # the writer of each node's record of live claims (schemas.grants), when there is one:
         # told which nodes every event folded live touches
         self.node_records = None
@@ -161,7 +163,10 @@ class Allocator:
 
     async def decide_once(self, timers: bool = True) -> int:
         """One pass: decide, append fenced, wait to see it folded. Returns decisions stored."""
+        started = time.perf_counter()
         decisions = decide(self.state, self.context(timers))
+        if self.on_pass is not None:
+            self.on_pass(time.perf_counter() - started, len(decisions))
         if not decisions:
             return 0
         batch = ev.DecisionBatch(decisions=decisions, allocator=self.name,

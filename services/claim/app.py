@@ -3,6 +3,7 @@ and the claim queries (get, list, explain), answered from its own fold of the lo
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 
@@ -16,6 +17,8 @@ from shared.telemetry import inject_headers
 
 from ledger.follower import Follower
 from services.claim.intake import consume_intake, wait_intake_drained
+from services.claim.lookup import Unresolved, claim_with_prefix
+from services.claim.metrics import instrument
 from services.claim.outcomes import OutcomeWriter
 from services.claim.validation import ClaimInvalid, validate_claim
 from services.claim.views import claim_view, explain_view
@@ -32,6 +35,7 @@ class ClaimService:
         self.rejected: dict[str, ev.ClaimRejected] = {}  # intake refusals, by claim id
         self.follower.listeners.append(self._remember_rejections)
         self.intake_drained = None  # async () -> None: set where the durable intake is consumed
+        self.on_intake_batch = None  # (size) -> None: the intake batch size histogram, when served
 
     def _remember_rejections(self, seq: int, subject: str, event: ev.Event) -> None:
         if isinstance(event, ev.ClaimRejected) and event.claim_id:
@@ -118,6 +122,16 @@ class ClaimService:
 
     # --- queries -------------------------------------------------------------------------------
 
+    async def resolve(self, given: str) -> str:
+        """The full id of the claim `given` names: its whole id or a prefix only it has."""
+        await self.catch_up_to(given)  # an id submitted a moment ago counts, as for `get`
+        if given in self.state.claims or given in self.rejected:
+            return given
+        try:
+            return claim_with_prefix(given, itertools.chain(self.state.claims, self.rejected))
+        except Unresolved as err:
+            raise DomainError(err.code, err.message, "claim_id")
+
     def _claim(self, claim_id: str):
         claim = self.state.claims.get(claim_id)
         if claim is None:
@@ -127,7 +141,7 @@ class ClaimService:
     def view(self, claim_id: str) -> dict:
         claim = self.state.claims.get(claim_id)
         if claim is not None:
-            return claim_view(claim)
+            return claim_view(claim, self.state.units)
         rejected = self.rejected.get(claim_id)
         if rejected is not None:
             return {"claim_id": claim_id, "status": "rejected", "end_reason": rejected.code,
@@ -137,7 +151,7 @@ class ClaimService:
     def explain(self, claim_id: str) -> dict:
         if claim_id in self.rejected and claim_id not in self.state.claims:
             return self.view(claim_id)
-        return explain_view(self._claim(claim_id))
+        return explain_view(self._claim(claim_id), self.state.units)
 
     def list(self, namespace: str, status: str, limit: int) -> list[dict]:
         found = []
@@ -173,6 +187,9 @@ def register_handlers(ctx: ServiceContext, service: ClaimService) -> None:
         await service.catch_up_to(c.claim_id)
         return cmd.ok(service.explain(c.claim_id))
 
+    async def resolve(c: cmd.GetClaim):
+        return cmd.ok({"claim_id": await service.resolve(c.claim_id)})
+
     async def list_claims(c: cmd.ListClaims):
         return cmd.ok(service.list(c.namespace, c.status, c.limit))
 
@@ -183,6 +200,7 @@ def register_handlers(ctx: ServiceContext, service: ClaimService) -> None:
     command(b, subjects.query("claim.get"), cmd.GetClaim, get)
     command(b, subjects.query("claim.explain"), cmd.GetClaim, explain)
     command(b, subjects.query("claim.list"), cmd.ListClaims, list_claims)
+    command(b, subjects.query("claim.resolve"), cmd.GetClaim, resolve)
     command(b, subjects.query("cluster.summary"), cmd.Query, lambda _: _summary(service))
 
 
@@ -200,6 +218,7 @@ async def build(ctx: ServiceContext) -> None:
     service = ClaimService(ctx.log)
     ctx.claims = service  # type: ignore[attr-defined]  # for in-process tests
     register_handlers(ctx, service)
+    instrument(ctx.metrics, service, ctx.log.last_seq)
     try:
         from services.claim.endpoints import register_endpoints
     except ImportError:  # serverless endpoints are optional in a trimmed build

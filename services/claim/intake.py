@@ -39,6 +39,8 @@ async def consume_intake(js, service, batch: int = 256) -> None:
                 msgs = await sub.fetch(batch, timeout=1.0)
             except (NatsTimeout, asyncio.TimeoutError):
                 continue
+            if service.on_intake_batch is not None:
+                service.on_intake_batch(len(msgs))
             await handle_intake_batch(service, [(m.data, dict(m.headers or {})) for m in msgs])
             for msg in msgs:
                 await msg.ack()

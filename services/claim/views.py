@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from ledger.state import FREE, Claim
+from schemas.types import Grant
+
+from ledger.state import FREE, Claim, Unit
 
 
 def visible_devices_env(claim: Claim) -> dict[str, str]:
@@ -23,7 +26,8 @@ def visible_devices_env(claim: Claim) -> dict[str, str]:
             "GPULEDGER_CLAIM_ID": claim.claim_id}
 
 
-def claim_view(claim: Claim) -> dict[str, Any]:
+def claim_view(claim: Claim, units: Mapping[str, Unit] | None = None) -> dict[str, Any]:
+    """What clients see of a claim; with the fold's `units`, each device names its NVLink island."""
     spec = claim.spec
     view: dict[str, Any] = {
         "claim_id": claim.claim_id, "namespace": spec.namespace, "status": claim.status,
@@ -32,9 +36,7 @@ def claim_view(claim: Claim) -> dict[str, Any]:
     if claim.grants or claim.node:
         view.update(node=claim.node, allocated_at=claim.allocated_at, tflops=claim.tflops,
                     vram_mib=claim.vram_mib)
-        view["devices"] = [{"index": g.index, "uuid": g.uuid, "milli": g.milli,
-                            **({"mig_index": g.mig_index} if g.mig_index >= 0 else {})}
-                           for g in claim.grants]
+        view["devices"] = [_device(g, units) for g in claim.grants]
     if claim.holds_devices:
         view["env"] = visible_devices_env(claim)
     if claim.reasons:
@@ -48,9 +50,25 @@ def claim_view(claim: Claim) -> dict[str, Any]:
     return view
 
 
-def explain_view(claim: Claim) -> dict[str, Any]:
-    view = claim_view(claim)
+def _device(grant: Grant, units: Mapping[str, Unit] | None) -> dict[str, Any]:
+    device: dict[str, Any] = {"index": grant.index, "uuid": grant.uuid, "milli": grant.milli}
+    if grant.mig_index >= 0:
+        device["mig_index"] = grant.mig_index
+    unit = units.get(grant.uuid) if units is not None else None
+    if unit is not None:
+        device["island"] = unit.island_name or f"island-{unit.island}"
+    return device
+
+
+def explain_view(claim: Claim, units: Mapping[str, Unit] | None = None) -> dict[str, Any]:
+    """The claim, why it is placed where it is (score, island), and its timeline. `history` keeps
+    the old preformatted lines (epoch seconds) for existing readers; `timeline` has the times as
+    numbers for clients to show in local time."""
+    view = claim_view(claim, units)
     view["history"] = list(claim.history)
+    view["timeline"] = [{"at": at, "event": text} for at, text in claim.timeline]
+    if claim.placement:
+        view["placement"] = claim.placement
     return view
 
 

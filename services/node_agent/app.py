@@ -160,6 +160,8 @@ def build_real(settings: Settings | None = None, node: str | None = None) -> Bui
         agent = NodeAgent(nvml, config, ctx.log, ctx.nc, offload=True)
         agent.on_ended.append(lambda claim: agent.look_for_leftovers(claim, kill))
         await _start_agents(ctx, [agent])
+        ctx.metrics.gauges("gpuledger_agent_nodes", "Nodes this agent process reports for", (),
+                           lambda: {(): 1})
         ctx.on_stop.append(lambda: asyncio.to_thread(nvml.nvmlShutdown))
     return build
 
@@ -188,6 +190,8 @@ def build_simulated(fleet_spec: str = DEFAULT_FLEET, settings: Settings | None =
 
     async def build(ctx: ServiceContext) -> None:
         agents, fakes = simulated_agents(nodes, settings, ctx.log, ctx.nc, **config)
+        ctx.metrics.gauges("gpuledger_agent_nodes", "Nodes this agent process reports for", (),
+                           lambda: {(): len(agents)})
         fleet = SimulatedFleet(agents, fakes)
         ctx.sim_fleet = fleet  # for tests and the demo: faults and processes in-process
         subscriptions = await fleet.subscribe(ctx.nc)

@@ -168,6 +168,8 @@ async def build(ctx: ServiceContext) -> PoolController:
     command(broker, subjects.query("pool.list"), ListPools, controller.list, queue=QUEUE)
     command(broker, subjects.query("pool.render"), RenderPool, controller.render, queue=QUEUE)
     controller.boot_seq = await ctx.log.last_seq()
+    ctx.metrics.gauges("gpuledger_pools", "GPU pools defined", (), lambda: {(): len(controller.state.pools)})
+    ctx.metrics.follow_fold(lambda: controller.projection.last_seq, ctx.log.last_seq)
     ctx.spawn(controller.run_fold(), name="pool-controller-fold")
     if ctx.settings.admission_port:
         await _start_admission(ctx, controller)

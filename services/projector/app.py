@@ -25,6 +25,7 @@ async def build(ctx: ServiceContext) -> None:
     await asyncio.to_thread(migrate, engine)
     projector = Projector(engine)
     ctx.spawn(runner.run(projector, ctx.log), name="projector")
+    ctx.metrics.follow_fold(lambda: projector.position, ctx.log.last_seq)  # committed with the rows
 
     async def dispose() -> None:
         engine.dispose()

@@ -19,6 +19,7 @@ from shared.commands import DomainError, command
 from shared.service import ServiceContext
 from shared.settings import Settings
 
+from ledger import census
 from ledger.cohorts import quota_source, tree_of
 from ledger.follower import Follower
 from services.quota.alerts import alert_changes
@@ -216,7 +217,17 @@ def register_handlers(ctx: ServiceContext, service: QuotaService) -> None:
 async def build(ctx: ServiceContext) -> None:
     service = QuotaService(ctx.log, ctx.settings)
     ctx.quota = service  # type: ignore[attr-defined]  # for in-process tests
+    _instrument(ctx, service)
     register_handlers(ctx, service)
     start_seq = await ctx.log.last_seq()
     ctx.spawn(service.follower.run(), "quota-follow")
     ctx.spawn(service.reconcile_forever(start_seq), "quota-reconcile")
+
+
+def _instrument(ctx: ServiceContext, service: QuotaService) -> None:
+    """Quota use and totals per namespace, from the fold, at scrape time."""
+    ctx.metrics.gauges("gpuledger_quota_used", "What a namespace's allocations use now",
+                       ("namespace", "resource"), lambda: census.quota_used(service.view.state))
+    ctx.metrics.gauges("gpuledger_quota_limit", "A namespace quota's total (requests) per resource",
+                       ("namespace", "resource"), lambda: census.quota_limits(service.view.state))
+    ctx.metrics.follow_fold(lambda: service.view.state.last_seq, ctx.log.last_seq)

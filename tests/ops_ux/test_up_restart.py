@@ -1,0 +1,40 @@
+"""`gpuledger up` twice on one data dir prints the same URLs, `--port` chooses and is remembered,
+`--no-dashboard` leaves the dashboard out, and the CLI finds the running stack through DATA_DIR/env
+with no URL given at all."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from gpuledger_cli.ports import port_is_free
+from gpuledger_cli.stack_env import read_env
+from tests.ops_ux.stack import Stack
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+
+
+def test_restarts_keep_every_url_and_the_cli_needs_none(tmp_path):
+    data = tmp_path / "data"
+    first = Stack(data)
+    try:
+        env = {k: v for k, v in os.environ.items() if k != "GPULEDGER_NATS_URL"}
+        env["GPULEDGER_DATA_DIR"] = str(data)
+        listed = first.cli("claim", "list", "--json", env=env)  # no --nats-url, no variable
+        assert json.loads(listed.stdout) == []
+    finally:
+        first.stop()
+    second = Stack(data)
+    second.stop()
+    assert second.lines == first.lines
+
+    chosen = next(p for p in range(24600, 24700) if port_is_free(p))
+    third = Stack(data, "--port", str(chosen), "--no-dashboard", wanted=("GPULEDGER_NATS_URL",))
+    third.stop()
+    assert set(read_env(data)) == {"GPULEDGER_NATS_URL"}  # what it printed: no dashboard, no metrics
+    fourth = Stack(data)
+    fourth.stop()
+    assert third.url.endswith(f":{chosen}") and fourth.url == third.url
+    assert fourth.lines["GPULEDGER_DASHBOARD"] == first.lines["GPULEDGER_DASHBOARD"]
