@@ -66,6 +66,8 @@ def simulate(
     try:
         seed_list = parse_seeds(seeds)
         trace = read_trace(nodes_path, pods_path)
+        if dynamic or live:
+            trace.require_times("--dynamic" if dynamic else "--live")
     except (ValueError, TraceError) as err:
         _fail(str(err))
     if dynamic:

@@ -49,13 +49,18 @@ def variants(pods: list[PodRow], nodes: tuple[NodeRow, ...], seed: int = 7) -> d
 
 
 def write_pods(path: Path, pods: list[PodRow]) -> None:
+    """The pods in the openb format; times only when every pod has them (a pod list without
+    times stays one: the one-pass fill does not use them)."""
+    timed = all(p.creation_time is not None for p in pods)
     with path.open("w", newline="", encoding="utf-8") as handle:
         out = csv.writer(handle, lineterminator="\n")
-        out.writerow(POD_COLUMNS)
+        out.writerow(POD_COLUMNS if timed else POD_COLUMNS[:6])
         for p in pods:
-            out.writerow([p.name, p.cpu_milli, p.memory_mib, p.num_gpu, p.gpu_milli, "|".join(p.models),
-                          "LS", "Running", p.creation_time,
-                          "" if p.deletion_time is None else p.deletion_time, p.creation_time])
+            row = [p.name, p.cpu_milli, p.memory_mib, p.num_gpu, p.gpu_milli, "|".join(p.models)]
+            if timed:
+                row += ["LS", "Running", p.creation_time,
+                        "" if p.deletion_time is None else p.deletion_time, p.creation_time]
+            out.writerow(row)
 
 
 def main() -> None:
