@@ -26,6 +26,7 @@ from gpuledger_cli.ports import PortBook
 from gpuledger_cli.services_cmd import SERVICES
 from gpuledger_cli.stack_env import write_env
 from shared import nats_auth
+from shared.natscluster import server_urls, start_nats_cluster
 from shared.natsserver import NatsServerError, start_nats_server
 from shared.jetstream import ensure_streams
 from shared.service import READY_SUBJECT
@@ -93,13 +94,13 @@ def _children(services: list[str], env: dict[str, str], log_dir: Path, fleet: st
 
 
 async def _start_and_wait(children: list[Child], url: str, names: list[str], want_nodes: int,
-                          timeout: float) -> None:
+                          timeout: float, replicas: int = 1) -> None:
     """Start the children, then wait until every service announced itself and, for a demo, the
     claim service sees the simulated nodes."""
     import msgspec
     import nats
 
-    nc = await nats.connect(url)
+    nc = await nats.connect(server_urls(url))
     ready: set[str] = set()
 
     async def on_ready(msg) -> None:
@@ -108,7 +109,7 @@ async def _start_and_wait(children: list[Child], url: str, names: list[str], wan
     await nc.subscribe(f"{READY_SUBJECT}.*", cb=on_ready)
     await nc.flush()
     # the streams first, as ops: a node agent may not create them, and would race the services
-    await ensure_streams(nc.jetstream(), Settings().stream_replicas)
+    await ensure_streams(nc.jetstream(), replicas)
     for child in children:
         child.start()
     deadline = asyncio.get_running_loop().time() + timeout
@@ -148,6 +149,10 @@ def register(app: typer.Typer) -> None:
            dashboard: bool = typer.Option(True, "--dashboard/--no-dashboard", help="run the dashboard, "
                                           "which also serves the one /metrics of the stack (off: "
                                           "benchmarks that count every process's CPU)"),
+           cluster: int = typer.Option(0, "--cluster", min=0, max=7, help="run this many embedded "
+                                       "nats-servers as one JetStream cluster on loopback ports, the "
+                                       "streams at that many replicas (3: survives one server's "
+                                       "loss; see docs/reliability.md); 0: one server"),
            auth: bool = typer.Option(True, "--auth/--no-auth", help="the embedded nats-server "
                                      "refuses anonymous clients and gives each service, node agent, "
                                      "the CLI (ops) and claim publishers a user with only its own "
@@ -158,7 +163,8 @@ def register(app: typer.Typer) -> None:
                                                 "(repeat per node; `gpuledger nats creds node-NAME` "
                                                 "prints its URL)")) -> None:
         """Run NATS (embedded by default), all five services and, with --demo, simulated nodes."""
-        _run_up(demo, data_dir, nats_url, fleet, port or None, ready_timeout, dashboard, auth, agent_node)
+        _run_up(demo, data_dir, nats_url, fleet, port or None, ready_timeout, dashboard, cluster, auth,
+                agent_node)
 
 
 def _expected_nodes(fleet: str) -> int:
@@ -182,8 +188,8 @@ def _start_server(data_dir: Path, book: PortBook, port: int | None, users: up_au
     return server
 
 
-def _user_urls(users: up_auth.StackUsers | None, port: int) -> dict[str, str]:
-    return {user: users.url(user, port) for user in users.passwords} if users else {}
+def _user_urls(users: up_auth.StackUsers | None, ports: list[int]) -> dict[str, str]:
+    return {user: users.url(user, ports) for user in users.passwords} if users else {}
 
 
 def _printed(nats_url: str, urls: dict[str, str], book: PortBook, dashboard: bool) -> list[tuple[str, str]]:
@@ -194,7 +200,7 @@ def _printed(nats_url: str, urls: dict[str, str], book: PortBook, dashboard: boo
 
 
 def _run_up(demo: bool, data_dir: Path, nats_url: str | None, fleet: str, port: int | None,
-            ready_timeout: float, dashboard: bool = True, auth: bool = True,
+            ready_timeout: float, dashboard: bool = True, cluster: int = 0, auth: bool = True,
             agent_nodes: list[str] = ()) -> None:
     data_dir = data_dir.resolve()
     log_dir = data_dir / "logs"
@@ -202,13 +208,19 @@ def _run_up(demo: bool, data_dir: Path, nats_url: str | None, fleet: str, port: 
     server = None
     book = PortBook(data_dir)
     urls: dict[str, str] = {}
-    if nats_url is None:
-        users = up_auth.prepare(data_dir, fleet if demo else None, agent_nodes) if auth else None
+    replicas = {}
+    users = up_auth.prepare(data_dir, fleet if demo else None, agent_nodes) if auth and nats_url is None else None
+    if nats_url is None and cluster:
+        server, nats_url = _start_cluster(data_dir, cluster, book.take("nats", port), users)
+        replicas = {"GPULEDGER_STREAM_REPLICAS": str(min(cluster, 3))}
+        urls = _user_urls(users, [node.port for node in server.nodes])
+    elif nats_url is None:
         server = _start_server(data_dir, book, port, users)
-        urls = _user_urls(users, server.port)
-        nats_url = urls.get(nats_auth.OPS, server.url)
+        nats_url = server.url
+        urls = _user_urls(users, [server.port])
+    nats_url = urls.get(nats_auth.OPS, nats_url)
     env = dict(os.environ, GPULEDGER_NATS_URL=nats_url, GPULEDGER_DATA_DIR=str(data_dir),
-               PYTHONUNBUFFERED="1")
+               PYTHONUNBUFFERED="1", **replicas)
     services = _available_services()
     children = _children(services, env, log_dir, fleet if demo else None, book, dashboard, urls)
     book.save()
@@ -225,7 +237,8 @@ def _run_up(demo: bool, data_dir: Path, nats_url: str | None, fleet: str, port: 
         _say(f"starting {', '.join(c.name for c in children)}; logs in {log_dir}")
         want = _expected_nodes(fleet) if demo else 0
         try:
-            asyncio.run(_start_and_wait(children, nats_url, services, want, ready_timeout))
+            stream_replicas = int(env.get("GPULEDGER_STREAM_REPLICAS") or Settings().stream_replicas)
+            asyncio.run(_start_and_wait(children, nats_url, services, want, ready_timeout, stream_replicas))
             if dashboard:
                 home = up_web.printed_lines(book)[1][1]
                 asyncio.run(up_web.wait_http(f"{home}healthz", ready_timeout))
@@ -247,6 +260,20 @@ def _run_up(demo: bool, data_dir: Path, nats_url: str | None, fleet: str, port: 
         if server is not None:
             server.stop()
         _say("stopped")
+
+
+def _start_cluster(data_dir: Path, size: int, first_port: int | None, users: up_auth.StackUsers | None):
+    """`--cluster N`: N nats-servers routed to each other (shared/natscluster.py); the first keeps
+    the port remembered for `nats`, the others get free ones."""
+    try:
+        cluster = start_nats_cluster(data_dir / "nats-cluster", size, ports=[first_port or 0],
+                                     config_file=users.config_file if users else None)
+    except NatsServerError as err:
+        _say(f"cannot start the nats-server cluster: {err}")
+        raise typer.Exit(1)
+    _say(f"{size} nats-servers as one JetStream cluster at {cluster.url}, data in "
+         f"{data_dir / 'nats-cluster'}")
+    return cluster, cluster.url
 
 
 def _supervise(children: list[Child], stop: dict) -> None:

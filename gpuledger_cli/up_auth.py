@@ -23,8 +23,9 @@ class StackUsers:
     passwords: dict[str, str]
     config_file: Path
 
-    def url(self, user: str, port: int, host: str = "127.0.0.1") -> str:
-        return nats_auth.user_url(user, self.passwords[user], host, port)
+    def url(self, user: str, ports: list[int], host: str = "127.0.0.1") -> str:
+        """The user's URL; a cluster's is each server's, comma-separated (as clients take it)."""
+        return ",".join(nats_auth.user_url(user, self.passwords[user], host, port) for port in ports)
 
 
 def fleet_nodes(fleet: str | None) -> list[str]:
