@@ -49,6 +49,7 @@ REASONS: tuple[ReasonCode, ...] = (
     ReasonCode("pool-not-found", "never", "the pool named does not exist"),
     ReasonCode("pool-access-denied", "never", "the namespace (or service account) may not use the pool"),
     ReasonCode("no-such-shape", "never", "no model in the fleet can hold the memory (or TFLOPS) asked per device"),
+    ReasonCode("pending-expired", "never", "it was pending longer than the allocator's limit (GPULEDGER_PENDING_EXPIRE_S); its last reasons follow"),
     # rejected at intake (ClaimRejected)
     ReasonCode("invalid", "never", "the claim breaks the contract; the reason names the field"),
     ReasonCode("conflict", "never", "the claim id is already used by a different claim"),
