@@ -26,6 +26,7 @@ from collections.abc import Callable
 
 from schemas import events as ev
 
+from ledger.admission import Admission, read_batch
 from ledger.evolve import defer_dropping, drop_ended_claims, evolve, fold_batch
 from ledger.state import State, defer_index, flush_index
 
@@ -39,26 +40,14 @@ REFREEZE_EVERY = 50_000
 
 
 def decode_or_none(seq: int, subject: str, data: bytes) -> ev.Event | None:
-    """A message no event type matches is skipped (and logged), never fatal: the stream only holds
-    what our writers put there, so this is a newer writer's event type or a hand-made message."""
-    try:
-        return ev.decode_event(data)
-    except Exception as err:  # msgspec.DecodeError / ValidationError
-        log.warning("skipping undecodable message seq=%d subject=%s: %s", seq, subject, err)
-        return None
+    """One stored message as a fold sees it (`ledger.admission`), counted nowhere."""
+    return Admission().read(seq, subject, data)
 
 
-def decode_batch(batch) -> list[tuple[int, ev.Event | None]]:
-    """(seq, event) for each (seq, subject, payload, headers) of a batch; None for a message that
-    does not decode (logged, as in `decode_or_none`). One loop, no call per message around it."""
-    decode, out = ev.decode_event, []
-    append = out.append
-    for seq, subject, data, _headers in batch:
-        try:
-            append((seq, decode(data)))
-        except Exception:  # msgspec.DecodeError / ValidationError: say which and why
-            append((seq, decode_or_none(seq, subject, data)))
-    return out
+def decode_batch(batch, admission: Admission | None = None) -> list[tuple[int, ev.Event | None]]:
+    """(seq, event) for each (seq, subject, payload, headers) of a batch; None for a message a fold
+    skips (undecodable, or refused by the writer-authority table: see `ledger.admission`)."""
+    return read_batch(admission or Admission(), batch)
 
 
 def pause_gc() -> bool:
@@ -94,6 +83,7 @@ class Follower:
         self.caught_up = asyncio.Event()
         self.dropped: list = []  # ended claims the catch-up dropped (keep_ended=False)
         self.live_events = 0
+        self.admission = Admission()  # what was skipped: undecodable, or refused by authority
         self._advanced = asyncio.Condition()
         self._gc_was_on = False
         if not keep_ended:
@@ -140,7 +130,7 @@ class Follower:
 
     def _fold_stored(self, batch) -> None:
         """A stored range: decoded in one loop, folded with `fold_batch`, then shown to listeners."""
-        decoded = decode_batch(batch)
+        decoded = read_batch(self.admission, batch)
         fold_batch(self.state, decoded)
         if self.listeners:
             for (seq, event), (_seq, subject, _data, _headers) in zip(decoded, batch):
@@ -150,7 +140,7 @@ class Follower:
     def _fold_live(self, batch) -> None:
         state, before, after = self.state, self.before_live, self.listeners + self.after_live
         for seq, subject, data, _headers in batch:
-            event = decode_or_none(seq, subject, data)
+            event = self.admission.read(seq, subject, data)
             if event is None:
                 state.last_seq = seq
                 continue
