@@ -6,7 +6,8 @@ counted, never fatal, when it
 - does not decode at all (not JSON, an unknown event type): `undecodable`;
 - arrived on a subject its type does not belong to (`schemas.authority`): `refused`, a forgery or
   a writer's bug, and folding it would let anyone who can publish somewhere speak for anyone;
-- sits on a dead-letter subject: a record of a refusal for people, never folded (not counted).
+- sits on a dead-letter subject: a record of a refusal for people, never folded (not counted);
+and an event whose fold raises is skipped the same way (`unfoldable`), never stalling the service.
 """
 
 from __future__ import annotations
@@ -27,6 +28,15 @@ class Admission:
     def __init__(self) -> None:
         self.undecodable = 0
         self.refused = 0
+        self.unfoldable = 0
+
+    def fold_failed(self, seq: int, event: ev.Event, err: Exception) -> None:
+        """An event whose fold raised: logged, counted and skipped (what it changed before it
+        raised stays; the fold's own checks keep that within capacity)."""
+        self.unfoldable += 1
+        if _loud(self.unfoldable):
+            log.error("skipping %s at seq=%d: folding it failed: %s: %s (%d so far)", type(event).__name__,
+                      seq, type(err).__name__, err, self.unfoldable, exc_info=self.unfoldable == 1)
 
     def read(self, seq: int, subject: str, data: bytes) -> ev.Event | None:
         """The event to fold for one stored message, or None to skip it."""

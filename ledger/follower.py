@@ -25,6 +25,7 @@ import logging
 from collections.abc import Callable
 
 from schemas import events as ev
+from schemas import subjects
 
 from ledger.admission import Admission, read_batch
 from ledger.evolve import defer_dropping, drop_ended_claims, evolve, fold_batch
@@ -131,7 +132,10 @@ class Follower:
     def _fold_stored(self, batch) -> None:
         """A stored range: decoded in one loop, folded with `fold_batch`, then shown to listeners."""
         decoded = read_batch(self.admission, batch)
-        fold_batch(self.state, decoded)
+        fold_batch(self.state, decoded, self.admission.fold_failed)
+        for (seq, event), (_seq, subject, _data, _headers) in zip(decoded, batch):
+            if event is None and subject == subjects.DECISIONS:
+                self._skipped_decision(seq)
         if self.listeners:
             for (seq, event), (_seq, subject, _data, _headers) in zip(decoded, batch):
                 if event is not None:
@@ -142,17 +146,29 @@ class Follower:
         for seq, subject, data, _headers in batch:
             event = self.admission.read(seq, subject, data)
             if event is None:
+                if subject == subjects.DECISIONS:
+                    self._skipped_decision(seq)
                 state.last_seq = seq
                 continue
             if before:
                 self._tell(before, seq, subject, event)
-            evolve(state, event, seq)
+            try:
+                evolve(state, event, seq)
+            except Exception as err:  # logged, counted, skipped: never a stalled service
+                self.admission.fold_failed(seq, event, err)
+                state.last_seq = seq
+                continue
             if after:
                 self._tell(after, seq, subject, event)
         self.live_events += len(batch)
         if self.live_events >= REFREEZE_EVERY:
             self.live_events = 0
             refreeze()
+
+    def _skipped_decision(self, seq: int) -> None:
+        """The fence is the decision subject's last sequence as stored: a message there that no
+        fold believes still moves it, or the allocator's every append would be fenced out by it."""
+        self.state.last_decision_seq = max(self.state.last_decision_seq, seq)
 
     @staticmethod
     def _tell(hooks: list[Hook], seq: int, subject: str, event: ev.Event) -> None:

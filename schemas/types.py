@@ -23,6 +23,15 @@ MAX_TEXT = 1024  # free text (workload)
 MAX_KEY = 253  # a label or node-selector key: a Kubernetes qualified name with its DNS prefix
 MAX_VALUE = 256
 MAX_ENTRIES = 64  # labels, node selector
+# Numbers too: far above any real claim, far below where arithmetic on them overflows (a claim
+# with limit_vram_gib 1e307 crashed every allocator, issue 16). A claim has at most 64 GPUs.
+MAX_GPU_MEMORY_GIB = 4096  # per GPU
+MAX_TOTAL_GIB = 64 * MAX_GPU_MEMORY_GIB  # model memory, a VRAM limit: 64 GPUs' worth
+MAX_GPU_TFLOPS = 100_000  # per GPU
+MAX_TOTAL_TFLOPS = 64 * MAX_GPU_TFLOPS
+MAX_LEASE_S = 366 * 24 * 3600  # a lease renewed less than once a year is no lease
+MAX_CPU_MILLI = 1 << 30  # a million cores
+MAX_MEMORY_MIB = 1 << 40  # an exbibyte
 
 ModelName = Literal[MODEL_NAMES]
 GroupName = Literal[GROUP_CHOICES]
@@ -61,8 +70,8 @@ class ClaimSpec(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_
     namespace: Name
     gpus: Annotated[int, msgspec.Meta(ge=0, le=64)] = 1
     gpu_milli: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 1000
-    gpu_memory_gib: Annotated[float, msgspec.Meta(ge=0)] = 0.0
-    model_memory_gib: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    gpu_memory_gib: Annotated[float, msgspec.Meta(ge=0, le=MAX_GPU_MEMORY_GIB)] = 0.0
+    model_memory_gib: Annotated[float, msgspec.Meta(ge=0, le=MAX_TOTAL_GIB)] = 0.0
     mig_profile: MigProfile = ""
     models: Models = []
     gpu_groups: Groups = []
@@ -72,14 +81,14 @@ class ClaimSpec(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_
     priority: Annotated[int, msgspec.Meta(ge=-1000, le=1000)] = 0
     gang_id: str = ""
     gang_size: Annotated[int, msgspec.Meta(ge=0, le=4096)] = 0
-    lease_seconds: Annotated[float, msgspec.Meta(ge=0)] = 0.0
-    cpu_milli: Annotated[int, msgspec.Meta(ge=0)] = 0
-    memory_mib: Annotated[int, msgspec.Meta(ge=0)] = 0
-    limit_tflops: Annotated[float, msgspec.Meta(ge=0)] = 0.0
-    limit_vram_gib: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    lease_seconds: Annotated[float, msgspec.Meta(ge=0, le=MAX_LEASE_S)] = 0.0
+    cpu_milli: Annotated[int, msgspec.Meta(ge=0, le=MAX_CPU_MILLI)] = 0
+    memory_mib: Annotated[int, msgspec.Meta(ge=0, le=MAX_MEMORY_MIB)] = 0
+    limit_tflops: Annotated[float, msgspec.Meta(ge=0, le=MAX_TOTAL_TFLOPS)] = 0.0
+    limit_vram_gib: Annotated[float, msgspec.Meta(ge=0, le=MAX_TOTAL_GIB)] = 0.0
     # TFLOPS requested on each GPU (TensorFusion's tflops request): the allocator gives each GPU the
     # share of a card that provides it (with gpu_memory_gib: the larger of the two shares)
-    gpu_tflops: Annotated[float, msgspec.Meta(ge=0, le=100_000)] = 0.0
+    gpu_tflops: Annotated[float, msgspec.Meta(ge=0, le=MAX_GPU_TFLOPS)] = 0.0
     workload: Text = ""
     endpoint: str = ""
     service_account: str = ""

@@ -34,6 +34,8 @@ def instrument(metrics: Metrics, allocator: Allocator, stream_end) -> None:
                           "subject their type may not use (schemas/authority.py)", lambda: admission.refused)
     metrics.counters_from("gpuledger_events_undecodable", "Stored messages no event type decodes "
                           "(skipped)", lambda: admission.undecodable)
+    metrics.counters_from("gpuledger_events_unfoldable", "Stored events whose fold raised (skipped)",
+                          lambda: admission.unfoldable)
     metrics.gauges("gpuledger_gpus", "GPUs (cards or MIG instances) by model, pool, kind and state",
                    ("model", "pool", "unit", "state"), lambda: census.gpus(allocator.state))
     metrics.gauges("gpuledger_queue_length", "Claims waiting for a decision or for room",

@@ -101,3 +101,11 @@ async def test_an_empty_decision_batch_elsewhere_cannot_move_the_allocators_fenc
     assert second["status"] == "allocated"
 
 
+
+
+async def test_garbage_on_the_decision_subject_moves_the_fence_and_is_skipped(stack):
+    nc, log = stack
+    await nc.jetstream().publish(subjects.DECISIONS, b'{"not": "an event"}')
+    await nc.jetstream().publish(subjects.DECISIONS, b"\xff\xfe")
+    first = await submit(nc, "after-garbage", 1, wait=10.0)
+    assert first["status"] == "allocated"
