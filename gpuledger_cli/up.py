@@ -25,6 +25,7 @@ from gpuledger_cli import up_web
 from gpuledger_cli.ports import PortBook
 from gpuledger_cli.services_cmd import SERVICES
 from gpuledger_cli.stack_env import write_env
+from shared.natscluster import server_urls, start_nats_cluster
 from shared.natsserver import NatsServerError, start_nats_server
 from shared.service import READY_SUBJECT
 
@@ -89,7 +90,7 @@ async def _start_and_wait(children: list[Child], url: str, names: list[str], wan
     import msgspec
     import nats
 
-    nc = await nats.connect(url)
+    nc = await nats.connect(server_urls(url))
     ready: set[str] = set()
 
     async def on_ready(msg) -> None:
@@ -135,9 +136,13 @@ def register(app: typer.Typer) -> None:
                                                "service (and demo node) to be ready"),
            dashboard: bool = typer.Option(True, "--dashboard/--no-dashboard", help="run the dashboard, "
                                           "which also serves the one /metrics of the stack (off: "
-                                          "benchmarks that count every process's CPU)")) -> None:
+                                          "benchmarks that count every process's CPU)"),
+           cluster: int = typer.Option(0, "--cluster", min=0, max=7, help="run this many embedded "
+                                       "nats-servers as one JetStream cluster on loopback ports, the "
+                                       "streams at that many replicas (3: survives one server's "
+                                       "loss; see docs/reliability.md); 0: one server")) -> None:
         """Run NATS (embedded by default), all five services and, with --demo, simulated nodes."""
-        _run_up(demo, data_dir, nats_url, fleet, port or None, ready_timeout, dashboard)
+        _run_up(demo, data_dir, nats_url, fleet, port or None, ready_timeout, dashboard, cluster)
 
 
 def _expected_nodes(fleet: str) -> int:
@@ -150,12 +155,16 @@ def _expected_nodes(fleet: str) -> int:
 
 
 def _run_up(demo: bool, data_dir: Path, nats_url: str | None, fleet: str, port: int | None,
-            ready_timeout: float, dashboard: bool = True) -> None:
+            ready_timeout: float, dashboard: bool = True, cluster: int = 0) -> None:
     data_dir = data_dir.resolve()
     log_dir = data_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     server = None
     book = PortBook(data_dir)
+    replicas = {}
+    if nats_url is None and cluster:
+        server, nats_url = _start_cluster(data_dir, cluster, book.take("nats", port))
+        replicas = {"GPULEDGER_STREAM_REPLICAS": str(min(cluster, 3))}
     if nats_url is None:
         try:
             server = start_nats_server(data_dir / "nats", port=book.take("nats", port))
@@ -165,7 +174,7 @@ def _run_up(demo: bool, data_dir: Path, nats_url: str | None, fleet: str, port: 
         nats_url = server.url
         _say(f"nats-server with JetStream at {nats_url}, data in {data_dir / 'nats'}")
     env = dict(os.environ, GPULEDGER_NATS_URL=nats_url, GPULEDGER_DATA_DIR=str(data_dir),
-               PYTHONUNBUFFERED="1")
+               PYTHONUNBUFFERED="1", **replicas)
     services = _available_services()
     children = _children(services, env, log_dir, fleet if demo else None, book, dashboard)
     book.save()
@@ -204,6 +213,19 @@ def _run_up(demo: bool, data_dir: Path, nats_url: str | None, fleet: str, port: 
         if server is not None:
             server.stop()
         _say("stopped")
+
+
+def _start_cluster(data_dir: Path, size: int, first_port: int | None):
+    """`--cluster N`: N nats-servers routed to each other (shared/natscluster.py); the first keeps
+    the port remembered for `nats`, the others get free ones."""
+    try:
+        cluster = start_nats_cluster(data_dir / "nats-cluster", size, ports=[first_port or 0])
+    except NatsServerError as err:
+        _say(f"cannot start the nats-server cluster: {err}")
+        raise typer.Exit(1)
+    _say(f"{size} nats-servers as one JetStream cluster at {cluster.url}, data in "
+         f"{data_dir / 'nats-cluster'}")
+    return cluster, cluster.url
 
 
 def _supervise(children: list[Child], stop: dict) -> None:

@@ -14,6 +14,7 @@ from nats.js.errors import APIError, NotFoundError
 
 from schemas import subjects
 from schemas.events import Event, decode_event, encode_event
+from shared.natscluster import server_urls
 from shared.fastread import RangeReadError, open_range_reader
 from shared.eventlog import (
     EXPECTED_LAST_SUBJECT_SEQ,
@@ -31,8 +32,9 @@ _ACTUAL = re.compile(r"(\d+)\s*$")
 
 
 async def connect(url: str, name: str = "gpuledger", **kwargs) -> Client:
-    """Connect with reconnects forever: a service outlives a NATS restart."""
-    return await nats.connect(url, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
+    """Connect with reconnects forever: a service outlives a NATS restart. A cluster's URL lists
+    its servers comma-separated: each is tried, and another is used when one goes away."""
+    return await nats.connect(server_urls(url), name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
                               **kwargs)
 
 

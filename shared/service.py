@@ -15,6 +15,7 @@ from nats.aio.client import Client
 
 from shared.jetstream import JetStreamEventLog, ensure_streams
 from shared.metrics import Metrics
+from shared.natscluster import server_urls
 from shared.settings import Settings
 
 log = logging.getLogger("gpuledger")
@@ -43,7 +44,7 @@ Builder = Callable[[ServiceContext], Awaitable[None]]
 
 
 async def start_service(name: str, settings: Settings, build: Builder) -> ServiceContext:
-    broker = NatsBroker(settings.nats_url, name=f"gpuledger-{name}", max_reconnect_attempts=-1,
+    broker = NatsBroker(server_urls(settings.nats_url), name=f"gpuledger-{name}", max_reconnect_attempts=-1,
                         reconnect_time_wait=0.5, logger=None)
     ctx = ServiceContext(name, settings, broker)
     await broker.connect()

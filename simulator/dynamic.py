@@ -61,6 +61,7 @@ def replay(trace: Trace, policy: str, seed: int = 42, max_decisions: int = 512,
            speedup: float = 1.0) -> DynamicResult:
     """`speedup` divides arrival times (run times stay): the raw openb list peaks near 1 % of the
     cluster, so about 100x is needed to load it and see a queue."""
+    trace.require_times("--dynamic")
     nodes = list(trace.nodes)
     random.Random(seed).shuffle(nodes)  # the same tie-break order as the one-pass protocol
     state = cluster_state(tuple(nodes))

@@ -54,6 +54,7 @@ def arrivals(trace: Trace, run_id: str, speed: float, limit: int | None = None,
     as in `simulator.dynamic`, so a claim is never released before it was placed.
     """
     check_options(speed, limit, max_gap, node_prefix)
+    trace.require_times("--live")
     pods = sorted(trace.pods, key=lambda p: (p.creation_time, p.name))[:limit]
     planned, clock, previous = [], 0.0, pods[0].creation_time
     for i, pod in enumerate(pods):

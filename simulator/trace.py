@@ -1,7 +1,13 @@
 """A strict reader for traces in the openb format (Alibaba cluster-trace-gpu-v2023).
 
-Strict on purpose: a trace that is silently misread gives numbers that look right and are not.
-Every problem names the file, the line, the field and what was expected.
+Columns are found by the header, in any order. The pod lists published beside the default one
+come in shapes of their own: some have only `name,cpu_milli,memory_mib,num_gpu,gpu_milli`, and a
+`gpu_spec` list may name a model twice. A missing optional column takes the paper's meaning (no
+`gpu_spec`: any model; no `qos`/`pod_phase`: not checked; no `creation_time`: the pods have no
+times, which the one-pass protocol does not use and `--dynamic`/`--live` refuse); a model named
+twice is one model. Everything else stays strict on purpose: a trace that is silently misread
+gives numbers that look right and are not. Every problem names the file, the line, the field and
+what was expected.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from pathlib import Path
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec", "qos",
                "pod_phase", "creation_time", "deletion_time", "scheduled_time")
+POD_REQUIRED = POD_COLUMNS[:5]  # the five columns every published pod list has
 QOS = ("LS", "BE", "Burstable", "Guaranteed")
 PHASES = ("Running", "Failed", "Pending", "Succeeded")
 MILLI = 1000
@@ -40,7 +47,7 @@ class PodRow:
     num_gpu: int
     gpu_milli: int  # share of EACH requested GPU; 0 for a CPU-only pod
     models: tuple[str, ...]  # allowed GPU models; empty: any
-    creation_time: int = 0
+    creation_time: int | None = None  # None: the pod list has no times
     deletion_time: int | None = None
 
     @property
@@ -57,6 +64,17 @@ class Trace:
     @property
     def capacity(self) -> int:
         return sum(n.gpus for n in self.nodes) * MILLI
+
+    @property
+    def timed(self) -> bool:
+        """Every pod has a creation time (the pod list has the column)."""
+        return all(p.creation_time is not None for p in self.pods)
+
+    def require_times(self, what: str) -> None:
+        """A clear error for a replay by time over a pod list without times."""
+        if not self.timed:
+            raise TraceError(f"{what} replays pods by 'creation_time', which this pod list does not "
+                             f"have (it only suits the one-pass fill)")
 
 
 class _Row:
@@ -86,8 +104,12 @@ class _Row:
             raise self.fail(field, f"{value} is out of range ({bound})")
         return value
 
+    def has(self, field: str) -> bool:
+        return field in self.values
+
     def optional_integer(self, field: str) -> int | None:
-        return None if self.values[field] == "" else self.integer(field)
+        """None when the column is absent or the cell is empty."""
+        return None if self.values.get(field, "") == "" else self.integer(field)
 
     def choice(self, field: str, allowed: tuple[str, ...]) -> str:
         value = self.text(field)
@@ -96,9 +118,11 @@ class _Row:
         return value
 
 
-def _rows(path: Path, columns: tuple[str, ...]):
+def _rows(path: Path, required: tuple[str, ...], known: tuple[str, ...]):
+    """Rows as `_Row`s keyed by the header's names; `required` must be there, nothing outside
+    `known` may be (a misspelt column would otherwise be silently ignored)."""
     try:
-        handle = path.open(newline="", encoding="utf-8")
+        handle = path.open(newline="", encoding="utf-8-sig")  # -sig: a BOM some tools write
     except OSError as err:
         raise TraceError(f"{path}: cannot read ({err.strerror})") from None
     with handle:
@@ -106,10 +130,8 @@ def _rows(path: Path, columns: tuple[str, ...]):
         try:
             header = next(reader, None)
             if header is None:
-                raise TraceError(f"{path.name}: empty file (expected the header {','.join(columns)})")
-            if tuple(header) != columns:
-                raise TraceError(f"{path.name} line 1: header is {','.join(header)!r}; "
-                                 f"expected exactly {','.join(columns)!r}")
+                raise TraceError(f"{path.name}: empty file (expected a header with {','.join(required)})")
+            columns = _header(path, header, required, known)
             for values in reader:
                 line = reader.line_num
                 if len(values) != len(columns):
@@ -120,6 +142,22 @@ def _rows(path: Path, columns: tuple[str, ...]):
             raise TraceError(f"{path.name} line {reader.line_num}: malformed CSV ({err})") from None
         except UnicodeDecodeError as err:
             raise TraceError(f"{path.name}: not UTF-8 ({err.reason} at byte {err.start})") from None
+
+
+def _header(path: Path, header: list[str], required: tuple[str, ...], known: tuple[str, ...]) -> tuple[str, ...]:
+    where = f"{path.name} line 1: header {','.join(header)!r}"
+    repeated = sorted({c for c in header if header.count(c) > 1})
+    if repeated:
+        raise TraceError(f"{where}: column {', '.join(map(repr, repeated))} appears twice")
+    unknown = [c for c in header if c not in known]
+    if unknown:
+        raise TraceError(f"{where}: unknown column {', '.join(map(repr, unknown))} "
+                         f"(known: {','.join(known)})")
+    missing = [c for c in required if c not in header]
+    if missing:
+        raise TraceError(f"{where}: missing column {', '.join(map(repr, missing))} "
+                         f"(required: {','.join(required)})")
+    return tuple(header)
 
 
 def _unique(rows, path: Path, kind: str):
@@ -140,18 +178,18 @@ def _node(row: _Row) -> NodeRow:
 
 
 def _models(row: _Row) -> tuple[str, ...]:
-    spec = row.text("gpu_spec", allow_empty=True)
+    """The allowed models in their order; a model listed twice is one model (published lists
+    have `V100M16|V100M32|V100M32`)."""
+    spec = row.text("gpu_spec", allow_empty=True) if row.has("gpu_spec") else ""
     if not spec:
         return ()
     models = tuple(spec.split("|"))
     if any(not m or m != m.strip() for m in models):
         raise row.fail("gpu_spec", f"empty or padded model name in {spec!r} (models separated by '|')")
-    if len(set(models)) != len(models):
-        raise row.fail("gpu_spec", f"a model is listed twice in {spec!r}")
-    return models
+    return tuple(dict.fromkeys(models))
 
 
-def _pod(row: _Row) -> PodRow:
+def _gpu_request(row: _Row) -> tuple[int, int]:
     num_gpu = row.integer("num_gpu", 0, MAX_GPUS)
     gpu_milli = row.integer("gpu_milli", 0, MILLI)
     if num_gpu == 0 and gpu_milli != 0:
@@ -161,23 +199,41 @@ def _pod(row: _Row) -> PodRow:
     if num_gpu > 1 and gpu_milli != MILLI:
         raise row.fail("gpu_milli", f"{gpu_milli} with num_gpu={num_gpu}: several GPUs are always "
                                     f"whole ({MILLI})")
-    models = _models(row)
-    if num_gpu == 0 and models:
-        raise row.fail("gpu_spec", "a CPU-only pod (num_gpu=0) cannot name GPU models")
-    row.choice("qos", QOS)
-    row.choice("pod_phase", PHASES)
+    return num_gpu, gpu_milli
+
+
+def _times(row: _Row) -> tuple[int | None, int | None]:
+    """(creation, deletion); both None in a pod list without times."""
+    if not row.has("creation_time"):
+        for field in ("deletion_time", "scheduled_time"):
+            if row.has(field):
+                raise row.fail(field, "given without a 'creation_time' column")
+        return None, None
     created = row.integer("creation_time")
     deleted = row.optional_integer("deletion_time")
     if deleted is not None and deleted < created:
         raise row.fail("deletion_time", f"{deleted} is before creation_time {created}")
     row.optional_integer("scheduled_time")
+    return created, deleted
+
+
+def _pod(row: _Row) -> PodRow:
+    num_gpu, gpu_milli = _gpu_request(row)
+    models = _models(row)
+    if num_gpu == 0 and models:
+        raise row.fail("gpu_spec", "a CPU-only pod (num_gpu=0) cannot name GPU models")
+    if row.has("qos"):
+        row.choice("qos", QOS)
+    if row.has("pod_phase"):
+        row.choice("pod_phase", PHASES)
+    created, deleted = _times(row)
     return PodRow(row.text("name"), row.integer("cpu_milli"), row.integer("memory_mib"), num_gpu,
                   gpu_milli, models, created, deleted)
 
 
 def read_nodes(path: str | Path) -> tuple[NodeRow, ...]:
     path = Path(path)
-    nodes = tuple(_unique(((r, _node(r)) for r in _rows(path, NODE_COLUMNS)), path, "node"))
+    nodes = tuple(_unique(((r, _node(r)) for r in _rows(path, NODE_COLUMNS, NODE_COLUMNS)), path, "node"))
     if not nodes:
         raise TraceError(f"{path.name}: no nodes")
     if not any(n.gpus for n in nodes):
@@ -187,7 +243,7 @@ def read_nodes(path: str | Path) -> tuple[NodeRow, ...]:
 
 def read_pods(path: str | Path) -> tuple[PodRow, ...]:
     path = Path(path)
-    pods = tuple(_unique(((r, _pod(r)) for r in _rows(path, POD_COLUMNS)), path, "pod"))
+    pods = tuple(_unique(((r, _pod(r)) for r in _rows(path, POD_REQUIRED, POD_COLUMNS)), path, "pod"))
     if not pods:
         raise TraceError(f"{path.name}: no pods")
     return pods

@@ -7,6 +7,7 @@ import uuid
 
 import pytest
 
+from shared.natscluster import start_nats_cluster
 from shared.natsserver import start_nats_server
 
 
@@ -30,6 +31,14 @@ def fresh_nats(tmp_path):
     server = start_nats_server(tmp_path / "nats")
     yield server
     server.stop()
+
+
+@pytest.fixture
+def nats_cluster(tmp_path):
+    """Three nats-servers routed as one JetStream cluster (R3 streams), for tests that kill one."""
+    cluster = start_nats_cluster(tmp_path / "nats-cluster", size=3)
+    yield cluster
+    cluster.stop()
 
 
 @pytest.fixture

@@ -8,10 +8,12 @@ import hashlib
 import io
 import logging
 
+from nats.js.api import ObjectStoreConfig
 from nats.js.errors import NotFoundError, ObjectNotFoundError
 
 from schemas import subjects
 from shared.fastread import RangeReadError, open_range_reader
+from shared.settings import Settings
 from ledger.snapshot import from_snapshot, to_snapshot
 from ledger.state import State
 
@@ -23,7 +25,9 @@ async def _bucket(js):
     try:
         return await js.object_store(subjects.SNAPSHOT_BUCKET)
     except (NotFoundError, Exception):
-        return await js.create_object_store(subjects.SNAPSHOT_BUCKET)
+        # as many replicas as the streams: on a cluster a snapshot outlives one server's loss
+        config = ObjectStoreConfig(bucket=subjects.SNAPSHOT_BUCKET, replicas=Settings().stream_replicas)
+        return await js.create_object_store(subjects.SNAPSHOT_BUCKET, config=config)
 
 
 async def load_snapshot(js) -> State | None:

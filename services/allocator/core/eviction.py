@@ -1,12 +1,12 @@
 """Eviction: stale or lower-priority allocations on one node, only when evicting them makes the
-claim fit there, and quota reclaim from borrowers; each ClaimEvicted names victim, beneficiary and
-rule. Tentative evictions that do not lead to a placement are rolled back."""
+claim fit there, and only those the placement needs (the fewest found: one victim alone if one
+suffices, else the greedy set with every victim the placement can do without put back); each
+ClaimEvicted names victim, beneficiary and rule. Tentative evictions are rolled back."""
 
 from __future__ import annotations
 
 from schemas import events as ev
 
-from ledger.borrowing import claimant_cost, reclaim_event, reclaim_victims
 from ledger.state import Claim, State
 from services.allocator.core.decision_pass import Pass, emit
 from services.allocator.core.place import try_place
@@ -75,61 +75,74 @@ def _try_evictions_on(state, run: Pass, claim: Claim, node_name: str, on_node) -
     held_before = dict(run.held)
     run.held = {n: p for n, p in run.held.items() if n != node_name}
     run.only_node = node_name
+    trial = _Trial(state, run, claim, node_name, mark, before)
     try:
-        return _evict_until_it_fits(state, run, claim, node_name, on_node, mark, before, held_before)
+        chosen = _fewest_victims(trial, on_node)
+        outcome = trial.place_after(chosen) if chosen else None
+        if outcome is None:
+            trial.undo()
+            return False
+        emit(state, run, outcome)
+        return True
     finally:
         run.only_node = ""
+        run.held = held_before
 
 
-def _evict_until_it_fits(state, run: Pass, claim: Claim, node_name: str, on_node, mark, before,
-                         held_before) -> bool:
-    for rule, victim in on_node:
+class _Trial:
+    """Evictions tried on one node and undone: `place_after(victims)` starts again from the mark."""
+
+    def __init__(self, state: State, run: Pass, claim: Claim, node_name: str, mark: int, before: int):
+        self.state, self.run, self.claim, self.node = state, run, claim, node_name
+        self.mark, self.before = mark, before
+
+    def undo(self) -> None:
+        self.run.journal.rollback(self.state, self.mark)
+        del self.run.decisions[self.before:]
+        self.run.failed.clear()  # room changed: cached failures no longer hold
+
+    def evict(self, rule: str, victim: Claim) -> None:
+        run, claim = self.run, self.claim
         detail = (f"no activity for {run.ctx.now - victim.last_activity:.0f}s" if rule == "stale"
                   else f"priority {victim.spec.priority} < {claim.spec.priority}")
-        emit(state, run, ev.ClaimEvicted(claim_id=victim.claim_id, rule=rule,
-                                          beneficiary=claim.claim_id, detail=detail, at=run.ctx.now))
-        run.failed.clear()  # room grew: cached failures no longer hold
-        outcome = try_place(state, run, claim)
-        if isinstance(outcome, ev.ClaimAllocated) and outcome.node == node_name:
-            emit(state, run, outcome)
-            run.held = held_before
-            return True
-    run.journal.rollback(state, mark)
-    del run.decisions[before:]
-    run.held = held_before
-    run.failed.clear()
-    return False
-
-
-def reclaim_for(state: State, run: Pass, claim: Claim, reasons: list) -> bool:
-    """A claim that waits because others borrowed from its cohorts takes quota back along the tree
-    (nearest cohort first; see ledger.borrowing): evict one victim at a time until it is placed;
-    if it still cannot be placed, nothing is evicted."""
-    cost = claimant_cost(reasons)
-    mark, before = run.journal.mark(), len(run.decisions)
-    for _ in range(len(reclaim_victims(state, claim, cost))):
-        victims = reclaim_victims(state, claim, cost)  # again: a borrower back within its quota is spared
-        if not victims:
-            break
-        victim = victims[0]
-        rule = "quota-reclaim" if victim.rule == "nominal" else "fair-share"
-        emit(state, run, ev.ClaimEvicted(
-            claim_id=victim.claim.claim_id, rule=rule, beneficiary=claim.claim_id,
-            detail=_reclaim_detail(victim, claim), at=run.ctx.now))
-        emit(state, run, reclaim_event(victim, claim, run.ctx.now))
+        emit(self.state, run, ev.ClaimEvicted(claim_id=victim.claim_id, rule=rule,
+                                               beneficiary=claim.claim_id, detail=detail, at=run.ctx.now))
         run.failed.clear()
-        outcome = try_place(state, run, claim)
-        if isinstance(outcome, ev.ClaimAllocated):
-            emit(state, run, outcome)
-            return True
-    run.journal.rollback(state, mark)
-    del run.decisions[before:]
-    run.failed.clear()
-    return False
+
+    def fits(self):
+        """The allocation on this node with the evictions made so far, else None."""
+        outcome = try_place(self.state, self.run, self.claim)
+        if isinstance(outcome, ev.ClaimAllocated) and outcome.node == self.node:
+            return outcome
+        return None
+
+    def place_after(self, victims: list) -> ev.ClaimAllocated | None:
+        self.undo()
+        for rule, victim in victims:
+            self.evict(rule, victim)
+        return self.fits()
 
 
-def _reclaim_detail(victim, claim: Claim) -> str:
-    borrower, lender = victim.claim.spec.namespace, claim.spec.namespace
-    if victim.rule == "nominal":
-        return f"{lender} reclaims quota {borrower} borrowed through {victim.cohort}"
-    return f"fair sharing in {victim.cohort}: {borrower} borrows a larger share than {lender} would"
+def _fewest_victims(trial: _Trial, on_node: list) -> list | None:
+    """Victims in preference order until the claim fits; then, if that took more than one, one
+    victim alone that suffices, else the greedy set less every victim it can do without (least
+    preferred first), so a claim that frees nothing the placement is short of is never taken."""
+    greedy = []
+    for rule, victim in on_node:
+        trial.evict(rule, victim)
+        greedy.append((rule, victim))
+        if trial.fits() is not None:
+            break
+    else:
+        return None
+    if len(greedy) == 1:
+        return greedy
+    for candidate in on_node:
+        if trial.place_after([candidate]) is not None:
+            return [candidate]
+    kept = list(greedy)
+    for candidate in reversed(greedy):
+        without = [v for v in kept if v is not candidate]
+        if without and trial.place_after(without) is not None:
+            kept = without
+    return kept

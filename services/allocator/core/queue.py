@@ -11,9 +11,10 @@ from ledger.cohorts import tree_of
 from ledger.quota import reclaims
 from ledger.state import Claim, State
 from services.allocator.core.decision_pass import Pass, emit, pend
-from services.allocator.core.eviction import evict_for, reclaim_for
+from services.allocator.core.eviction import evict_for
 from services.allocator.core.gangs import place_gang
 from services.allocator.core.place import try_place
+from services.allocator.core.reclaim import reclaim_for
 from services.allocator.core.starvation import hold_node_if_starving
 
 

@@ -1,0 +1,160 @@
+"""A three-server NATS JetStream cluster on this machine (loopback ports, cluster routes), for
+`gpuledger up --cluster 3`, the tests and `bench chaos`: the streams then run at R3, and a server
+can be killed and restarted to see what the services do.
+
+A cluster URL is the servers' URLs joined by commas (`nats://127.0.0.1:4001,nats://...:4002`),
+the form GPULEDGER_NATS_URL takes for a cluster; `server_urls` splits it for the clients.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from shared.natsserver import NatsServerError, find_binary, free_port
+
+CLUSTER_NAME = "gpuledger"
+
+
+def server_urls(url: str) -> list[str]:
+    """The servers of a URL that may list several, comma-separated (a cluster's URL)."""
+    urls = [part.strip() for part in url.split(",") if part.strip()]
+    if not urls:
+        raise ValueError(f"NATS URL {url!r} names no server")
+    return urls
+
+
+@dataclass
+class ClusterNode:
+    """One nats-server of the cluster: its ports stay the same across a kill and a restart, so
+    the others' routes and the clients' server lists find it again."""
+
+    name: str
+    port: int
+    route_port: int
+    http_port: int
+    store_dir: Path
+    argv: list[str] = field(default_factory=list)
+    process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    @property
+    def log_file(self) -> Path:
+        return self.store_dir / "nats-server.log"
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def start(self) -> None:
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        self.process = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def kill(self) -> None:
+        """kill -9: no shutdown, no goodbye to the routes; the others notice on their own."""
+        if self.alive:
+            os.kill(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if not self.alive:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+    def healthy(self) -> bool:
+        """The server's own health check: JetStream on, the meta group has a leader and this
+        server's streams are current."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}/healthz", timeout=1) as reply:
+                return reply.status == 200
+        except OSError:
+            return False
+
+
+@dataclass
+class NatsCluster:
+    nodes: list[ClusterNode]
+
+    @property
+    def url(self) -> str:
+        return ",".join(node.url for node in self.nodes)
+
+    @property
+    def replicas(self) -> int:
+        return len(self.nodes)
+
+    def kill(self, index: int) -> ClusterNode:
+        node = self.nodes[index]
+        node.kill()
+        return node
+
+    def restart(self, index: int, ready_timeout: float = 30.0) -> None:
+        node = self.nodes[index]
+        node.start()
+        _wait_healthy([node], ready_timeout)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        for node in self.nodes:
+            node.stop(timeout)
+
+
+def _argv(node: ClusterNode, peers: list[ClusterNode]) -> list[str]:
+    routes = ",".join(f"nats://127.0.0.1:{peer.route_port}" for peer in peers if peer is not node)
+    return [find_binary(), "-a", "127.0.0.1", "-p", str(node.port), "-m", str(node.http_port),
+            "-js", "-sd", str(node.store_dir), "-n", node.name, "-l", str(node.log_file),
+            "--cluster_name", CLUSTER_NAME, "--cluster", f"nats://127.0.0.1:{node.route_port}",
+            "--routes", routes]
+
+
+def start_nats_cluster(store_dir: str | os.PathLike, size: int = 3, ports: list[int] | None = None,
+                       ready_timeout: float = 30.0) -> NatsCluster:
+    """Start `size` nats-servers routed to each other, wait until every one reports healthy
+    (JetStream's meta group has elected a leader)."""
+    if size < 1:
+        raise NatsServerError(f"a cluster needs at least one server, got {size}")
+    ports = list(ports or [])
+    store = Path(store_dir)
+    nodes = [ClusterNode(f"n{i}", ports[i] if i < len(ports) and ports[i] else free_port(),
+                         free_port(), free_port(), store / f"n{i}") for i in range(size)]
+    for node in nodes:
+        node.argv = _argv(node, nodes)
+    cluster = NatsCluster(nodes)
+    for node in nodes:
+        node.start()
+    try:
+        _wait_healthy(nodes, ready_timeout)
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+def _wait_healthy(nodes: list[ClusterNode], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    waiting = list(nodes)
+    while waiting and time.monotonic() < deadline:
+        for node in list(waiting):
+            if not node.alive:
+                raise NatsServerError(f"nats-server {node.name} exited with {node.process.returncode}"
+                                      f" (log: {node.log_file})")
+            if node.healthy():
+                waiting.remove(node)
+        if waiting:
+            time.sleep(0.1)
+    if waiting:
+        names = ", ".join(f"{n.name} (log: {n.log_file})" for n in waiting)
+        raise NatsServerError(f"nats-servers not healthy within {timeout:g}s: {names}")
