@@ -3,7 +3,9 @@
 Every path that folds stored events reads them through here (the one `Follower`, the projector's
 replay, `bench replay`), so they all agree on what the log says. A message is skipped, logged and
 counted, never fatal, when it
-- does not decode at all (not JSON, an unknown event type): `undecodable`;
+- does not decode at all (not JSON, an unknown event type): `undecodable` (one the strict types
+  refuse only for a constraint added after it was stored is decoded without constraints instead:
+  `lenient`, see `schemas.lenient`);
 - arrived on a subject its type does not belong to (`schemas.authority`): `refused`, a forgery or
   a writer's bug, and folding it would let anyone who can publish somewhere speak for anyone;
 - sits on a dead-letter subject: a record of a refusal for people, never folded (not counted);
@@ -14,8 +16,11 @@ from __future__ import annotations
 
 import logging
 
+import msgspec
+
 from schemas import authority
 from schemas import events as ev
+from schemas.lenient import decode_lenient
 
 log = logging.getLogger("gpuledger")
 LOUD_FIRST = 20  # log each kind of skip this many times, then every LOUD_EVERY-th: a flood of
@@ -29,6 +34,7 @@ class Admission:
         self.undecodable = 0
         self.refused = 0
         self.unfoldable = 0
+        self.lenient = 0  # decoded without the constraints they predate (`schemas.lenient`)
 
     def fold_failed(self, seq: int, event: ev.Event, err: Exception) -> None:
         """An event whose fold raised: logged, counted and skipped (what it changed before it
@@ -42,9 +48,27 @@ class Admission:
         """The event to fold for one stored message, or None to skip it."""
         try:
             event = ev.decode_event(data)
-        except Exception as err:  # msgspec.DecodeError / ValidationError
+        except msgspec.ValidationError as err:  # perhaps stored before a constraint was added
+            event = self._lenient(seq, subject, data, err)
+            if event is None:
+                return None
+        except Exception as err:  # msgspec.DecodeError, invalid UTF-8, nested too deep
             return self._undecodable(seq, subject, err)
         return self.admit(seq, subject, event)
+
+    def _lenient(self, seq: int, subject: str, data: bytes, strict_error: Exception) -> ev.Event | None:
+        """A stored event the strict types refuse, read without their constraints
+        (`schemas.lenient`): the log is immutable, so a bound added since must not change what
+        a replay folds."""
+        try:
+            event = decode_lenient(data)
+        except Exception:
+            return self._undecodable(seq, subject, strict_error)
+        self.lenient += 1
+        if _loud(self.lenient):
+            log.info("seq=%d on %s predates a constraint it breaks (%s): folded as stored (%d so far)",
+                     seq, subject, strict_error, self.lenient)
+        return event
 
     def admit(self, seq: int, subject: str, event: ev.Event) -> ev.Event | None:
         """`event` if a fold may believe it on `subject`, else None (counted when forged)."""
