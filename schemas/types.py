@@ -14,6 +14,14 @@ Name = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9]
                                    description="lower-case DNS-like name")]
 ClaimId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}(?!\n)$",
                                       description="client-chosen id; letters, digits, . _ : -")]
+# A name that may be left out ("" = none): a pool or an endpoint the claim names.
+OptionalName = Annotated[str, msgspec.Meta(pattern=r"^([a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?)?(?!\n)$",
+                                           max_length=63, description="empty, or a lower-case DNS-like name")]
+GangId = Annotated[str, msgspec.Meta(pattern=r"^([A-Za-z0-9][A-Za-z0-9._:-]{0,127})?(?!\n)$", max_length=128,
+                                     description="empty, or an id; letters, digits, . _ : -")]
+# system:serviceaccount:<namespace>:<name>, or <namespace>:<name>; no blanks or control characters
+ServiceAccount = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9._:-]*(?!\n)$", max_length=512,
+                                             description="empty, or [system:serviceaccount:]<namespace>:<name>")]
 
 
 # Choices and size limits of what a publisher sends. They are the one rule for both sides: msgspec
@@ -76,10 +84,10 @@ class ClaimSpec(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_
     models: Models = []
     gpu_groups: Groups = []
     cuda_versions: CudaVersions = []
-    pool: str = ""
+    pool: OptionalName = ""
     node_selector: NodeSelector = {}
     priority: Annotated[int, msgspec.Meta(ge=-1000, le=1000)] = 0
-    gang_id: str = ""
+    gang_id: GangId = ""
     gang_size: Annotated[int, msgspec.Meta(ge=0, le=4096)] = 0
     lease_seconds: Annotated[float, msgspec.Meta(ge=0, le=MAX_LEASE_S)] = 0.0
     cpu_milli: Annotated[int, msgspec.Meta(ge=0, le=MAX_CPU_MILLI)] = 0
@@ -90,8 +98,8 @@ class ClaimSpec(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_
     # share of a card that provides it (with gpu_memory_gib: the larger of the two shares)
     gpu_tflops: Annotated[float, msgspec.Meta(ge=0, le=MAX_GPU_TFLOPS)] = 0.0
     workload: Text = ""
-    endpoint: str = ""
-    service_account: str = ""
+    endpoint: OptionalName = ""
+    service_account: ServiceAccount = ""
     labels: Labels = {}
     # seed 001: "contiguous" = every GPU from one NVLink island or none; "" = preferred, not required
     policy: PlacementPolicy = ""

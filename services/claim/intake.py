@@ -232,8 +232,10 @@ async def _reject(service, claim_id: str, code: str, message: str, field: str, d
 
 
 def _known(service, claim_id: str, specs: dict[str, ClaimSpec]) -> bool:
+    """The id, or its subject (`col_a` is `col.a`'s), already belongs to a claim."""
     state = service.state
-    return claim_id in state.claims or claim_id in state.ended or claim_id in specs
+    return (claim_id in state.claims or claim_id in state.ended or claim_id in specs
+            or bool(service.shares_subject(claim_id, specs)))
 
 
 async def _dead_letter(service, claim_id: str, code: str, message: str, field: str, data: bytes,
