@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 
 from schemas import subjects
-from schemas.catalogue import ANY_GROUP, ARCH_MIN_CUDA, CATALOGUE, CUDA_VERSIONS, GPU_GROUPS, cuda_key, expand_groups
+from schemas.catalogue import ANY_GROUP, CUDA_VERSIONS, GPU_GROUPS, cuda_conflict, expand_groups
 from schemas.commands import (
     CreateEndpoint,
     DeleteEndpoint,
@@ -93,15 +93,12 @@ def _groups(groups: list[str]) -> list[str]:
 
 def _cuda_fits_groups(groups: list[str], versions: list[str]) -> None:
     """A named group whose architecture runs none of the allowed CUDA versions can never serve."""
-    if not versions or groups == [ANY_GROUP]:
+    if groups == [ANY_GROUP]:
         return
-    newest = max(versions, key=cuda_key)
-    for i, group in enumerate(groups):
-        arches = {m.arch for m in CATALOGUE if m.group == group}
-        needed = min((ARCH_MIN_CUDA.get(a, "0.0") for a in arches), key=cuda_key, default="0.0")
-        if cuda_key(newest) < cuda_key(needed):
-            raise EndpointInvalid(f"gpu_groups[{i}]", f"{group} needs CUDA >= {needed}; "
-                                  f"cuda_versions allow at most {newest}")
+    for group in groups:
+        conflict = cuda_conflict(group, versions)
+        if conflict is not None:
+            raise EndpointInvalid("cuda_versions", conflict)
 
 
 def _replace(spec: EndpointSpec, **changes) -> EndpointSpec:
@@ -112,8 +109,11 @@ def _replace(spec: EndpointSpec, **changes) -> EndpointSpec:
 
 def worker_claim(spec: EndpointSpec, n: int) -> ClaimSpec:
     """The claim of the endpoint's n-th worker (ids are deterministic: a replay makes the same)."""
+    groups = list(expand_groups(spec.gpu_groups))
+    if spec.gpu_groups == [ANY_GROUP]:  # `any` means the groups that run an allowed CUDA version
+        groups = [g for g in groups if cuda_conflict(g, spec.cuda_versions) is None]
     return ClaimSpec(claim_id=f"{spec.name}-w{n}", namespace=spec.namespace, gpus=spec.gpus_per_worker,
-                     gpu_groups=list(expand_groups(spec.gpu_groups)), cuda_versions=list(spec.cuda_versions),
+                     gpu_groups=groups, cuda_versions=list(spec.cuda_versions),
                      priority=spec.priority, endpoint=spec.name, workload="serverless-worker",
                      labels={"endpoint": spec.name})
 

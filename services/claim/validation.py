@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from schemas.catalogue import ANY_GROUP, CUDA_VERSIONS, GPU_GROUPS, MODELS
+from schemas.catalogue import ANY_GROUP, CUDA_VERSIONS, GPU_GROUPS, MODELS, cuda_conflict
 from schemas.types import PLACEMENT_POLICIES, ClaimSpec
 
 _MIG = re.compile(r"^[1-7]g\.\d+gb\Z")
@@ -86,6 +86,12 @@ def _cuda(spec: ClaimSpec) -> None:
         if version not in CUDA_VERSIONS:
             raise ClaimInvalid(f"cuda_versions[{i}]", f"unknown CUDA version {version!r}; known: "
                                                       f"{', '.join(CUDA_VERSIONS)}")
+    # A named group or model whose architecture runs none of the versions could never be used:
+    # refused now rather than left waiting for a driver that cannot exist (`any` picks around it).
+    for named in (*spec.models, *(g for g in spec.gpu_groups if g.lower() != ANY_GROUP)):
+        conflict = cuda_conflict(named, spec.cuda_versions)
+        if conflict is not None:
+            raise ClaimInvalid("cuda_versions", conflict)
 
 
 def _mig(spec: ClaimSpec) -> None:

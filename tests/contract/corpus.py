@@ -34,7 +34,12 @@ HAND_WRITTEN: dict[str, dict] = {
     "longest workload": {"workload": "w" * MAX_TEXT},
     "most labels": {"labels": {f"k{i}": "v" * MAX_VALUE for i in range(MAX_ENTRIES)}},
     "longest selector key": {"node_selector": {"k" * MAX_KEY: "v"}},
+    "hopper group with an old and a new cuda": {"gpu_groups": ["ADA_80_PRO"], "cuda_versions": ["11.8", "12.4"]},
+    "any with cuda 11.8": {"gpu_groups": ["any"], "cuda_versions": ["11.8"]},
     # invalid
+    "H100's group with cuda 11.8 only": {"gpu_groups": ["ADA_80_PRO"], "cuda_versions": ["11.8"]},
+    "H100 with cuda 11.8": {"models": ["H100"], "cuda_versions": ["11.8"]},
+    "RTX 5090's group before cuda 12.8": {"gpu_groups": ["ADA_32_PRO"], "cuda_versions": ["12.4"]},
     "workload of half a megabyte": {"workload": "w" * (1 << 19)},
     "workload one too long": {"workload": "w" * (MAX_TEXT + 1)},
     "too many labels": {"labels": {f"k{i}": "v" for i in range(MAX_ENTRIES + 1)}},
