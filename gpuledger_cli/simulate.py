@@ -47,6 +47,13 @@ def simulate(
     speedup: float = typer.Option(1.0, "--speedup", min=0.001, help="--dynamic: divide arrival "
                                   "times by this (run times stay); openb needs ~100 to load the cluster"),
     workers: int = typer.Option(2, "--workers", min=1, max=64, help="processes for the (policy, seed) runs"),
+    against: str = typer.Option(None, "--against", help="compare one --policy (default gpuledger) with "
+                                "this baseline seed by seed (paired), on the trace and --variant's"),
+    variant: list[str] = typer.Option(None, "--variant", help="--against: a variant of the pod list "
+                                      "(repeatable; default, share-heavy, multi-gpu-heavy, "
+                                      "model-bound-10/30/50, cpu-only-heavy, or all); default: default"),
+    variant_seed: int = typer.Option(7, "--variant-seed", help="--against: the seed the variants are "
+                                     "drawn with (the protocol's seeds are --seeds)"),
 ) -> None:
     """Run the allocator's decision core over a trace with the FGD paper's one-pass protocol."""
     from services.allocator.core.scorers import POLICIES
@@ -58,8 +65,17 @@ def simulate(
         _fail("--speed: applies to --live (with --dynamic use --speedup)")
     if live and dynamic:
         _fail("--live and --dynamic: pick one (--dynamic replays through the core in this process)")
+    if variant and not against:
+        _fail("--variant: applies to --against (python -m simulator.variants writes them as files)")
+    if against and (live or dynamic or plot):
+        _fail("--against: runs the one-pass fill; leave out --live, --dynamic and --plot")
     nodes_path, pods_path = nodes or runner.DEFAULT_NODES, pods or runner.DEFAULT_PODS
     policies = list(policy or runner.ALL_POLICIES)
+    if against:
+        policies = list(policy or ["gpuledger"])
+        if len(policies) != 1:
+            _fail(f"--policy: --against compares one policy with the baseline, got {len(policies)}")
+        policies.append(against)
     unknown = [p for p in policies if p not in POLICIES]
     if unknown:
         _fail(f"--policy: unknown {', '.join(unknown)}; known: {', '.join(sorted(POLICIES))}")
@@ -75,6 +91,9 @@ def simulate(
         return
     if live:
         _live(trace, nats_url, policy or [], speed, limit, max_gap, drain, node_prefix, as_json)
+        return
+    if against:
+        _compare(trace, policies[0], against, variant or ["default"], variant_seed, seed_list, workers, as_json)
         return
     started = time.perf_counter()
     done = []
@@ -104,6 +123,34 @@ def _print(summaries, trace, seeds: str, elapsed: float, as_json: bool) -> None:
     typer.echo(report.table(summaries) + "\n")
     typer.echo(report.curves(summaries) + "\n")
     typer.echo(report.failures(summaries))
+
+
+def _compare(trace, policy: str, baseline: str, names: list[str], variant_seed: int, seeds: list[int],
+             workers: int, as_json: bool) -> None:
+    from simulator import compare
+
+    if "all" in names:
+        names = compare.variant_names(variant_seed)
+    try:
+        traces = compare.variant_traces(trace, list(dict.fromkeys(names)), variant_seed)
+    except ValueError as err:
+        _fail(str(err))
+    started, total, done = time.perf_counter(), len(traces) * 2 * len(seeds), []
+
+    def progress(job):
+        done.append(job)
+        if not as_json:
+            typer.echo(f"  {len(done)}/{total} {job[0]} {job[1]} seed {job[2]}", err=True)
+
+    result = compare.compare(traces, policy, baseline, seeds, workers, progress)
+    if as_json:
+        typer.echo(json.dumps(result.to_json(), indent=2))
+        return
+    typer.echo(f"{policy} against {baseline}, Unallocated GPU % at 100 and 130 % arrived, seeds "
+               f"{','.join(map(str, seeds))}, paired = {policy} - {baseline} per seed "
+               f"(wins: seeds where {policy} leaves less); {time.perf_counter() - started:.0f} s\n")
+    typer.echo(compare.table(result) + "\n")
+    typer.echo(compare.per_seed(result))
 
 
 def _live(trace, nats_url, policies: list[str], speed, limit, max_gap, drain, node_prefix, as_json) -> None:

@@ -75,38 +75,47 @@ def summarise(policy: str, results: list[PassResult]) -> Summary:
     return summary
 
 
-_TRACE: Trace | None = None
+_TRACES: dict[str, Trace] = {}  # in each worker: the traces its jobs name
 
 
-def _init(nodes: str, pods: str) -> None:
-    global _TRACE
-    _TRACE = read_trace(nodes, pods)
+def _init(traces: dict[str, Trace]) -> None:
+    global _TRACES
+    _TRACES = traces
 
 
-def _one(job: tuple[str, int]) -> PassResult:
-    policy, seed = job
-    assert _TRACE is not None
-    return run_pass(workload(_TRACE, seed), policy, trace_shapes(_TRACE.pods))
+def _one(job: tuple[str, str, int]) -> PassResult:
+    key, policy, seed = job
+    trace = _TRACES[key]
+    return run_pass(workload(trace, seed), policy, trace_shapes(trace.pods))
+
+
+def run_jobs(traces: dict[str, Trace], jobs: list[tuple[str, str, int]], workers: int = 1,
+             progress=None) -> dict[tuple[str, str, int], PassResult]:
+    """One one-pass fill per (trace name, policy, seed); `workers` > 1 runs them in that many
+    processes (each gets the traces once)."""
+    results: dict[tuple[str, str, int], PassResult] = {}
+    if workers <= 1:
+        _init(traces)
+        for job in jobs:
+            results[job] = _one(job)
+            if progress:
+                progress(job)
+        return results
+    with ProcessPoolExecutor(workers, initializer=_init, initargs=(traces,)) as pool:
+        for job, result in zip(jobs, pool.map(_one, jobs)):
+            results[job] = result
+            if progress:
+                progress(job)
+    return results
 
 
 def run_all(nodes: str | Path, pods: str | Path, policies: list[str], seeds: list[int],
             workers: int = 1, progress=None) -> list[Summary]:
     """Every (policy, seed) pass; `workers` > 1 runs them in that many processes."""
-    jobs = [(p, s) for p in policies for s in seeds]
-    results: dict[tuple[str, int], PassResult] = {}
-    if workers <= 1:
-        _init(str(nodes), str(pods))
-        for job in jobs:
-            results[job] = _one(job)
-            if progress:
-                progress(job)
-    else:
-        with ProcessPoolExecutor(workers, initializer=_init, initargs=(str(nodes), str(pods))) as pool:
-            for job, result in zip(jobs, pool.map(_one, jobs)):
-                results[job] = result
-                if progress:
-                    progress(job)
-    return [summarise(p, [results[(p, s)] for s in seeds]) for p in policies]
+    jobs = [("", p, s) for p in policies for s in seeds]
+    results = run_jobs({"": read_trace(nodes, pods)}, jobs, workers,
+                       progress and (lambda job: progress(job[1:])))
+    return [summarise(p, [results[("", p, s)] for s in seeds]) for p in policies]
 
 
 def default_workers() -> int:

@@ -1,8 +1,9 @@
 """Variants of a trace, to check that a policy generalises beyond one workload mix.
 
-`python -m simulator.variants OUT_DIR [--pods PODS.csv --nodes NODES.csv]` writes pod lists with
-more sharing pods, more multi-GPU pods, more model-constrained pods and more CPU-only pods (the
-protocol then tops up or cuts each to 130 % of capacity as usual).
+`python -m simulator.variants OUT_DIR [--pods PODS.csv --nodes NODES.csv] [--seed N]` writes pod
+lists with more sharing pods, more multi-GPU pods, 10/30/50 % of the GPU pods bound to GPU models
+(`gpu_spec` lists) and more CPU-only pods (the protocol then tops up or cuts each to 130 % of
+capacity as usual). Every variant is a pure function of the trace and the seed.
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ from pathlib import Path
 from simulator.runner import DEFAULT_NODES, DEFAULT_PODS
 from simulator.trace import POD_COLUMNS, NodeRow, PodRow, read_trace
 
+MODEL_BOUND_PERCENTS = (10, 30, 50)
+LIST_LENGTHS = ((1, 0.5), (2, 0.3), (3, 0.2))  # how many models a bound pod allows, and how often
+VARIANT_SEED = 7
+
 
 def _more(pods: list[PodRow], wanted, times: int, rng: random.Random) -> list[PodRow]:
     """Each pod that `wanted` selects appears `times` times (copies get new names)."""
@@ -27,25 +32,53 @@ def _more(pods: list[PodRow], wanted, times: int, rng: random.Random) -> list[Po
     return out
 
 
-def _constrained(pods: list[PodRow], nodes: tuple[NodeRow, ...], share: float,
-                 rng: random.Random) -> list[PodRow]:
-    """`share` of GPU pods may run on one model only, drawn in proportion to the fleet's GPUs
-    among the models with a node big enough for the pod."""
-    def constrain(p: PodRow) -> PodRow:
-        models = [n.model for n in nodes for _ in range(n.gpus)
-                  if n.gpus >= p.num_gpu and n.cpu_milli >= p.cpu_milli]
-        return replace(p, models=(rng.choice(models),)) if models else p
-    return [constrain(p) if p.num_gpu and rng.random() < share else p for p in pods]
+def _gpus_by_model(nodes: tuple[NodeRow, ...], pod: PodRow) -> dict[str, int]:
+    """GPUs of each model on nodes that could hold the pod alone (cards, CPU and memory)."""
+    gpus: dict[str, int] = {}
+    for n in nodes:
+        if n.gpus >= pod.num_gpu and n.cpu_milli >= pod.cpu_milli and n.memory_mib >= pod.memory_mib:
+            gpus[n.model] = gpus.get(n.model, 0) + n.gpus
+    return gpus
 
 
-def variants(pods: list[PodRow], nodes: tuple[NodeRow, ...], seed: int = 7) -> dict[str, list[PodRow]]:
-    rng = random.Random(seed)
-    return {
-        "share-heavy": _more(pods, lambda p: p.num_gpu == 1 and p.gpu_milli < 1000, 3, rng),
-        "multi-gpu-heavy": _more(pods, lambda p: p.num_gpu > 1, 6, rng),
-        "model-constrained": _constrained(pods, nodes, 0.4, rng),
-        "cpu-only-heavy": _more(pods, lambda p: p.num_gpu == 0, 4, rng),
+def _draw_models(gpus: dict[str, int], rng: random.Random) -> tuple[str, ...]:
+    """1 to 3 distinct models (as `LIST_LENGTHS` says), each drawn in proportion to its GPUs."""
+    length = rng.choices([n for n, _ in LIST_LENGTHS], [w for _, w in LIST_LENGTHS])[0]
+    pool, chosen = dict(gpus), []
+    while pool and len(chosen) < length:
+        model = rng.choices(sorted(pool), [pool[m] for m in sorted(pool)])[0]
+        chosen.append(model)
+        del pool[model]
+    return tuple(chosen)
+
+
+def model_bound(pods: list[PodRow], nodes: tuple[NodeRow, ...], percent: int,
+                rng: random.Random) -> list[PodRow]:
+    """`percent` % of the GPU pods (drawn at random) get a `gpu_spec` list of 1 to 3 models, each
+    model drawn in proportion to the fleet's GPUs among the models with a node big enough for the
+    pod (so every bound pod still fits an empty cluster). Names and everything else stay."""
+    gpu_pods = [i for i, p in enumerate(pods) if p.num_gpu]
+    bound = set(rng.sample(gpu_pods, round(len(gpu_pods) * percent / 100)))
+    out = []
+    for i, pod in enumerate(pods):
+        gpus = _gpus_by_model(nodes, pod) if i in bound else {}
+        out.append(replace(pod, models=_draw_models(gpus, rng)) if gpus else pod)
+    return out
+
+
+def variants(pods: list[PodRow], nodes: tuple[NodeRow, ...], seed: int = VARIANT_SEED) -> dict[str, list[PodRow]]:
+    """Every variant by name; each from its own generator, so one does not move another."""
+    def rng(name: str) -> random.Random:
+        return random.Random(f"{seed}/{name}")
+    out = {
+        "share-heavy": _more(pods, lambda p: p.num_gpu == 1 and p.gpu_milli < 1000, 3, rng("share-heavy")),
+        "multi-gpu-heavy": _more(pods, lambda p: p.num_gpu > 1, 6, rng("multi-gpu-heavy")),
     }
+    for percent in MODEL_BOUND_PERCENTS:
+        name = f"model-bound-{percent}"
+        out[name] = model_bound(pods, nodes, percent, rng(name))
+    out["cpu-only-heavy"] = _more(pods, lambda p: p.num_gpu == 0, 4, rng("cpu-only-heavy"))
+    return out
 
 
 def write_pods(path: Path, pods: list[PodRow]) -> None:
@@ -68,10 +101,11 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--nodes", type=Path, default=DEFAULT_NODES)
     parser.add_argument("--pods", type=Path, default=DEFAULT_PODS)
+    parser.add_argument("--seed", type=int, default=VARIANT_SEED, help="the variants' seed")
     args = parser.parse_args()
     trace = read_trace(args.nodes, args.pods)
     args.out.mkdir(parents=True, exist_ok=True)
-    for name, pods in variants(list(trace.pods), trace.nodes).items():
+    for name, pods in variants(list(trace.pods), trace.nodes, args.seed).items():
         write_pods(args.out / f"pods_{name}.csv", pods)
         print(args.out / f"pods_{name}.csv", len(pods))
 
