@@ -11,7 +11,7 @@ from __future__ import annotations
 from schemas import events as ev
 from schemas.types import DeviceInfo, PoolSpec
 
-from ledger.holdings import Journal, allocate, free, grants_fit, save_claim
+from ledger.holdings import Journal, allocate, free, grants_fit, park_if_fleet_bound, save_claim
 from ledger.pools import assign_pools
 from ledger.shapes import shapes_from_counts
 from ledger.state import Claim, Node, State, Unit, grow, reindex_node
@@ -60,6 +60,7 @@ def _claim_submitted(state: State, e: ev.ClaimSubmitted, seq: int) -> None:
     state.submitted += 1
     state.claims[claim_id] = Claim(spec, seq or state.submitted, e.at, last_activity=e.at)
     state.pending[claim_id] = None
+    state.queue[claim_id] = None
     key = (spec.gpus, spec.gpu_milli, spec.mig_profile, spec.cpu_milli)
     counts = state.shape_counts
     counts[key] = counts.get(key, 0) + 1
@@ -388,6 +389,7 @@ def apply_decision(state: State, d, journal: Journal | None = None) -> bool:
         if claim is not None and claim.status == "pending":
             save_claim(claim, journal)
             claim.reasons = list(d.reasons)
+            park_if_fleet_bound(state, claim, journal)
     elif isinstance(d, ev.AllocationRejected):
         if claim is not None and claim.status == "pending":
             free(state, claim, "rejected", d.code, journal)

@@ -59,9 +59,11 @@ def encode_reply(reply: Reply) -> bytes:
 
 
 def command(broker, subject: str, command_type: type,
-            handler: Callable[[Any], Awaitable[Reply]], **subscriber_kwargs) -> None:
-    """Register `handler` for typed commands on `subject` (request/reply)."""
-    decoder = msgspec.json.Decoder(command_type)
+            handler: Callable[[Any], Awaitable[Reply]], decode: Callable[[bytes], Any] | None = None,
+            **subscriber_kwargs) -> None:
+    """Register `handler` for typed commands on `subject` (request/reply). `decode` replaces the
+    typed decoding (a command with a second spelling); it raises msgspec errors like a decoder."""
+    decoder = msgspec.json.Decoder(command_type) if decode is None else _Decode(decode)
 
     @broker.subscriber(subject, decoder=raw_body, **subscriber_kwargs)
     async def _handle(raw: Any) -> bytes:
@@ -82,3 +84,8 @@ def command(broker, subject: str, command_type: type,
             log.exception("command on %s failed", subject)
             reply = fail("internal", f"{type(err).__name__}: {err}")
         return encode_reply(reply)
+
+
+class _Decode:
+    def __init__(self, decode: Callable[[bytes], Any]):
+        self.decode = decode

@@ -159,6 +159,7 @@ class Allocator:
             memo=self.memo, failed_at=self.failed_at,
             node_timeout_s=self.settings.node_timeout_s, stale_after_s=self.settings.stale_after_s,
             starvation_after_s=self.settings.starvation_after_s,
+            pending_expire_after_s=self.settings.pending_expire_after_s,
             release_unused_after_s=self.settings.release_unused_after_s)
 
     async def decide_once(self, timers: bool = True) -> int:

@@ -10,6 +10,7 @@ import time
 from schemas import commands as cmd
 from schemas import events as ev
 from schemas import subjects
+from schemas.seed import CLAIM_WIRE
 from schemas.types import ClaimSpec
 from shared.commands import DomainError, command
 from shared.service import ServiceContext
@@ -20,6 +21,7 @@ from services.claim.intake import consume_intake, wait_intake_drained
 from services.claim.lookup import Unresolved, claim_with_prefix
 from services.claim.metrics import instrument
 from services.claim.outcomes import OutcomeWriter
+from services.claim.seed_api import SeedSubmitClaim, decode_submit_claim, in_seed_names
 from services.claim.validation import ClaimInvalid, validate_claim
 from services.claim.views import claim_view, explain_view
 
@@ -168,7 +170,10 @@ def register_handlers(ctx: ServiceContext, service: ClaimService) -> None:
     b = ctx.broker
 
     async def submit(c: cmd.SubmitClaim):
-        return cmd.ok(await service.submit(c.claim, c.wait_seconds))
+        try:
+            return cmd.ok(await service.submit(c.claim, c.wait_seconds))
+        except DomainError as err:  # a seed-spelled claim hears its own field names
+            raise in_seed_names(err, CLAIM_WIRE, "claim") if isinstance(c, SeedSubmitClaim) else err
 
     async def release(c: cmd.ReleaseClaim):
         return cmd.ok(await service.release(c.claim_id, c.reason))
@@ -193,7 +198,7 @@ def register_handlers(ctx: ServiceContext, service: ClaimService) -> None:
     async def list_claims(c: cmd.ListClaims):
         return cmd.ok(service.list(c.namespace, c.status, c.limit))
 
-    command(b, subjects.command("claim.submit"), cmd.SubmitClaim, submit)
+    command(b, subjects.command("claim.submit"), cmd.SubmitClaim, submit, decode=decode_submit_claim)
     command(b, subjects.command("claim.release"), cmd.ReleaseClaim, release)
     command(b, subjects.command("claim.renew"), cmd.RenewLease, renew)
     command(b, subjects.command("claim.activity"), cmd.ReportActivity, activity)

@@ -21,6 +21,7 @@ from nats.js import api
 
 from schemas import events as ev
 from schemas import subjects
+from schemas.seed import CLAIM_WIRE, SeedClaimSpec, convert_seed, from_seed_claim, is_seed_claim, seed_field
 from schemas.types import ClaimSpec, Reason
 from shared.commands import DomainError, field_of
 from shared.telemetry import tracer
@@ -104,13 +105,25 @@ async def _accept(service, data: bytes, headers: dict[str, str],
     try:
         return service.prepare(spec, trace or None, pending=specs)
     except DomainError as err:
-        await _reject(service, spec.claim_id, err.code, err.message, err.field, data)
+        field = err.field
+        if _seed_spelled(data):  # answered in the names the publisher wrote
+            field = "claim." + seed_field(field.removeprefix("claim."), CLAIM_WIRE) if field else field
+        await _reject(service, spec.claim_id, err.code, err.message, field, data)
         return None
 
 
+def _seed_spelled(data: bytes) -> bool:
+    return b'"claimId"' in data and is_seed_claim(msgspec.json.decode(data))
+
+
 def decode_claim(data: bytes) -> ClaimSpec:
-    """A ClaimSpec from JSON; an integer may be written as 2.0, as JSON Schema's `integer` allows
-    (some encoders write every number that way), so the schema and the intake agree."""
+    """A ClaimSpec from JSON, in either spelling (ours, or the serverless seed's camelCase with
+    `claimId`, schemas/seed.py); an integer may be written as 2.0, as JSON Schema's `integer`
+    allows (some encoders write every number that way), so the schema and the intake agree."""
+    if b'"claimId"' in data:  # cheap test first: the canonical spelling never pays the second decode
+        raw = msgspec.json.decode(data)
+        if is_seed_claim(raw):
+            return from_seed_claim(convert_seed(raw, SeedClaimSpec), raw)
     try:
         return _spec_decoder.decode(data)
     except msgspec.ValidationError as err:
@@ -150,7 +163,7 @@ def _readable_id(data: bytes, headers: dict[str, str]) -> str:
         raw = msgspec.json.decode(data)
     except msgspec.DecodeError:
         raw = None
-    claim_id = raw.get("claim_id") if isinstance(raw, dict) else None
+    claim_id = raw.get("claim_id", raw.get("claimId")) if isinstance(raw, dict) else None
     if isinstance(claim_id, str):
         try:
             msgspec.convert({"claim_id": claim_id, "namespace": "x"}, ClaimSpec)

@@ -13,7 +13,7 @@ from ledger.state import FREE, Claim, State
 from services.allocator.core.decision_pass import POLICY_VERSION, Pass
 from services.allocator.core.demand import Need, cost, in_pool, needs_for
 from services.allocator.core.picks import pick_spread_first
-from services.allocator.core.explain import rank_reasons, reasons_for
+from services.allocator.core.explain import never_reason, rank_reasons, reasons_for
 from services.allocator.core.placement import Choice, PlacementContext, choose, choose_on
 from services.allocator.core.rules import rule_args
 from services.allocator.core.scorers import get_policy
@@ -45,7 +45,12 @@ def try_place(state: State, run: Pass, claim: Claim):
     if single_refusals and len(single_refusals) == len(needs):
         return ev.AllocationRejected(claim_id=claim.claim_id, code="quota-single-exceeded",
                                      reasons=single_refusals[:1], at=run.ctx.now)
-    return rank_reasons(reasons)
+    ranked = rank_reasons(reasons)
+    if run.explain:  # told apart from waiting: first, so a reader sees it before what waits
+        never = never_reason(state, needs, _placement_context(state, run, claim, args))
+        if never is not None:
+            return [never, *ranked[:7]]
+    return ranked
 
 
 def _asked(spec) -> str:
