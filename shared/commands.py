@@ -51,6 +51,10 @@ def field_of(error: Exception) -> str:
 def invalid_reply(error: Exception) -> Reply:
     if isinstance(error, msgspec.ValidationError):
         return fail("invalid", str(error), field_of(error))
+    if isinstance(error, UnicodeDecodeError):
+        return fail("invalid", f"malformed JSON: not valid UTF-8 (at byte {error.start})")
+    if isinstance(error, RecursionError):
+        return fail("invalid", "malformed JSON: nested too deep")
     return fail("invalid", f"malformed JSON: {error}")
 
 
@@ -74,7 +78,7 @@ def command(broker, subject: str, command_type: type,
     async def _answer(body: bytes) -> bytes:
         try:
             cmd = decoder.decode(body)
-        except (msgspec.ValidationError, msgspec.DecodeError) as err:
+        except Exception as err:  # msgspec's errors, invalid UTF-8 (ValueError), nesting (RecursionError)
             return encode_reply(invalid_reply(err))
         try:
             reply = await handler(cmd)

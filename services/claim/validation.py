@@ -11,7 +11,7 @@ import re
 from schemas.catalogue import ANY_GROUP, CUDA_VERSIONS, GPU_GROUPS, MODELS, cuda_conflict
 from schemas.types import PLACEMENT_POLICIES, ClaimSpec
 
-_MIG = re.compile(r"^[1-7]g\.\d+gb$")
+_MIG = re.compile(r"^[1-7]g\.\d+gb\Z")
 
 
 class ClaimInvalid(ValueError):

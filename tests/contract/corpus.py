@@ -85,6 +85,10 @@ HAND_WRITTEN: dict[str, dict] = {
     "claim id with a space": {"claim_id": "has space"},
     "claim id ending in a newline": {"claim_id": "ends-in-newline\n"},
     "namespace ending in a newline": {"namespace": "team-a\n"},
+    "vram limit of 1e307 GiB": {"limit_vram_gib": 1e307},
+    "1.7e308 GiB per gpu": {"gpu_memory_gib": 1.7e308},
+    "lease of 1e300 s": {"lease_seconds": 1e300},
+    "cpu beyond a million cores": {"gpus": 0, "cpu_milli": 1 << 31},
 }
 
 
