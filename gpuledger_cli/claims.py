@@ -167,6 +167,9 @@ def _show(data: dict, as_json: bool) -> None:
         typer.echo(f"  node {data['node']}: {devices}")
     for key, value in data.get("env", {}).items():
         typer.echo(f"  {key}={value}")
+    if data.get("verdict") == "never-satisfiable":
+        typer.echo("  never satisfiable on this fleet: no node could take it even empty; it waits only "
+                   "for the fleet to change (release it, or change the claim)")
     for reason in data.get("reasons", []):
         typer.echo(f"  - {reason['message']}")
     if data.get("end_reason"):

@@ -17,6 +17,7 @@ from typer.core import TyperCommand, TyperGroup
 
 AREAS = (
     "gpuledger_cli.up",
+    "gpuledger_cli.nats_cmd",
     "gpuledger_cli.claims",
     "gpuledger_cli.events",
     "gpuledger_cli.schemas_cmd",
@@ -36,6 +37,7 @@ AREAS = (
 COMMANDS: dict[str, tuple[str, str]] = {
     "up": ("gpuledger_cli.up", "Run NATS (embedded by default), all five services and, with --demo, "
                                "simulated nodes."),
+    "nats": ("gpuledger_cli.nats_cmd", "NATS users and permissions: a server configuration, a user's URL."),
     "claim": ("gpuledger_cli.claims", "Submit and manage GPU claims."),
     "events": ("gpuledger_cli.events", "Read the event log."),
     "schemas": ("gpuledger_cli.schemas_cmd", "The event and command contract as JSON Schema."),

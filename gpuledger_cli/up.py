@@ -21,13 +21,16 @@ from typing import Optional
 
 import typer
 
-from gpuledger_cli import up_web
+from gpuledger_cli import up_auth, up_web
 from gpuledger_cli.ports import PortBook
 from gpuledger_cli.services_cmd import SERVICES
 from gpuledger_cli.stack_env import write_env
+from shared import nats_auth
 from shared.natscluster import server_urls, start_nats_cluster
 from shared.natsserver import NatsServerError, start_nats_server
+from shared.jetstream import ensure_streams
 from shared.service import READY_SUBJECT
+from shared.settings import Settings
 
 DEFAULT_FLEET = "4xH100x8:islands=2,1xA100x4:mig"
 
@@ -68,23 +71,30 @@ def _available_services() -> list[str]:
 
 
 def _children(services: list[str], env: dict[str, str], log_dir: Path, fleet: str | None,
-              book: PortBook, dashboard: bool = True) -> list[Child]:
+              book: PortBook, dashboard: bool = True, urls: dict[str, str] | None = None) -> list[Child]:
     """Every service, the simulated agents (--demo) and the dashboard; each serves /metrics on a
-    port of its own, which the dashboard merges into one scrape endpoint."""
+    port of its own, which the dashboard merges into one scrape endpoint. With `urls` (NATS users
+    on) each child connects with the URL of its own user."""
     exe = sys.executable
-    children = [Child(s, [exe, "-m", "gpuledger_cli.main", "service", s],
-                      env | up_web.metrics_port_env(book, s), log_dir) for s in services]
+
+    def env_of(name: str) -> dict[str, str]:
+        own = {"GPULEDGER_NATS_URL": urls[up_auth.child_user(name)]} if urls else {}
+        return env | up_web.metrics_port_env(book, name) | own
+
+    children = [Child(s, [exe, "-m", "gpuledger_cli.main", "service", s], env_of(s), log_dir)
+                for s in services]
     if fleet:
         children.append(Child("node-agents", [exe, "-m", "services.node_agent", "--fleet", fleet],
-                              env | up_web.metrics_port_env(book, "node-agents"), log_dir))
+                              env_of("node-agents"), log_dir))
     if dashboard:
         argv, web_env = up_web.dashboard_command(book, [c.name for c in children])
-        children.append(Child(up_web.DASHBOARD, argv, env | web_env, log_dir))
+        own = {"GPULEDGER_NATS_URL": urls[up_web.DASHBOARD]} if urls else {}
+        children.append(Child(up_web.DASHBOARD, argv, env | web_env | own, log_dir))
     return children
 
 
 async def _start_and_wait(children: list[Child], url: str, names: list[str], want_nodes: int,
-                          timeout: float) -> None:
+                          timeout: float, replicas: int = 1) -> None:
     """Start the children, then wait until every service announced itself and, for a demo, the
     claim service sees the simulated nodes."""
     import msgspec
@@ -98,6 +108,8 @@ async def _start_and_wait(children: list[Child], url: str, names: list[str], wan
 
     await nc.subscribe(f"{READY_SUBJECT}.*", cb=on_ready)
     await nc.flush()
+    # the streams first, as ops: a node agent may not create them, and would race the services
+    await ensure_streams(nc.jetstream(), replicas)
     for child in children:
         child.start()
     deadline = asyncio.get_running_loop().time() + timeout
@@ -140,9 +152,19 @@ def register(app: typer.Typer) -> None:
            cluster: int = typer.Option(0, "--cluster", min=0, max=7, help="run this many embedded "
                                        "nats-servers as one JetStream cluster on loopback ports, the "
                                        "streams at that many replicas (3: survives one server's "
-                                       "loss; see docs/reliability.md); 0: one server")) -> None:
+                                       "loss; see docs/reliability.md); 0: one server"),
+           auth: bool = typer.Option(True, "--auth/--no-auth", help="the embedded nats-server "
+                                     "refuses anonymous clients and gives each service, node agent, "
+                                     "the CLI (ops) and claim publishers a user with only its own "
+                                     "rights (docs/security.md); --no-auth: anyone on the port may "
+                                     "write the ledger, for debugging only"),
+           agent_node: list[str] = typer.Option([], "--agent-node", help="a real node agent will "
+                                                "join as this node: give it a NATS user of its own "
+                                                "(repeat per node; `gpuledger nats creds node-NAME` "
+                                                "prints its URL)")) -> None:
         """Run NATS (embedded by default), all five services and, with --demo, simulated nodes."""
-        _run_up(demo, data_dir, nats_url, fleet, port or None, ready_timeout, dashboard, cluster)
+        _run_up(demo, data_dir, nats_url, fleet, port or None, ready_timeout, dashboard, cluster, auth,
+                agent_node)
 
 
 def _expected_nodes(fleet: str) -> int:
@@ -154,29 +176,53 @@ def _expected_nodes(fleet: str) -> int:
     return total
 
 
+def _start_server(data_dir: Path, book: PortBook, port: int | None, users: up_auth.StackUsers | None):
+    try:
+        server = start_nats_server(data_dir / "nats", port=book.take("nats", port),
+                                   config_file=users.config_file if users else None)
+    except NatsServerError as err:
+        _say(f"cannot start nats-server: {err}")
+        raise typer.Exit(1)
+    who = "users and permissions from " + str(users.config_file) if users else "NO authorization (--no-auth)"
+    _say(f"nats-server with JetStream at {server.url}, data in {data_dir / 'nats'}, {who}")
+    return server
+
+
+def _user_urls(users: up_auth.StackUsers | None, ports: list[int]) -> dict[str, str]:
+    return {user: users.url(user, ports) for user in users.passwords} if users else {}
+
+
+def _printed(nats_url: str, urls: dict[str, str], book: PortBook, dashboard: bool) -> list[tuple[str, str]]:
+    lines = [("GPULEDGER_NATS_URL", nats_url)]
+    if urls:
+        lines.append(("GPULEDGER_PUBLISHER_URL", urls[nats_auth.PUBLISHER]))
+    return lines + (up_web.printed_lines(book) if dashboard else [])
+
+
 def _run_up(demo: bool, data_dir: Path, nats_url: str | None, fleet: str, port: int | None,
-            ready_timeout: float, dashboard: bool = True, cluster: int = 0) -> None:
+            ready_timeout: float, dashboard: bool = True, cluster: int = 0, auth: bool = True,
+            agent_nodes: list[str] = ()) -> None:
     data_dir = data_dir.resolve()
     log_dir = data_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     server = None
     book = PortBook(data_dir)
+    urls: dict[str, str] = {}
     replicas = {}
+    users = up_auth.prepare(data_dir, fleet if demo else None, agent_nodes) if auth and nats_url is None else None
     if nats_url is None and cluster:
-        server, nats_url = _start_cluster(data_dir, cluster, book.take("nats", port))
+        server, nats_url = _start_cluster(data_dir, cluster, book.take("nats", port), users)
         replicas = {"GPULEDGER_STREAM_REPLICAS": str(min(cluster, 3))}
-    if nats_url is None:
-        try:
-            server = start_nats_server(data_dir / "nats", port=book.take("nats", port))
-        except NatsServerError as err:
-            _say(f"cannot start nats-server: {err}")
-            raise typer.Exit(1)
+        urls = _user_urls(users, [node.port for node in server.nodes])
+    elif nats_url is None:
+        server = _start_server(data_dir, book, port, users)
         nats_url = server.url
-        _say(f"nats-server with JetStream at {nats_url}, data in {data_dir / 'nats'}")
+        urls = _user_urls(users, [server.port])
+    nats_url = urls.get(nats_auth.OPS, nats_url)
     env = dict(os.environ, GPULEDGER_NATS_URL=nats_url, GPULEDGER_DATA_DIR=str(data_dir),
                PYTHONUNBUFFERED="1", **replicas)
     services = _available_services()
-    children = _children(services, env, log_dir, fleet if demo else None, book, dashboard)
+    children = _children(services, env, log_dir, fleet if demo else None, book, dashboard, urls)
     book.save()
     for change in book.changed:
         _say(change)
@@ -191,14 +237,15 @@ def _run_up(demo: bool, data_dir: Path, nats_url: str | None, fleet: str, port: 
         _say(f"starting {', '.join(c.name for c in children)}; logs in {log_dir}")
         want = _expected_nodes(fleet) if demo else 0
         try:
-            asyncio.run(_start_and_wait(children, nats_url, services, want, ready_timeout))
+            stream_replicas = int(env.get("GPULEDGER_STREAM_REPLICAS") or Settings().stream_replicas)
+            asyncio.run(_start_and_wait(children, nats_url, services, want, ready_timeout, stream_replicas))
             if dashboard:
                 home = up_web.printed_lines(book)[1][1]
                 asyncio.run(up_web.wait_http(f"{home}healthz", ready_timeout))
         except Exception as err:
             _say(f"{err}; see the logs in {log_dir}")
             raise typer.Exit(1)
-        lines = [("GPULEDGER_NATS_URL", nats_url), *(up_web.printed_lines(book) if dashboard else [])]
+        lines = _printed(nats_url, urls, book, dashboard)
         sys.stdout.writelines(f"{name}={value}\n" for name, value in lines)
         sys.stdout.flush()
         _say(f"these lines are also in {write_env(data_dir, lines)}: the CLI reads the URL from there")
@@ -215,11 +262,12 @@ def _run_up(demo: bool, data_dir: Path, nats_url: str | None, fleet: str, port: 
         _say("stopped")
 
 
-def _start_cluster(data_dir: Path, size: int, first_port: int | None):
+def _start_cluster(data_dir: Path, size: int, first_port: int | None, users: up_auth.StackUsers | None):
     """`--cluster N`: N nats-servers routed to each other (shared/natscluster.py); the first keeps
     the port remembered for `nats`, the others get free ones."""
     try:
-        cluster = start_nats_cluster(data_dir / "nats-cluster", size, ports=[first_port or 0])
+        cluster = start_nats_cluster(data_dir / "nats-cluster", size, ports=[first_port or 0],
+                                     config_file=users.config_file if users else None)
     except NatsServerError as err:
         _say(f"cannot start the nats-server cluster: {err}")
         raise typer.Exit(1)

@@ -27,8 +27,20 @@ CUDA_VERSIONS: tuple[str, ...] = (
     "11.8", "12.0", "12.1", "12.2", "12.3", "12.4", "12.5", "12.6", "12.7", "12.8",
 )
 
-# Minimum CUDA per architecture (the seed's compatibility matrix).
-ARCH_MIN_CUDA: dict[str, str] = {"Ampere": "11.8", "Ada Lovelace": "11.8", "Hopper": "12.0"}
+# CUDA per architecture: (oldest CUDA that runs on it, recommended from), the seed's compatibility
+# matrix. The architecture of a group is that of the GPUs in it, not the group's name: the seed
+# puts the H100 in ADA_80_PRO, but an H100 is Hopper (sm_90), so ADA_80_PRO needs CUDA 12.0+ like
+# HOPPER_141 (CUDA 11.8 knows sm_90 only as a preview: no FP8, no Hopper builds of the frameworks;
+# the seed's matrix says Hopper 12.0+). Likewise the RTX 5090 in ADA_32_PRO is Blackwell (sm_120),
+# which only CUDA 12.8 targets. Architectures not listed (Volta, Pascal, Turing) run every version
+# in CUDA_VERSIONS. See docs/endpoints.md.
+ARCH_CUDA: dict[str, tuple[str, str]] = {
+    "Ampere": ("11.8", "12.0"),
+    "Ada Lovelace": ("11.8", "12.1"),
+    "Hopper": ("12.0", "12.4"),
+    "Blackwell": ("12.8", "12.8"),
+}
+ARCH_MIN_CUDA: dict[str, str] = {arch: pair[0] for arch, pair in ARCH_CUDA.items()}
 
 
 class GpuModel(msgspec.Struct, frozen=True):
@@ -55,7 +67,7 @@ CATALOGUE: tuple[GpuModel, ...] = (
     GpuModel("L40S", "ADA_48_PRO", "Ada Lovelace", 48, 362.0, ("NVIDIA L40S",)),
     GpuModel("L40", "ADA_48_PRO", "Ada Lovelace", 48, 181.0, ("NVIDIA L40",)),
     GpuModel("RTX6000ADA", "ADA_48_PRO", "Ada Lovelace", 48, 364.0, ("NVIDIA RTX 6000 Ada Generation",)),
-    GpuModel("RTX5090", "ADA_32_PRO", "Ada Lovelace", 32, 209.0, ("NVIDIA GeForce RTX 5090",)),
+    GpuModel("RTX5090", "ADA_32_PRO", "Blackwell", 32, 209.0, ("NVIDIA GeForce RTX 5090",)),
     GpuModel("RTX4090", "ADA_24", "Ada Lovelace", 24, 165.0, ("NVIDIA GeForce RTX 4090",)),
     GpuModel("RTXA5000", "AMPERE_24", "Ampere", 24, 111.0, ("NVIDIA RTX A5000",)),
     GpuModel("L4", "AMPERE_24", "Ada Lovelace", 24, 121.0, ("NVIDIA L4",)),
@@ -126,3 +138,42 @@ def cuda_compatible(node_cuda: str, arch: str, allowed: tuple[str, ...]) -> bool
     node = cuda_key(node_cuda)
     arch_min = cuda_key(ARCH_MIN_CUDA.get(arch, "0.0"))
     return any(arch_min <= cuda_key(v) <= node for v in allowed)
+
+
+def cuda_allowed_on(arch: str) -> tuple[str, ...]:
+    """The CUDA versions (of CUDA_VERSIONS) that an architecture runs."""
+    minimum = cuda_key(ARCH_MIN_CUDA.get(arch, "0.0"))
+    return tuple(v for v in CUDA_VERSIONS if cuda_key(v) >= minimum)
+
+
+def cuda_recommended_on(arch: str) -> str:
+    """The oldest CUDA the seed recommends on an architecture ("" when it recommends none)."""
+    return ARCH_CUDA.get(arch, ("", ""))[1]
+
+
+def arches_of(group_or_model: str) -> tuple[str, ...]:
+    """Architectures of a model, or of every model in a group (catalogue order, no repeats)."""
+    if group_or_model in MODELS:
+        return (MODELS[group_or_model].arch,)
+    return tuple(dict.fromkeys(m.arch for m in CATALOGUE if m.group == group_or_model))
+
+
+def cuda_allowed_for(group_or_model: str) -> tuple[str, ...]:
+    """CUDA versions some GPU of this group (or this model) runs."""
+    allowed = {v for arch in arches_of(group_or_model) for v in cuda_allowed_on(arch)}
+    return tuple(v for v in CUDA_VERSIONS if v in allowed)
+
+
+def cuda_conflict(group_or_model: str, versions: list[str] | tuple[str, ...]) -> str | None:
+    """Why a group (or model) can never run any of `versions`, in words; None when it can (or
+    when no version is asked: any driver will do)."""
+    if not versions:
+        return None
+    allowed = cuda_allowed_for(group_or_model)
+    if any(v in allowed for v in versions):
+        return None
+    arches = arches_of(group_or_model)
+    recommended = "/".join(dict.fromkeys(r for r in map(cuda_recommended_on, arches) if r))
+    return (f"{group_or_model} is {' and '.join(arches)}, which runs CUDA {', '.join(allowed)}"
+            f"{f' (recommended {recommended}+)' if recommended else ''}; "
+            f"cuda_versions allow only {', '.join(versions)}")

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import msgspec
 
-from schemas.catalogue import ANY_GROUP, CATALOGUE, MODELS
+from schemas.catalogue import ANY_GROUP, CATALOGUE, CUDA_VERSIONS, GPU_GROUPS, MODELS, cuda_allowed_for
 
 
 def claim_rules(struct: type) -> list[dict]:
     """`allOf` members for a ClaimSpec-like Struct, each with a description of its rule."""
     w = {f.name: f.encode_name for f in msgspec.structs.fields(struct)}
     return [*_one_shape(w), *_gpus_per_shape(w), _models_or_groups(w), _any_alone(w),
-            *_mig_per_model(w), *_gang(w)]
+            *_mig_per_model(w), *_gang(w), *_cuda_per_architecture(w)]
 
 
 def _present(wire: str, schema: dict) -> dict:
@@ -109,3 +109,20 @@ def _gang(w: dict[str, str]) -> list[dict]:
         _rule("a gang claim (gang_id) needs gang_size >= 1", _present(gang_id, {"type": "string", "minLength": 1}),
               _present(gang_size, {"type": "integer", "minimum": 1})),
     ]
+
+
+def _cuda_per_architecture(w: dict[str, str]) -> list[dict]:
+    """A named group or model must run one of the CUDA versions asked (when any are asked): H100
+    (in ADA_80_PRO) and H200 are Hopper, 12.0+; the RTX 5090 (ADA_32_PRO) is Blackwell, 12.8."""
+    rules = []
+    asked = _present(w["cuda_versions"], {"type": "array", "minItems": 1})
+    for field, names in ((w["gpu_groups"], GPU_GROUPS), (w["models"], tuple(MODELS))):
+        for name in names:
+            allowed = cuda_allowed_for(name)
+            if allowed == CUDA_VERSIONS or not allowed:
+                continue
+            named = _present(field, {"type": "array", "contains": {"const": name}})
+            rules.append(_rule(f"{name} runs CUDA {', '.join(allowed)}: cuda_versions must allow one",
+                               {"allOf": [named, asked]},
+                               {"properties": {w["cuda_versions"]: {"type": "array", "contains": {"enum": list(allowed)}}}}))
+    return rules

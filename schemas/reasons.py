@@ -40,14 +40,22 @@ REASONS: tuple[ReasonCode, ...] = (
     ReasonCode("no-such-gpu", "fleet", "nodes have no device of the model, group, pool or MIG profile"),
     ReasonCode("cuda-incompatible", "fleet", "nodes' drivers run none of the allowed CUDA versions"),
     ReasonCode("node-selector", "fleet", "nodes do not match the node selector"),
+    ReasonCode("never-satisfiable", "fleet", "no node of the fleet could take the claim even with "
+               "nothing allocated and every device healthy (more GPUs, CPU or memory than any node "
+               "has, or a model, driver or label none has): first of its reasons; it waits only "
+               "for the fleet to change"),
     # rejected by the allocator (AllocationRejected)
     ReasonCode("quota-single-exceeded", "never", "a per-workload quota limit is smaller than the claim"),
     ReasonCode("pool-not-found", "never", "the pool named does not exist"),
     ReasonCode("pool-access-denied", "never", "the namespace (or service account) may not use the pool"),
     ReasonCode("no-such-shape", "never", "no model in the fleet can hold the memory (or TFLOPS) asked per device"),
+    ReasonCode("pending-expired", "never", "it was pending longer than the allocator's limit (GPULEDGER_PENDING_EXPIRE_S); its last reasons follow"),
     # rejected at intake (ClaimRejected)
     ReasonCode("invalid", "never", "the claim breaks the contract; the reason names the field"),
-    ReasonCode("conflict", "never", "the claim id is already used by a different claim"),
+    ReasonCode("conflict", "never", "the claim id is already used by a different claim (that claim is "
+                                    "untouched; the refusal is only on the dead-letter subject)"),
+    ReasonCode("unprocessable", "never", "the claim service could not handle the message at all; "
+                                         "dead-lettered once with the error"),
     # why an allocated claim ended (ClaimOutcome.code)
     ReasonCode("released", "end", "released by its holder (or the endpoint autoscaler)"),
     ReasonCode("stale", "end", "evicted: no activity for longer than the stale limit"),
@@ -64,5 +72,9 @@ BY_CODE: dict[str, ReasonCode] = {r.code: r for r in REASONS}
 
 
 def never_satisfiable_here(codes: list[str]) -> bool:
-    """A pending claim whose every reason is `fleet`-bound: no node as the fleet is can take it."""
+    """A pending claim no node as the fleet is can take: the allocator said so
+    (`never-satisfiable`, which also covers sizes: 16 GPUs on 8-GPU nodes), or every reason is
+    `fleet`-bound."""
+    if "never-satisfiable" in codes:
+        return True
     return bool(codes) and all(BY_CODE.get(c, ReasonCode(c, "wait", "")).kind == "fleet" for c in codes)

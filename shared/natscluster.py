@@ -112,16 +112,17 @@ class NatsCluster:
             node.stop(timeout)
 
 
-def _argv(node: ClusterNode, peers: list[ClusterNode]) -> list[str]:
+def _argv(node: ClusterNode, peers: list[ClusterNode], config_file: str | os.PathLike | None = None) -> list[str]:
     routes = ",".join(f"nats://127.0.0.1:{peer.route_port}" for peer in peers if peer is not node)
-    return [find_binary(), "-a", "127.0.0.1", "-p", str(node.port), "-m", str(node.http_port),
+    config = ["-c", str(config_file)] if config_file else []  # users (shared.nats_auth); flags win
+    return [find_binary(), *config, "-a", "127.0.0.1", "-p", str(node.port), "-m", str(node.http_port),
             "-js", "-sd", str(node.store_dir), "-n", node.name, "-l", str(node.log_file),
             "--cluster_name", CLUSTER_NAME, "--cluster", f"nats://127.0.0.1:{node.route_port}",
             "--routes", routes]
 
 
 def start_nats_cluster(store_dir: str | os.PathLike, size: int = 3, ports: list[int] | None = None,
-                       ready_timeout: float = 30.0) -> NatsCluster:
+                       ready_timeout: float = 30.0, config_file: str | os.PathLike | None = None) -> NatsCluster:
     """Start `size` nats-servers routed to each other, wait until every one reports healthy
     (JetStream's meta group has elected a leader)."""
     if size < 1:
@@ -131,7 +132,7 @@ def start_nats_cluster(store_dir: str | os.PathLike, size: int = 3, ports: list[
     nodes = [ClusterNode(f"n{i}", ports[i] if i < len(ports) and ports[i] else free_port(),
                          free_port(), free_port(), store / f"n{i}") for i in range(size)]
     for node in nodes:
-        node.argv = _argv(node, nodes)
+        node.argv = _argv(node, nodes, config_file)
     cluster = NatsCluster(nodes)
     for node in nodes:
         node.start()

@@ -58,14 +58,15 @@ class NatsServer:
 
 
 def start_nats_server(store_dir: str | os.PathLike, port: int | None = None,
-                      ready_timeout: float = 15.0) -> NatsServer:
-    """Start nats-server with JetStream, wait until it accepts connections."""
+                      ready_timeout: float = 15.0, config_file: str | os.PathLike | None = None) -> NatsServer:
+    """Start nats-server with JetStream, wait until it accepts connections. `config_file` (users
+    and permissions, shared.nats_auth) is read first; the address, port and store given here win."""
     store = Path(store_dir)
     store.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     log_file = store / "nats-server.log"
-    cmd = [find_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(store),
-           "-l", str(log_file)]
+    cmd = [find_binary(), *(["-c", str(config_file)] if config_file else []), "-a", "127.0.0.1",
+           "-p", str(port), "-js", "-sd", str(store), "-l", str(log_file)]
     process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, start_new_session=True)
     server = NatsServer(process, port, store, log_file)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from schemas.reasons import never_satisfiable_here
 from schemas.types import Grant
 
 from ledger.state import FREE, Claim, Unit
@@ -41,6 +42,9 @@ def claim_view(claim: Claim, units: Mapping[str, Unit] | None = None) -> dict[st
         view["env"] = visible_devices_env(claim)
     if claim.reasons:
         view["reasons"] = [{"code": r.code, "message": r.message, "count": r.count} for r in claim.reasons]
+        if claim.status == "pending":  # waiting helps, or only a change of fleet (or claim) will
+            view["verdict"] = ("never-satisfiable" if never_satisfiable_here([r.code for r in claim.reasons])
+                               else "waiting")
     if claim.end_reason:
         view["end_reason"] = claim.end_reason
     if spec.gang_id:

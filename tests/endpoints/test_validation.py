@@ -15,12 +15,19 @@ def spec(**fields) -> EndpointSpec:
 
 
 @pytest.mark.parametrize("fields, field, words", [
-    ({"gpu_groups": ["RTX_9999"]}, "gpu_groups[0]", "unknown GPU group"),
+    ({"gpu_groups": ["RTX_9999"]}, "gpu_groups[0]", "RTX_9999 is not a valid GpuGroup"),
     ({"gpu_groups": []}, "gpu_groups", "at least one"),
     ({"gpu_groups": ["any", "ADA_24"]}, "gpu_groups[0]", "give it alone"),
     ({"gpu_groups": ["ADA_24", "ADA_24"]}, "gpu_groups[1]", "twice"),
-    ({"cuda_versions": ["13.9"]}, "cuda_versions[0]", "unknown CUDA version"),
-    ({"gpu_groups": ["HOPPER_141"], "cuda_versions": ["11.8"]}, "gpu_groups[0]", "needs CUDA >= 12.0"),
+    ({"cuda_versions": ["13.9"]}, "cuda_versions[0]", "13.9 is not a valid CudaVersion"),
+    ({"gpu_groups": ["HOPPER_141"], "cuda_versions": ["11.8"]}, "cuda_versions",
+     "HOPPER_141 is Hopper, which runs CUDA 12.0, 12.1, 12.2, 12.3, 12.4, 12.5, 12.6, 12.7, 12.8 "
+     "(recommended 12.4+); cuda_versions allow only 11.8"),
+    # the seed files the H100 under ADA_80_PRO, but an H100 is Hopper: 11.8 never runs there
+    ({"gpu_groups": ["AMPERE_80", "ADA_80_PRO"], "cuda_versions": ["11.8"]}, "cuda_versions",
+     "ADA_80_PRO is Hopper"),
+    ({"gpu_groups": ["ADA_32_PRO"], "cuda_versions": ["12.4", "12.6"]}, "cuda_versions",
+     "ADA_32_PRO is Blackwell, which runs CUDA 12.8"),
     ({"workers_min": 4, "workers_max": 2}, "workers_min", "above workers_max"),
     ({"workers_max": 0}, "workers_max", ">= 1"),
     ({"scaler_type": "CPU"}, "scaler_type", "QUEUE_DELAY"),
@@ -39,8 +46,11 @@ def test_any_is_normalised_and_expanded_in_the_workers_claim_in_the_seeds_order(
     assert valid.gpu_groups == ["any"]
     claim = worker_claim(valid, 3)
     assert claim.claim_id == "ep-w3" and claim.endpoint == "ep" and claim.namespace == "ns"
-    assert claim.gpu_groups[0] == "AMPERE_48" and sorted(claim.gpu_groups) == sorted(GPU_GROUPS)
+    # every group but the RTX 5090's (Blackwell runs only CUDA 12.8): `any` picks around it
+    assert claim.gpu_groups[0] == "AMPERE_48"
+    assert sorted(claim.gpu_groups) == sorted(g for g in GPU_GROUPS if g != "ADA_32_PRO")
     assert validate_claim(claim).claim_id == "ep-w3"  # the claim service would accept it too
+    assert "ADA_32_PRO" in worker_claim(validate_endpoint(spec(gpu_groups=["any"])), 1).gpu_groups
 
 
 def test_a_priority_list_is_kept_in_order():

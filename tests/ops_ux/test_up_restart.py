@@ -33,7 +33,7 @@ def test_restarts_keep_every_url_and_the_cli_needs_none(tmp_path):
     chosen = next(p for p in range(24600, 24700) if port_is_free(p))
     third = Stack(data, "--port", str(chosen), "--no-dashboard", wanted=("GPULEDGER_NATS_URL",))
     third.stop()
-    assert set(read_env(data)) == {"GPULEDGER_NATS_URL"}  # what it printed: no dashboard, no metrics
+    assert set(read_env(data)) == {"GPULEDGER_NATS_URL", "GPULEDGER_PUBLISHER_URL"}  # no dashboard, no metrics
     fourth = Stack(data)
     fourth.stop()
     assert third.url.endswith(f":{chosen}") and fourth.url == third.url

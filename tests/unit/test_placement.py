@@ -106,7 +106,10 @@ def test_cuda_versions_the_driver_lacks_keep_the_claim_pending():
     led = Ledger()
     led.append(h100_node("old", cuda="12.2"), claim("c", gpus=1, cuda_versions=["12.4"]))
     [d] = led.decide(1.0)
-    assert isinstance(d, ev.ClaimPending) and d.reasons[0].code == "cuda-incompatible"
+    # no node could take it even empty (only a newer driver will): said first, then the rule
+    assert isinstance(d, ev.ClaimPending)
+    assert [r.code for r in d.reasons] == ["never-satisfiable", "cuda-incompatible"]
+    assert "drivers without CUDA 12.4" in d.reasons[0].message
 
 
 def test_node_selector_limits_the_nodes(ledger):

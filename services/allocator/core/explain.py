@@ -7,7 +7,7 @@ from collections import Counter
 
 from schemas.types import Reason
 
-from ledger.state import State
+from ledger.state import FREE, NodeView, State
 from services.allocator.core import rules
 from services.allocator.core.demand import Need
 from services.allocator.core.policy import PlacementContext
@@ -41,11 +41,55 @@ def reasons_for(state: State, need: Need, ctx: PlacementContext) -> list[Reason]
     return [Reason(code, rules.message(code, n, need, ctx.args), n) for code, n in counts.most_common()]
 
 
-def _reason_memo(state: State, need: Need, ctx: PlacementContext) -> dict | None:
+def why_never(state: State, need: Need, ctx: PlacementContext) -> Counter[str] | None:
+    """None when some node of the fleet, were it empty and healthy, could take the need (waiting
+    may help); else the first rule each node fails even then, counted over nodes.
+
+    Only a node's static parts and sizes decide this: its models, labels, driver, pools, GPU count
+    and host totals. It stops at the first node that could take it, so a claim that merely waits
+    costs one check; per node view the answer is kept across passes like the reasons."""
+    memo = _reason_memo(state, need, ctx, "ever")
+    counts: Counter[str] = Counter()
+    for group in state.all_groups():
+        view = group.view
+        hit = memo.get(id(view)) if memo is not None else None
+        if hit is None or hit[0] is not view:
+            hit = (view, rules.first_failing(_empty(view), need, ctx.args))
+            if memo is not None:
+                memo[id(view)] = hit
+        if hit[1] is None:
+            return None
+        counts[hit[1]] += len(group)
+    return counts or None  # no node at all: `no-nodes` says it, the fleet may yet register
+
+
+def _empty(view: NodeView) -> NodeView:
+    """The node as it would be with nothing allocated and every device healthy."""
+    units = tuple(u._replace(milli_free=FREE, holders=0, healthy=True) for u in view.units)
+    return view._replace(cpu_free=view.static.cpu_total, mem_free=view.static.mem_total, units=units)
+
+
+def never_reason(state: State, needs: list[Need], ctx: PlacementContext) -> Reason | None:
+    """The `never-satisfiable` reason when no way of taking the claim fits any node even empty."""
+    parts: list[str] = []
+    nodes = 0
+    for need in needs:
+        counts = why_never(state, need, ctx)
+        if counts is None:
+            return None
+        nodes = max(nodes, sum(counts.values()))
+        parts += [rules.message(code, n, need, ctx.args) for code, n in counts.most_common(2)]
+    if not parts:
+        return None
+    return Reason("never-satisfiable", "no node of the fleet could take it even empty: "
+                  + "; ".join(dict.fromkeys(parts)), nodes)
+
+
+def _reason_memo(state: State, need: Need, ctx: PlacementContext, kind: str = "reasons") -> dict | None:
     """First failing rule per node view, kept across passes like the score memo."""
     if ctx.memo is None:
         return None
-    key = ("reasons", need, ctx.args)
+    key = (kind, need, ctx.args)
     memo = ctx.memo.get(key)
     if memo is None:
         memo = ctx.memo[key] = {}

@@ -1,0 +1,75 @@
+"""`gpuledger nats config` and `gpuledger nats creds`: the NATS users of shared.nats_auth, as a
+nats-server configuration or as one user's URL (docs/security.md)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from shared import nats_auth
+
+nats_app = typer.Typer(help="NATS users and permissions: a server configuration, a user's URL.",
+                       no_args_is_help=True)
+
+DataDir = typer.Option(Path(".gpuledger"), "--data-dir", help="where `gpuledger up` keeps its data "
+                       "(the users' passwords are in DATA_DIR/nats-users.json, mode 0600)")
+
+
+def _die(message: str) -> None:
+    typer.echo(f"Error: {message}", err=True)
+    raise typer.Exit(1)
+
+
+@nats_app.command("config")
+def config(data_dir: Path = DataDir,
+           node: list[str] = typer.Option([], "--node", help="add a node agent user `node-NAME` that "
+                                          "may write only that node's subjects (repeat per node)"),
+           env_passwords: bool = typer.Option(False, "--env-passwords", help="passwords as environment "
+                                              "variables nats-server reads ($GPULEDGER_NATS_<USER>_"
+                                              "PASSWORD), not secrets from DATA_DIR: for deploy/nats"),
+           users_only: bool = typer.Option(False, "--users-only", help="only the authorization block "
+                                           "(deploy/nats/gpuledger-users.conf is this with "
+                                           "--env-passwords)"),
+           port: int = typer.Option(4222, "--port", help="client port of the whole configuration"),
+           store_dir: Path = typer.Option(Path("jetstream"), "--store-dir",
+                                          help="JetStream store of the whole configuration")) -> None:
+    """Print a nats-server configuration with every gpuledger user and its permissions."""
+    roles = nats_auth.roles(agent_nodes=node)
+    passwords = None if env_passwords else nats_auth.load_secrets(data_dir, [r.user for r in roles])
+    if users_only:
+        typer.echo(nats_auth.users_block(roles, passwords), nl=False)
+    else:
+        typer.echo(nats_auth.server_config(roles, passwords, store_dir, port), nl=False)
+
+
+@nats_app.command("creds")
+def creds(user: str = typer.Argument(..., help="ops, publisher, a service (claim, allocator, ...), "
+                                      "node-agents (the demo fleet) or node-NAME"),
+          data_dir: Path = DataDir,
+          host: str = typer.Option("127.0.0.1", "--host", help="host in the printed URL"),
+          port: Optional[int] = typer.Option(None, "--port", help="port in the printed URL (default: "
+                                             "the one `gpuledger up` uses, from DATA_DIR/ports.json)")) -> None:
+    """Print one user's URL, nats://USER:SECRET@HOST:PORT, from the secrets `gpuledger up` made."""
+    path = data_dir / nats_auth.SECRETS_FILE
+    try:
+        known = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        _die(f"no NATS users in {path} ({err}): run `gpuledger up --data-dir {data_dir}` first")
+    if user not in known:
+        _die(f"user {user!r} unknown in {path}; known: {', '.join(sorted(known))} (a node agent's "
+             f"user comes with `gpuledger up --agent-node NAME`)")
+    typer.echo(nats_auth.user_url(user, known[user], host, port or _up_port(data_dir)))
+
+
+def _up_port(data_dir: Path) -> int:
+    try:
+        return int(json.loads((data_dir / "ports.json").read_text())["nats"])
+    except (OSError, ValueError, KeyError):
+        return 4222
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(nats_app, name="nats")

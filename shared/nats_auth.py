@@ -1,0 +1,206 @@
+"""Who may do what on NATS: the one table of users and their permissions (docs/security.md).
+
+Every writer of the ledger gets a user of its own that may publish only the subjects its events
+belong on (only the allocator writes `gpu.evt.decision` and the node-grant records; a node agent
+only its own node's subjects), `ops` may do everything (the CLI), and `publisher` may only submit
+claims and read their outcomes. `gpuledger up`, `gpuledger nats config` and deploy/nats all build
+their nats-server configuration from `roles()` here, so the three cannot drift apart.
+
+JetStream is driven through request subjects (`$JS.API.<verb>.<stream>...`): a user gets the verbs
+it needs on the streams it needs. No role but ops may delete, purge or update a stream (the
+allocator purges only the chunks of its own snapshot bucket, which the object store requires).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from schemas import subjects
+
+OBJECT_STREAM = f"OBJ_{subjects.SNAPSHOT_BUCKET}"
+ALL_STREAMS = (subjects.STREAM, subjects.INTAKE_STREAM, subjects.OUTCOMES_STREAM,
+               subjects.NODE_GRANTS_STREAM)
+SERVICES = ("claim", "allocator", "quota", "pool-controller", "projector", "dashboard")
+OPS, PUBLISHER = "ops", "publisher"
+DEMO_AGENTS = "node-agents"  # the simulated fleet of `up --demo`: one process for every node
+SECRETS_FILE = "nats-users.json"
+READY = "gpu.sys.ready"  # shared.service.READY_SUBJECT (kept here: shared.service imports faststream)
+
+
+@dataclass(frozen=True)
+class Role:
+    """A NATS user's rights. `allow_responses` lets it answer the requests it receives (its reply
+    goes to the asker's inbox) without any right to publish on inboxes in general."""
+
+    user: str
+    publish: tuple[str, ...]
+    subscribe: tuple[str, ...]
+    allow_responses: bool = True
+    notes: str = field(default="", compare=False)
+
+
+def _info() -> list[str]:
+    # stream info of every stream: each service checks at start that the streams exist
+    return ["$JS.API.INFO", *(f"$JS.API.STREAM.INFO.{s}" for s in ALL_STREAMS)]
+
+
+def _read(stream: str) -> list[str]:
+    """Read a stream: direct and API gets, consumers of its own (ordered, pull, durable), acks
+    and flow control of its deliveries."""
+    return [f"$JS.API.STREAM.INFO.{stream}", f"$JS.API.STREAM.MSG.GET.{stream}",
+            f"$JS.API.DIRECT.GET.{stream}", f"$JS.API.DIRECT.GET.{stream}.>",
+            f"$JS.API.CONSUMER.CREATE.{stream}", f"$JS.API.CONSUMER.CREATE.{stream}.>",
+            f"$JS.API.CONSUMER.DURABLE.CREATE.{stream}.*", f"$JS.API.CONSUMER.INFO.{stream}.*",
+            f"$JS.API.CONSUMER.DELETE.{stream}.*", f"$JS.API.CONSUMER.MSG.NEXT.{stream}.*",
+            f"$JS.ACK.{stream}.>", f"$JS.FC.{stream}.>"]
+
+
+def _create(*streams: str) -> list[str]:
+    # creating a stream that exists with the same config is a no-op; it cannot change one
+    return [f"$JS.API.STREAM.CREATE.{s}" for s in streams]
+
+
+def _service(user: str, publish: list[str], serves: list[str], reads: tuple[str, ...] = (subjects.STREAM,),
+             notes: str = "") -> Role:
+    pub = [*publish, f"{READY}.{user}", *_info(), *_create(*ALL_STREAMS)]
+    for stream in reads:
+        pub += _read(stream)
+    return Role(user, tuple(dict.fromkeys(pub)), tuple(dict.fromkeys([*serves, "_INBOX.>"])), notes=notes)
+
+
+def service_roles() -> list[Role]:
+    return [
+        _service("claim", ["gpu.evt.claim.>", subjects.INTAKE_BATCHES, f"{subjects.DEAD_LETTER}.>",
+                           "gpu.evt.endpoint.>", subjects.OUTCOMES],
+                 ["gpu.cmd.claim.>", "gpu.qry.claim.>", "gpu.qry.cluster.>", "gpu.cmd.endpoint.>",
+                  "gpu.qry.endpoint.>"],
+                 (subjects.STREAM, subjects.INTAKE_STREAM, subjects.OUTCOMES_STREAM),
+                 "claims, intake batches, dead letters, endpoints, outcomes"),
+        _service("allocator", [subjects.DECISIONS, subjects.NODE_GRANTS, f"$O.{subjects.SNAPSHOT_BUCKET}.>",
+                               *_create(OBJECT_STREAM), f"$JS.API.STREAM.PURGE.{OBJECT_STREAM}"],
+                 ["gpu.qry.allocator.>", "gpu.cmd.allocator.>"],
+                 (subjects.STREAM, subjects.NODE_GRANTS_STREAM, OBJECT_STREAM),
+                 "the only writer of decisions and node-grant records"),
+        _service("quota", ["gpu.evt.quota.>", "gpu.evt.drift.>"], ["gpu.cmd.quota.>", "gpu.qry.quota.>"],
+                 notes="quotas, drift cleared"),
+        _service("pool-controller", ["gpu.evt.pool.>", "gpu.evt.marks.>"],
+                 ["gpu.cmd.pool.>", "gpu.qry.pool.>", "gpu.cmd.device.>"], notes="pools, device marks"),
+        _service("projector", [], ["gpu.qry.projection.>"], notes="reads only"),
+        _service("dashboard", ["gpu.qry.>"], [], notes="reads, and asks the services' queries"),
+    ]
+
+
+def node_role(user: str, nodes: list[str], simulated: bool = False) -> Role:
+    """A node agent (or the one process of a simulated fleet): its nodes' own subjects, bindings
+    and drift reports included, and nothing else; it reads the ledger and the node-grant records."""
+    pub = [f"{READY}.node-agent", *_info()]
+    for node in nodes:
+        own = subjects.node(node)
+        pub += [own, f"{own}.>", subjects.drift(node)]
+    pub += _read(subjects.STREAM) + _read(subjects.NODE_GRANTS_STREAM)
+    serves = ["gpu.cmd.node.fault", "gpu.cmd.node.process"] if simulated else []
+    return Role(user, tuple(dict.fromkeys(pub)), (*serves, "_INBOX.>"),
+                notes=f"node agent of {', '.join(nodes)}")
+
+
+def publisher_role() -> Role:
+    """Submit claims (the intake stream, or the submit request) and read outcomes; no consumer of
+    its own (a push consumer's deliveries could be pointed at another stream's subjects)."""
+    outcomes = subjects.OUTCOMES_STREAM
+    pub = [subjects.INTAKE_CLAIMS, subjects.command("claim.submit"), "$JS.API.INFO",
+           f"$JS.API.STREAM.INFO.{outcomes}", f"$JS.API.STREAM.INFO.{subjects.INTAKE_STREAM}",
+           f"$JS.API.DIRECT.GET.{outcomes}", f"$JS.API.DIRECT.GET.{outcomes}.>",
+           f"$JS.API.STREAM.MSG.GET.{outcomes}"]
+    return Role(PUBLISHER, tuple(pub), ("gpu.outcome.claim.>", "_INBOX.>"), allow_responses=False,
+                notes="submit claims, read outcomes")
+
+
+def ops_role() -> Role:
+    return Role(OPS, (">",), (">",), notes="the CLI and operators: everything")
+
+
+def roles(agent_nodes: list[str] = (), demo_fleet: list[str] = ()) -> list[Role]:
+    """Every user: the services, ops, publisher, one user per node agent in `agent_nodes`
+    (`node-<name>`, as in production), and one user for the whole simulated `demo_fleet`, which
+    `up --demo` runs in one process."""
+    out = [*service_roles(), ops_role(), publisher_role()]
+    out += [node_role(node_user_name(node), [node]) for node in agent_nodes]
+    if demo_fleet:
+        out.append(node_role(DEMO_AGENTS, list(demo_fleet), simulated=True))
+    return out
+
+
+def node_user_name(node: str) -> str:
+    return "node-" + subjects.node(node).rsplit(".", 1)[-1]
+
+
+# --- secrets ----------------------------------------------------------------------------------
+
+
+def load_secrets(data_dir: Path, users: list[str]) -> dict[str, str]:
+    """The password of each user, made once and kept in DATA_DIR/nats-users.json (mode 0600):
+    stable across restarts, so the URLs printed by an earlier `up` keep working."""
+    path = Path(data_dir) / SECRETS_FILE
+    try:
+        known = json.loads(path.read_text())
+    except (OSError, ValueError):
+        known = {}
+    missing = [u for u in users if u not in known]
+    if missing or not path.exists():
+        known.update({u: secrets.token_urlsafe(24) for u in missing})
+        _write_private(path, json.dumps(known, indent=1, sort_keys=True) + "\n")
+    os.chmod(path, 0o600)
+    return {u: known[u] for u in users}
+
+
+def _write_private(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+
+
+def user_url(user: str, password: str, host: str, port: int) -> str:
+    return f"nats://{user}:{password}@{host}:{port}"
+
+
+# --- nats-server configuration ----------------------------------------------------------------
+
+
+def env_password(user: str) -> str:
+    """The environment variable a deployed nats-server reads a user's password from."""
+    return "GPULEDGER_NATS_" + "".join(c if c.isalnum() else "_" for c in user).upper() + "_PASSWORD"
+
+
+def users_block(all_roles: list[Role], passwords: dict[str, str] | None = None) -> str:
+    """The `authorization { users = [...] }` block; without `passwords` each password is the
+    environment variable `env_password(user)` (how deploy/nats keeps secrets out of the file)."""
+    lines = ["authorization {", "  users = ["]
+    for role in all_roles:
+        secret = json.dumps(passwords[role.user]) if passwords else "$" + env_password(role.user)
+        lines.append(f"    # {role.user}: {role.notes}" if role.notes else f"    # {role.user}")
+        lines.append(f"    {{user: {json.dumps(role.user)}, password: {secret}, permissions: {{")
+        lines.append(f"      publish: {{allow: {_subject_list(role.publish)}}}")
+        lines.append(f"      subscribe: {{allow: {_subject_list(role.subscribe)}}}")
+        if role.allow_responses:
+            lines.append("      allow_responses: true")
+        lines.append("    }}")
+    lines += ["  ]", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def _subject_list(items: tuple[str, ...]) -> str:
+    # quoted: an unquoted `$JS...` would be read as a variable
+    return "[" + ", ".join(json.dumps(s) for s in items) + "]"
+
+
+def server_config(all_roles: list[Role], passwords: dict[str, str] | None, store_dir: Path, port: int,
+                  host: str = "127.0.0.1") -> str:
+    """A whole single-server configuration, as `gpuledger up` runs it."""
+    head = [f"host: {json.dumps(host)}", f"port: {port}",
+            f"jetstream {{ store_dir: {json.dumps(str(store_dir))} }}", ""]
+    return "\n".join(head) + users_block(all_roles, passwords)

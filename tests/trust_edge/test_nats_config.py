@@ -1,0 +1,67 @@
+"""deploy/nats and `gpuledger nats config|creds` come from the one table in shared.nats_auth, and
+nats-server accepts what they produce."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from shared import nats_auth
+from shared.natsserver import find_binary
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent / "gpuledger"
+
+
+def _gpuledger(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN), *args], capture_output=True, text=True, timeout=60)
+
+
+def _valid(conf: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([find_binary(), "-t", "-c", str(conf)], capture_output=True, text=True,
+                          env=dict(os.environ, **(env or {})), cwd=conf.parent, timeout=30)
+
+
+def test_deploy_users_file_is_the_table():
+    on_disk = (ROOT / "deploy" / "nats" / "gpuledger-users.conf").read_text()
+    assert on_disk == nats_auth.users_block(nats_auth.roles()), (
+        "deploy/nats/gpuledger-users.conf is stale: regenerate it with "
+        "`gpuledger nats config --users-only --env-passwords > deploy/nats/gpuledger-users.conf`")
+    assert '"publisher"' in on_disk and "$GPULEDGER_NATS_ALLOCATOR_PASSWORD" in on_disk
+
+
+def test_deploy_config_is_accepted_by_nats_server():
+    env = {nats_auth.env_password(role.user): "secret" for role in nats_auth.roles()}
+    done = _valid(ROOT / "deploy" / "nats" / "nats.conf", {**env, "SERVER_NAME": "nats-0"})
+    assert done.returncode == 0, done.stderr + done.stdout
+
+
+def test_cli_config_with_node_users_is_accepted(tmp_path):
+    done = _gpuledger("nats", "config", "--data-dir", str(tmp_path), "--node", "gpu-a", "--node", "gpu-b",
+                      "--store-dir", str(tmp_path / "js"))
+    assert done.returncode == 0, done.stderr
+    assert '"node-gpu-a"' in done.stdout and '"gpu.evt.node.gpu-b.>"' in done.stdout
+    conf = tmp_path / "server.conf"
+    conf.write_text(done.stdout)
+    checked = _valid(conf)
+    assert checked.returncode == 0, checked.stderr + checked.stdout
+    assert (tmp_path / nats_auth.SECRETS_FILE).stat().st_mode & 0o777 == 0o600
+
+
+def test_creds_prints_a_known_user_s_url_and_names_an_unknown_one(tmp_path):
+    nats_auth.load_secrets(tmp_path, ["ops", "publisher"])
+    done = _gpuledger("nats", "creds", "publisher", "--data-dir", str(tmp_path), "--port", "4333")
+    assert done.returncode == 0, done.stderr
+    secret = nats_auth.load_secrets(tmp_path, ["publisher"])["publisher"]
+    assert done.stdout.strip() == f"nats://publisher:{secret}@127.0.0.1:4333"
+    unknown = _gpuledger("nats", "creds", "nobody", "--data-dir", str(tmp_path))
+    assert unknown.returncode == 1 and "'nobody'" in unknown.stderr
+
+
+def test_secrets_are_made_once(tmp_path):
+    first = nats_auth.load_secrets(tmp_path, ["ops", "claim"])
+    again = nats_auth.load_secrets(tmp_path, ["ops", "claim", "publisher"])
+    assert again["ops"] == first["ops"] and again["claim"] == first["claim"] and again["publisher"]
+    assert len(set(again.values())) == 3
