@@ -22,6 +22,7 @@ from schemas.commands import (
     DeleteEndpoint,
     GetEndpoint,
     ListEndpoints,
+    Query,
     Reply,
     ReportEndpointLoad,
     fail,
@@ -32,6 +33,7 @@ from schemas.seed import ENDPOINT_WIRE, seed_field, to_seed_endpoint
 from schemas.types import ClaimSpec, EndpointSpec
 from ledger.follower import Follower
 from ledger.state import State
+from services.claim.availability import availability
 from services.claim.seed_api import SeedCreateEndpoint, decode_create_endpoint
 from services.claim.autoscaler import LIVE, EndpointView, Load, Scaling, Worker, decide_scaling
 from shared.commands import command
@@ -387,6 +389,12 @@ async def register_endpoints(ctx: ServiceContext) -> Endpoints:
     command(b, subjects.command("endpoint.load"), ReportEndpointLoad, endpoints.report_load, queue=QUEUE)
     command(b, subjects.query("endpoint.get"), GetEndpoint, endpoints.get, queue=QUEUE)
     command(b, subjects.query("endpoint.list"), ListEndpoints, endpoints.list, queue=QUEUE)
+
+    async def gpus(_: Query) -> Reply:  # live availability per model, for `gpuledger gpus`
+        await endpoints.catch_up()
+        return ok(availability(endpoints.state))
+
+    command(b, subjects.query("gpus.availability"), Query, gpus, queue=QUEUE)
     if claims is None:  # on its own (tests): follow the log ourselves
         ctx.spawn(follower.run(), "endpoints-follow")
     if ctx.settings.endpoint_tick_s > 0:  # 0: no loop, scaling only through `scale_all` (tests)
