@@ -35,15 +35,22 @@ def fold(events, state: State | None = None) -> State:
     return state
 
 
-def fold_batch(state: State, stored: list[tuple[int, ev.Event | None]]) -> State:
+def fold_batch(state: State, stored: list[tuple[int, ev.Event | None]], on_error=None) -> State:
     """`evolve` over (seq, event) pairs in log order, for catching up on a stored range: the same
     handlers without a call per event around them. A None event (a message no type matched) is
-    skipped; the state's position ends at the last sequence either way."""
+    skipped; the state's position ends at the last sequence either way. With `on_error(seq, event,
+    error)`, an event whose fold raises is handed to it and the fold goes on (the log is
+    immutable: one bad event must not stop every service that folds it, forever)."""
     handlers = _HANDLERS
     for seq, event in stored:
         handler = handlers.get(type(event))
         if handler is not None:
-            handler(state, event, seq)
+            try:
+                handler(state, event, seq)
+            except Exception as err:
+                if on_error is None:
+                    raise
+                on_error(seq, event, err)
     if stored and stored[-1][0]:
         state.last_seq = stored[-1][0]
     return state

@@ -93,6 +93,8 @@ REQUESTS = (
     (subjects.command("endpoint.load"), "ReportEndpointLoad", "report an endpoint's queue to its autoscaler"),
     (subjects.query("endpoint.get"), "GetEndpoint", "one endpoint"),
     (subjects.query("endpoint.list"), "ListEndpoints", "endpoints, optionally of one namespace"),
+    (subjects.query("gpus.availability"), "Query", "GPUs per model in the fleet: cards, free, healthy, "
+                                                   "MIG instances, nodes, most on one node"),
 )
 # simulated fleets only (`gpuledger up --demo`): their Structs live with the simulated node agent
 SIMULATION_REQUESTS = (

@@ -77,6 +77,7 @@ class Allocator:
         self._traces: dict[str, dict[str, str]] = {}
         self.batches_appended = 0
         self.conflicts = 0
+        self.failed_passes = 0
         self.memo: dict = {}  # placement scores per node view, kept across passes
         self.failed_at: dict = {}  # claim -> capacity epoch it last failed at
         self.reclaiming: asyncio.Task | None = None  # frees the claims a catch-up dropped
@@ -165,7 +166,12 @@ class Allocator:
     async def decide_once(self, timers: bool = True) -> int:
         """One pass: decide, append fenced, wait to see it folded. Returns decisions stored."""
         started = time.perf_counter()
-        decisions = decide(self.state, self.context(timers))
+        try:
+            decisions = decide(self.state, self.context(timers))
+        except Exception:  # a bug must not stop every later decision: logged, tried again next pass
+            self.failed_passes += 1
+            log.exception("decision pass failed (%d so far)", self.failed_passes)
+            return 0
         if self.on_pass is not None:
             self.on_pass(time.perf_counter() - started, len(decisions))
         if not decisions:
