@@ -16,6 +16,7 @@ from schemas import subjects
 from schemas.events import Event, decode_event, encode_event
 from shared.natscluster import server_urls
 from shared.fastread import RangeReadError, open_range_reader
+from shared.retry import quiet_error, until_done
 from shared.eventlog import (
     EXPECTED_LAST_SUBJECT_SEQ,
     MSG_ID,
@@ -34,6 +35,7 @@ _ACTUAL = re.compile(r"(\d+)\s*$")
 async def connect(url: str, name: str = "gpuledger", **kwargs) -> Client:
     """Connect with reconnects forever: a service outlives a NATS restart. A cluster's URL lists
     its servers comma-separated: each is tried, and another is used when one goes away."""
+    kwargs.setdefault("error_cb", quiet_error)
     return await nats.connect(server_urls(url), name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
                               **kwargs)
 
@@ -127,8 +129,15 @@ class JetStreamEventLog:
             hdrs[MSG_ID] = msg_id
         if expected_last_subject_seq is not None:
             hdrs[EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_subject_seq)
+        # An append outlives a NATS outage: retried with backoff until stored. A retry of one that
+        # was stored after all is harmless: fenced, it comes back as the conflict its caller already
+        # handles; with a msg id, JetStream drops the copy; neither (heartbeats, usage, activity):
+        # the fold takes a repeated observation as one.
+        async def publish():
+            return await self.js.publish(subject, payload, headers=hdrs or None, stream=self.stream)
+
         try:
-            ack = await self.js.publish(subject, payload, headers=hdrs or None, stream=self.stream)
+            ack = await until_done(publish, f"append to {subject}")
         except APIError as err:
             if err.err_code in WRONG_LAST_SEQUENCE:
                 raise AppendConflict(subject, expected_last_subject_seq or 0,

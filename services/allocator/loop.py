@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from schemas import events as ev
 from schemas import subjects
+from shared.retry import DELAYS_S as RETRY_DELAYS_S
 from shared.eventlog import AppendConflict
 from shared.settings import Settings
 from shared.telemetry import extract_context, inject_headers, tracer
@@ -76,6 +77,8 @@ class Allocator:
         self.dirty = asyncio.Event()
         self._traces: dict[str, dict[str, str]] = {}
         self.batches_appended = 0
+        self.heard_since = 0.0  # see DecideContext.heard_since; set by `reconnected`
+        self._reconnects_seen = 0
         self.conflicts = 0
         self.memo: dict = {}  # placement scores per node view, kept across passes
         self.failed_at: dict = {}  # claim -> capacity epoch it last failed at
@@ -159,10 +162,12 @@ class Allocator:
             memo=self.memo, failed_at=self.failed_at,
             node_timeout_s=self.settings.node_timeout_s, stale_after_s=self.settings.stale_after_s,
             starvation_after_s=self.settings.starvation_after_s,
-            release_unused_after_s=self.settings.release_unused_after_s)
+            release_unused_after_s=self.settings.release_unused_after_s, heard_since=self.heard_since)
 
     async def decide_once(self, timers: bool = True) -> int:
         """One pass: decide, append fenced, wait to see it folded. Returns decisions stored."""
+        if not self.hearing():  # blind: silence now is no evidence, and nothing could be stored
+            return 0
         started = time.perf_counter()
         decisions = decide(self.state, self.context(timers))
         if self.on_pass is not None:
@@ -189,6 +194,28 @@ class Allocator:
         self.batches_appended += 1
         await self.wait_for_seq(appended.seq)
         return len(decisions)
+
+    def hearing(self) -> bool:
+        """Connected; and, the first time after a reconnect, silence counted from now on only.
+        Judged here, before each pass, from the client's reconnect count: a pass may run between
+        the reconnect and nats-py's reconnected callback."""
+        nc = getattr(self.log, "nc", None)
+        if nc is None:
+            return True
+        if not nc.is_connected:
+            return False
+        reconnects = nc.stats.get("reconnects", 0)
+        if reconnects != self._reconnects_seen:
+            self._reconnects_seen = reconnects
+            self.reconnected()
+        return True
+
+    def reconnected(self) -> None:
+        """NATS is back after an outage: nodes and lease holders get a full timeout to be heard
+        again before they are judged silent, counted from when their next retry comes at the
+        latest (a writer waiting out the outage pauses up to the longest backoff step)."""
+        self.heard_since = self.clock() + RETRY_DELAYS_S[-1]
+        self.dirty.set()
 
     def _parent(self, decisions):
         for decision in decisions:
