@@ -17,6 +17,7 @@ import time
 
 from schemas import events as ev
 from schemas.events import encode_event
+from schemas.types import ClaimSpec
 
 from bench.workload import claim_mix, fleet
 from services.allocator.core.decide import DecideContext, decide
@@ -29,6 +30,7 @@ from services.allocator.loop import collect_between_passes
 class Bench:
     def __init__(self, nodes: int, policy: str, seed: int, digest: bool = False):
         self.state, self.seq, self.rng = State(), 0, random.Random(seed)
+        self.never: set[str] = set()  # claims no node can take (`--unplaceable`): never released
         # every decision made, warm-up included, hashed outside the timed pass: equal digests
         # before and after a change to the core mean it decided exactly the same
         self.digest = hashlib.sha256() if digest else None
@@ -50,15 +52,41 @@ class Bench:
     def release_some(self, target_pending: int = 50) -> None:
         """Keep the queue short and the fleet busy: end the oldest allocations."""
         allocated = [c for c in self.state.claims.values() if c.holds_devices]
-        extra = len(self.state.pending) - target_pending
+        waiting = [c for c in self.state.pending if c not in self.never]
+        extra = len(waiting) - target_pending
         for claim in allocated[: max(1, extra)]:
             self.fold(ev.ClaimReleased(claim_id=claim.claim_id, at=self.now))
-        for claim_id in list(self.state.pending)[: max(0, extra)]:
+        for claim_id in waiting[: max(0, extra)]:
             self.fold(ev.ClaimReleased(claim_id=claim_id, reason="gave up", at=self.now))
 
-    def step(self) -> tuple[float, int]:
+    def add_unplaceable(self, count: int) -> None:
+        """Claims no node of the fleet can take (a model it lacks, a label no node has, a driver
+        none runs), submitted at once and decided once, as a hostile or mistaken publisher would."""
+        kinds = ({"models": ["H200"]}, {"node_selector": {"zone": "nowhere"}},
+                 {"models": ["H100"], "cuda_versions": ["13.9"]})
+        for i in range(count):
+            spec = ClaimSpec(claim_id=f"never-{i}", namespace=f"team-{i % 8}", gpus=1, **kinds[i % 3])
+            self.never.add(spec.claim_id)
+            self.fold(ev.ClaimSubmitted(claim=spec, at=self.now))
+        while any(not self.state.claims[c].reasons for c in self.never):  # each decided once
+            self.step(arrive=False)
+
+    def timer_pass(self) -> tuple[float, float, int]:
+        """One tick's pass with nothing new: what the allocator spends while idle."""
+        self.now += 1.0
+        ctx = DecideContext(now=self.now, policy=self.policy, check_timers=True, memo=self.memo,
+                            failed_at=self.failed_at, node_timeout_s=1e12, stale_after_s=1e12)
+        start, cpu_start = time.perf_counter(), time.thread_time()
+        decisions = decide(self.state, ctx)
+        elapsed, cpu = time.perf_counter() - start, time.thread_time() - cpu_start
+        if decisions:
+            self.fold(ev.DecisionBatch(decisions=decisions, at=self.now))
+        return elapsed, cpu, len(decisions)
+
+    def step(self, arrive: bool = True) -> tuple[float, float, int]:
         self.now += 0.01
-        self.arrive()
+        if arrive:
+            self.arrive()
         ctx = DecideContext(now=self.now, policy=self.policy, check_timers=False,
                             memo=self.memo,
                             failed_at=self.failed_at)
@@ -78,7 +106,7 @@ class Bench:
 
 
 def run(nodes: int, steps: int = 2000, policy: str = "", seed: int = 1, fill: float = 0.75,
-        digest: bool = False) -> dict:
+        digest: bool = False, unplaceable: int = 0) -> dict:
     bench = Bench(nodes, policy or DEFAULT_POLICY, seed, digest)
     while bench.utilisation() < fill:  # warm up: fill the fleet
         for _ in range(200):
@@ -88,6 +116,8 @@ def run(nodes: int, steps: int = 2000, policy: str = "", seed: int = 1, fill: fl
             break
     # As the allocator does once caught up: later collections skip the built state, and they run
     # between passes (`collect_between_passes`), outside the timed decision.
+    if unplaceable:
+        bench.add_unplaceable(unplaceable)
     gc.freeze()
     gc.disable()
     times, cpu_times, made = [], [], 0
@@ -99,6 +129,7 @@ def run(nodes: int, steps: int = 2000, policy: str = "", seed: int = 1, fill: fl
         collect_between_passes()
         if i % 3 == 0 or bench.utilisation() > fill:
             bench.release_some()
+    idle = sorted(bench.timer_pass()[:2] for _ in range(20))
     gc.enable()
     times.sort()
     cpu_times.sort()
@@ -114,6 +145,9 @@ def run(nodes: int, steps: int = 2000, policy: str = "", seed: int = 1, fill: fl
         "cpu_p50_us": round(cpu_times[len(cpu_times) // 2] * 1e6, 1),
         "cpu_p99_us": round(cpu_times[int(len(cpu_times) * 0.99)] * 1e6, 1),
         "decisions_per_s": round(made / sum(times), 1) if sum(times) else 0.0,
+        # a timer pass (the tick) with nothing new to decide: the cost of waiting claims while idle
+        "unplaceable": unplaceable, "idle_tick_us": round(idle[len(idle) // 2][0] * 1e6, 1),
+        "idle_tick_cpu_us": round(sorted(c for _, c in idle)[len(idle) // 2] * 1e6, 1),
     }
     if bench.digest is not None:
         result["decisions_sha256"] = bench.digest.hexdigest()

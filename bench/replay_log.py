@@ -109,7 +109,7 @@ class SyntheticLog:
         self.to_bind = []
         for bound in by_node.values():  # the node agent appends each binding on its own
             for event in bound:
-                yield self._emit(subjects.claim(event.claim_id), event)
+                yield self._emit(subjects.node_bindings(event.node), event)
 
     def _releases(self) -> Iterator[Message]:
         while self.ends and self.ends[0][0] <= self.now:

@@ -23,11 +23,13 @@ def decide(nodes: int = typer.Option(1000, "--nodes", help="nodes in the synthet
            seed: int = typer.Option(1, "--seed", help="seed of the fleet and the claim mix"),
            digest: bool = typer.Option(False, "--digest", help="also print a SHA-256 of every decision "
                                        "made (equal digests: a change to the core decided the same)"),
+           unplaceable: int = typer.Option(0, "--unplaceable", min=0, help="first submit this many claims "
+                                           "no node can take (they stay pending), to see what they cost"),
            as_json: bool = typer.Option(False, "--json", help="print the figures as one JSON line")) -> None:
     """Latency of one decision pass at steady state on a synthetic fleet of 8-GPU nodes."""
     from bench.decide import run
 
-    _emit(run(nodes, steps, policy, seed, digest=digest), as_json)
+    _emit(run(nodes, steps, policy, seed, digest=digest, unplaceable=unplaceable), as_json)
 
 
 @bench_app.command("replay")

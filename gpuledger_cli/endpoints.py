@@ -10,6 +10,7 @@ import typer
 from gpuledger_cli.command_client import convert, nats_url_option, read_document, send, show
 from schemas import subjects
 from schemas.commands import CreateEndpoint, DeleteEndpoint, GetEndpoint, ListEndpoints, ReportEndpointLoad
+from schemas.seed import is_seed_endpoint
 from schemas.types import EndpointSpec
 
 SERVICE = "claim"
@@ -25,7 +26,8 @@ def register(app: typer.Typer) -> None:
 @endpoint_app.command("create")
 def create(
     name: Optional[str] = typer.Argument(None, help="Endpoint name (or give -f)."),
-    file: Optional[Path] = typer.Option(None, "-f", "--file", help="EndpointSpec as JSON ('-': stdin)."),
+    file: Optional[Path] = typer.Option(None, "-f", "--file", help="EndpointSpec as JSON or YAML ('-': stdin), "
+                                        "in our spelling or the serverless seed's (gpus, gpuIds, workersMax, ...)."),
     namespace: str = typer.Option("default", "--namespace", "-n", help="namespace its workers are charged to"),
     gpus: str = typer.Option("any", "--gpus", help="GPU groups in priority order, e.g. "
                              "HOPPER_141,ADA_80_PRO; 'any' for every group."),
@@ -43,7 +45,12 @@ def create(
 ) -> None:
     """Create an endpoint from flags or a JSON file."""
     if file is not None:
-        spec = convert(read_document(file), EndpointSpec, "endpoint file")
+        document = read_document(file)
+        if is_seed_endpoint(document):  # the seed's spelling: sent as written, answered in it
+            data = send(nats_url, subjects.command("endpoint.create"), {"endpoint": document}, SERVICE)
+            show(data, as_json, _created)
+            return
+        spec = convert(document, EndpointSpec, "endpoint file")
     elif name:
         spec = convert({"name": name, "namespace": namespace, "gpu_groups": _split(gpus),
                         "cuda_versions": _split(cuda), "gpus_per_worker": gpus_per_worker,
@@ -54,7 +61,11 @@ def create(
         typer.echo("error: give an endpoint NAME or -f FILE", err=True)
         raise typer.Exit(1)
     data = send(nats_url, subjects.command("endpoint.create"), CreateEndpoint(endpoint=spec), SERVICE)
-    show(data, as_json, lambda d: f"endpoint {d['endpoint']} {'created' if d['created'] else 'exists, unchanged'}")
+    show(data, as_json, _created)
+
+
+def _created(d: dict) -> str:
+    return f"endpoint {d['endpoint']} {'created' if d['created'] else 'exists, unchanged'}"
 
 
 @endpoint_app.command("delete")

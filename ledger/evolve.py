@@ -11,7 +11,7 @@ from __future__ import annotations
 from schemas import events as ev
 from schemas.types import DeviceInfo, PoolSpec
 
-from ledger.holdings import Journal, allocate, free, grants_fit, save_claim
+from ledger.holdings import Journal, allocate, free, grants_fit, park_if_fleet_bound, save_claim
 from ledger.pools import assign_pools
 from ledger.shapes import shapes_from_counts
 from ledger.state import Claim, Node, State, Unit, grow, reindex_node
@@ -35,15 +35,22 @@ def fold(events, state: State | None = None) -> State:
     return state
 
 
-def fold_batch(state: State, stored: list[tuple[int, ev.Event | None]]) -> State:
+def fold_batch(state: State, stored: list[tuple[int, ev.Event | None]], on_error=None) -> State:
     """`evolve` over (seq, event) pairs in log order, for catching up on a stored range: the same
     handlers without a call per event around them. A None event (a message no type matched) is
-    skipped; the state's position ends at the last sequence either way."""
+    skipped; the state's position ends at the last sequence either way. With `on_error(seq, event,
+    error)`, an event whose fold raises is handed to it and the fold goes on (the log is
+    immutable: one bad event must not stop every service that folds it, forever)."""
     handlers = _HANDLERS
     for seq, event in stored:
         handler = handlers.get(type(event))
         if handler is not None:
-            handler(state, event, seq)
+            try:
+                handler(state, event, seq)
+            except Exception as err:
+                if on_error is None:
+                    raise
+                on_error(seq, event, err)
     if stored and stored[-1][0]:
         state.last_seq = stored[-1][0]
     return state
@@ -60,6 +67,7 @@ def _claim_submitted(state: State, e: ev.ClaimSubmitted, seq: int) -> None:
     state.submitted += 1
     state.claims[claim_id] = Claim(spec, seq or state.submitted, e.at, last_activity=e.at)
     state.pending[claim_id] = None
+    state.queue[claim_id] = None
     key = (spec.gpus, spec.gpu_milli, spec.mig_profile, spec.cpu_milli)
     counts = state.shape_counts
     counts[key] = counts.get(key, 0) + 1
@@ -388,6 +396,7 @@ def apply_decision(state: State, d, journal: Journal | None = None) -> bool:
         if claim is not None and claim.status == "pending":
             save_claim(claim, journal)
             claim.reasons = list(d.reasons)
+            park_if_fleet_bound(state, claim, journal)
     elif isinstance(d, ev.AllocationRejected):
         if claim is not None and claim.status == "pending":
             free(state, claim, "rejected", d.code, journal)

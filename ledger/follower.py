@@ -25,7 +25,9 @@ import logging
 from collections.abc import Callable
 
 from schemas import events as ev
+from schemas import subjects
 
+from ledger.admission import Admission, read_batch
 from ledger.evolve import defer_dropping, drop_ended_claims, evolve, fold_batch
 from ledger.state import State, defer_index, flush_index
 
@@ -39,26 +41,14 @@ REFREEZE_EVERY = 50_000
 
 
 def decode_or_none(seq: int, subject: str, data: bytes) -> ev.Event | None:
-    """A message no event type matches is skipped (and logged), never fatal: the stream only holds
-    what our writers put there, so this is a newer writer's event type or a hand-made message."""
-    try:
-        return ev.decode_event(data)
-    except Exception as err:  # msgspec.DecodeError / ValidationError
-        log.warning("skipping undecodable message seq=%d subject=%s: %s", seq, subject, err)
-        return None
+    """One stored message as a fold sees it (`ledger.admission`), counted nowhere."""
+    return Admission().read(seq, subject, data)
 
 
-def decode_batch(batch) -> list[tuple[int, ev.Event | None]]:
-    """(seq, event) for each (seq, subject, payload, headers) of a batch; None for a message that
-    does not decode (logged, as in `decode_or_none`). One loop, no call per message around it."""
-    decode, out = ev.decode_event, []
-    append = out.append
-    for seq, subject, data, _headers in batch:
-        try:
-            append((seq, decode(data)))
-        except Exception:  # msgspec.DecodeError / ValidationError: say which and why
-            append((seq, decode_or_none(seq, subject, data)))
-    return out
+def decode_batch(batch, admission: Admission | None = None) -> list[tuple[int, ev.Event | None]]:
+    """(seq, event) for each (seq, subject, payload, headers) of a batch; None for a message a fold
+    skips (undecodable, or refused by the writer-authority table: see `ledger.admission`)."""
+    return read_batch(admission or Admission(), batch)
 
 
 def pause_gc() -> bool:
@@ -94,6 +84,7 @@ class Follower:
         self.caught_up = asyncio.Event()
         self.dropped: list = []  # ended claims the catch-up dropped (keep_ended=False)
         self.live_events = 0
+        self.admission = Admission()  # what was skipped: undecodable, or refused by authority
         self._advanced = asyncio.Condition()
         self._gc_was_on = False
         if not keep_ended:
@@ -140,8 +131,11 @@ class Follower:
 
     def _fold_stored(self, batch) -> None:
         """A stored range: decoded in one loop, folded with `fold_batch`, then shown to listeners."""
-        decoded = decode_batch(batch)
-        fold_batch(self.state, decoded)
+        decoded = read_batch(self.admission, batch)
+        fold_batch(self.state, decoded, self.admission.fold_failed)
+        for (seq, event), (_seq, subject, _data, _headers) in zip(decoded, batch):
+            if event is None and subject == subjects.DECISIONS:
+                self._skipped_decision(seq)
         if self.listeners:
             for (seq, event), (_seq, subject, _data, _headers) in zip(decoded, batch):
                 if event is not None:
@@ -150,19 +144,31 @@ class Follower:
     def _fold_live(self, batch) -> None:
         state, before, after = self.state, self.before_live, self.listeners + self.after_live
         for seq, subject, data, _headers in batch:
-            event = decode_or_none(seq, subject, data)
+            event = self.admission.read(seq, subject, data)
             if event is None:
+                if subject == subjects.DECISIONS:
+                    self._skipped_decision(seq)
                 state.last_seq = seq
                 continue
             if before:
                 self._tell(before, seq, subject, event)
-            evolve(state, event, seq)
+            try:
+                evolve(state, event, seq)
+            except Exception as err:  # logged, counted, skipped: never a stalled service
+                self.admission.fold_failed(seq, event, err)
+                state.last_seq = seq
+                continue
             if after:
                 self._tell(after, seq, subject, event)
         self.live_events += len(batch)
         if self.live_events >= REFREEZE_EVERY:
             self.live_events = 0
             refreeze()
+
+    def _skipped_decision(self, seq: int) -> None:
+        """The fence is the decision subject's last sequence as stored: a message there that no
+        fold believes still moves it, or the allocator's every append would be fenced out by it."""
+        self.state.last_decision_seq = max(self.state.last_decision_seq, seq)
 
     @staticmethod
     def _tell(hooks: list[Hook], seq: int, subject: str, event: ev.Event) -> None:

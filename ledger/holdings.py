@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from schemas.reasons import never_satisfiable_here
 from schemas.types import Grant
 
 from ledger.state import FREE, Claim, Node, State, Unit, reindex_node
@@ -153,7 +154,7 @@ def allocate(state: State, claim: Claim, grants: list[Grant], node_name: str,
     node.claims[cid] = None
     claim.grants = list(grants)
     _charge(state, claim, +1)
-    state.pending.pop(cid, None)
+    _leave_queue(state, cid)
     state.holding[cid] = None
     if spec.lease_seconds > 0:
         state.leased[cid] = None
@@ -171,8 +172,9 @@ def free(state: State, claim: Claim, status: str, reason: str,
     if not claim.holds_devices:
         if journal is not None:
             save_claim(claim, journal)
-            _save_membership(state.pending, cid, journal)
-        state.pending.pop(cid, None)
+            for book in (state.pending, state.queue, state.parked):
+                _save_membership(book, cid, journal)
+        _leave_queue(state, cid)
         claim.status, claim.end_reason = status, reason
         return
     node = state.nodes.get(claim.node) if claim.node else None
@@ -215,8 +217,41 @@ def _remember(state: State, claim: Claim, node: Node | None, units: list[Unit], 
     for unit in units:
         _save_unit(unit, journal)
     _save_usage(state, claim.spec.namespace, journal)
-    for book in (state.pending, state.holding, state.leased, state.idle_watch):
+    for book in (state.pending, state.queue, state.parked, state.holding, state.leased, state.idle_watch):
         _save_membership(book, cid, journal)
+
+
+def _leave_queue(state: State, cid: str) -> None:
+    state.pending.pop(cid, None)
+    state.queue.pop(cid, None)
+    state.parked.pop(cid, None)
+
+
+def park_if_fleet_bound(state: State, claim: Claim, journal: Journal | None = None) -> None:
+    """After a pending claim's reasons changed: if every one is fleet-bound it leaves the queue walk
+    (parked) until the fleet changes; any other reason puts it back."""
+    cid = claim.spec.claim_id
+    if cid not in state.pending:
+        return
+    park = never_satisfiable_here([reason.code for reason in claim.reasons])
+    if park == (cid in state.parked):
+        return
+    _save_membership(state.queue, cid, journal)
+    _save_membership(state.parked, cid, journal)
+    if park:
+        state.queue.pop(cid, None)
+        state.parked[cid] = None
+    else:
+        state.parked.pop(cid, None)
+        state.queue[cid] = None
+
+
+def requeue_all(state: State) -> None:
+    """Derive `queue` and `parked` from `pending` and each claim's reasons (after a snapshot)."""
+    state.queue, state.parked = {}, {}
+    for cid in state.pending:
+        fleet_bound = never_satisfiable_here([r.code for r in state.claims[cid].reasons])
+        (state.parked if fleet_bound else state.queue)[cid] = None
 
 
 def _charge(state: State, claim: Claim, sign: int) -> None:

@@ -12,6 +12,7 @@ import msgspec
 from schemas.types import PoolSpec, QuotaSpec
 
 from ledger.evolve import refresh_typical
+from ledger.holdings import requeue_all
 from ledger.state import Claim, Node, State, Usage, reindex_node
 
 SNAPSHOT_VERSION = 2  # 2: claim history as `trail` entries (was formatted lines)
@@ -86,6 +87,7 @@ def from_snapshot(data: bytes) -> State:
     state.ended = dict.fromkeys(snap.ended)
     state.ignored = dict(snap.ignored)
     state.pending = dict.fromkeys(snap.pending)
+    requeue_all(state)
     state.leased = dict.fromkeys(snap.leased)
     state.idle_watch = dict.fromkeys(snap.idle_watch)
     state.holding = {c.spec.claim_id: None for c in snap.claims if c.holds_devices}

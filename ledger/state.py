@@ -240,6 +240,11 @@ class State:
     units: dict[str, Unit] = field(default_factory=dict)
     claims: dict[str, Claim] = field(default_factory=dict)
     pending: dict[str, None] = field(default_factory=dict)  # insertion order = submit order
+    # The pending claims the queue walk visits: `pending` less `parked`, the claims whose recorded
+    # reasons are all fleet-bound (schemas.reasons: no node as the fleet is could take them). A
+    # parked claim costs a decision pass nothing until the fleet changes (`grow` puts it back).
+    queue: dict[str, None] = field(default_factory=dict)
+    parked: dict[str, None] = field(default_factory=dict)
     quotas: dict[str, QuotaSpec] = field(default_factory=dict)
     default_quota: QuotaSpec | None = None  # for every namespace without a quota of its own
     quota_tree: Any = None  # derived from `quotas` (ledger.cohorts.tree_of); None: build it again
@@ -353,6 +358,9 @@ def grow(state: State) -> None:
     """Capacity was added or a constraint relaxed (not a plain free): every waiting claim retries."""
     state.capacity_epoch += 1
     state.grown_at = state.capacity_epoch
+    if state.parked:  # the fleet changed: what waited for it is tried again
+        state.queue.update(state.parked)
+        state.parked.clear()
 
 
 def unit_view(unit: Unit) -> UnitView:

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import msgspec
 
-from schemas.types import ClaimSpec, EndpointSpec, PoolSpec
+from schemas.types import ClaimSpec, EndpointSpec, PoolSpec, Text
 
 
 class Command(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
@@ -24,7 +24,7 @@ class SubmitClaim(Command):
 
 class ReleaseClaim(Command):
     claim_id: str
-    reason: str = "released by holder"
+    reason: Text = "released by holder"  # stored in the log: bounded
 
 
 class RenewLease(Command):
@@ -139,7 +139,7 @@ class IgnoreDevice(Command):
     node: str
     device: str
     ignored: bool = True
-    reason: str = ""
+    reason: Text = ""  # stored in the log: bounded
 
 
 class RenderPool(Command):

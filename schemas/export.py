@@ -12,7 +12,8 @@ from schemas.claim_rules import claim_rules
 from schemas.events import AnyEvent
 from schemas.jsonschema import closed_structs, schema_of
 from schemas.outcomes import ClaimOutcome
-from schemas.types import ClaimSpec
+from schemas.seed import SeedClaimSpec, SeedEndpointSpec
+from schemas.types import ClaimSpec, EndpointSpec
 
 OUT = Path(__file__).parent / "json"
 
@@ -25,7 +26,12 @@ COMMANDS = (commands.SubmitClaim, commands.ReleaseClaim, commands.RenewLease, co
             commands.ListEndpoints, commands.ReportEndpointLoad, commands.Query, commands.Reply)
 
 # Every spelling of a claim and the Struct it is (a second spelling, e.g. camelCase, adds a line).
-CLAIM_SPELLINGS: dict[str, type] = {"ClaimSpec": ClaimSpec}
+CLAIM_SPELLINGS: dict[str, type] = {"ClaimSpec": ClaimSpec, "SeedClaimSpec": SeedClaimSpec}
+# Where a claim or an endpoint may come in either spelling: the file, the property holding it
+# ("" for the document itself), the canonical Struct and the seed's (schemas/seed.py).
+EITHER_SPELLING = (("claim.json", "", ClaimSpec, SeedClaimSpec),
+                   ("command.SubmitClaim.json", "claim", ClaimSpec, SeedClaimSpec),
+                   ("command.CreateEndpoint.json", "endpoint", EndpointSpec, SeedEndpointSpec))
 
 
 def json_schemas() -> dict[str, dict]:
@@ -39,7 +45,22 @@ def json_schemas() -> dict[str, dict]:
     for command in COMMANDS:
         name = f"command.{command.__name__}.json"
         docs[name] = _document(command, name, f"{command.__name__} ({_doc_line(command)})")
+    for name, prop, canonical, seed in EITHER_SPELLING:
+        _either_spelling(docs[name], prop, canonical, seed)
     return docs
+
+
+def _either_spelling(doc: dict, prop: str, canonical: type, seed: type) -> None:
+    """Let `prop` (or the document) be either spelling: the seed's Struct beside ours, `oneOf` the
+    two (a claim is one or the other: each requires its own claim id name and forbids the other)."""
+    seed_doc = _document(seed, "x.json", "x")
+    doc["$defs"].update(seed_doc["$defs"])
+    either = {"anyOf": [{"$ref": f"#/$defs/{canonical.__name__}"}, {"$ref": f"#/$defs/{seed.__name__}"}]}
+    if prop:
+        doc["$defs"][doc["$ref"].rsplit("/", 1)[1]]["properties"][prop] = either
+    else:
+        del doc["$ref"]
+        doc.update(either)
 
 
 def documents() -> dict[str, dict]:

@@ -49,9 +49,13 @@ REASONS: tuple[ReasonCode, ...] = (
     ReasonCode("pool-not-found", "never", "the pool named does not exist"),
     ReasonCode("pool-access-denied", "never", "the namespace (or service account) may not use the pool"),
     ReasonCode("no-such-shape", "never", "no model in the fleet can hold the memory (or TFLOPS) asked per device"),
+    ReasonCode("pending-expired", "never", "it was pending longer than the allocator's limit (GPULEDGER_PENDING_EXPIRE_S); its last reasons follow"),
     # rejected at intake (ClaimRejected)
     ReasonCode("invalid", "never", "the claim breaks the contract; the reason names the field"),
-    ReasonCode("conflict", "never", "the claim id is already used by a different claim"),
+    ReasonCode("conflict", "never", "the claim id is already used by a different claim (that claim is "
+                                    "untouched; the refusal is only on the dead-letter subject)"),
+    ReasonCode("unprocessable", "never", "the claim service could not handle the message at all; "
+                                         "dead-lettered once with the error"),
     # why an allocated claim ended (ClaimOutcome.code)
     ReasonCode("released", "end", "released by its holder (or the endpoint autoscaler)"),
     ReasonCode("stale", "end", "evicted: no activity for longer than the stale limit"),

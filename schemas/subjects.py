@@ -1,5 +1,7 @@
 """Subjects and stream names: the one place they are spelled."""
 
+import re
+
 STREAM = "GPULEDGER"
 EVENTS = "gpu.evt.>"
 INTAKE_STREAM = "GPULEDGER_INTAKE"
@@ -43,6 +45,13 @@ def node_grants(name: str) -> str:
     return f"$KV.{NODE_GRANTS_BUCKET}.{_token(name)}"
 
 
+def fleet(prefix: str) -> str:
+    """A simulated fleet's own subject (`simulator.live_fleet`): the heartbeats and bindings of
+    all its nodes, batched; the fold believes them only for nodes whose names start with
+    `prefix` (schemas.authority)."""
+    return f"gpu.evt.fleet.{_token(prefix)}"
+
+
 def pool(name: str) -> str:
     return f"gpu.evt.pool.{_token(name)}"
 
@@ -79,7 +88,13 @@ def query(name: str) -> str:
     return f"gpu.qry.{name}"
 
 
+_SAFE_TOKEN = re.compile(r"[A-Za-z0-9_:-]+")
+
+
 def _token(value: str) -> str:
     # NATS tokens may not contain '.', '*', '>' or whitespace; ids are validated upstream, this
-    # keeps a stray character from splitting a subject.
+    # keeps a stray character from splitting a subject. Valid ids take the fast path: every fold
+    # compares an event's id with its subject's token (schemas.authority).
+    if _SAFE_TOKEN.fullmatch(value):
+        return value
     return "".join(c if c.isalnum() or c in "-_:" else "_" for c in value) or "_"

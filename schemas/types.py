@@ -14,6 +14,14 @@ Name = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9]
                                    description="lower-case DNS-like name")]
 ClaimId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}(?!\n)$",
                                       description="client-chosen id; letters, digits, . _ : -")]
+# A name that may be left out ("" = none): a pool or an endpoint the claim names.
+OptionalName = Annotated[str, msgspec.Meta(pattern=r"^([a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?)?(?!\n)$",
+                                           max_length=63, description="empty, or a lower-case DNS-like name")]
+GangId = Annotated[str, msgspec.Meta(pattern=r"^([A-Za-z0-9][A-Za-z0-9._:-]{0,127})?(?!\n)$", max_length=128,
+                                     description="empty, or an id; letters, digits, . _ : -")]
+# system:serviceaccount:<namespace>:<name>, or <namespace>:<name>; no blanks or control characters
+ServiceAccount = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9._:-]*(?!\n)$", max_length=512,
+                                             description="empty, or [system:serviceaccount:]<namespace>:<name>")]
 
 
 # Choices and size limits of what a publisher sends. They are the one rule for both sides: msgspec
@@ -23,6 +31,15 @@ MAX_TEXT = 1024  # free text (workload)
 MAX_KEY = 253  # a label or node-selector key: a Kubernetes qualified name with its DNS prefix
 MAX_VALUE = 256
 MAX_ENTRIES = 64  # labels, node selector
+# Numbers too: far above any real claim, far below where arithmetic on them overflows (a claim
+# with limit_vram_gib 1e307 crashed every allocator, issue 16). A claim has at most 64 GPUs.
+MAX_GPU_MEMORY_GIB = 4096  # per GPU
+MAX_TOTAL_GIB = 64 * MAX_GPU_MEMORY_GIB  # model memory, a VRAM limit: 64 GPUs' worth
+MAX_GPU_TFLOPS = 100_000  # per GPU
+MAX_TOTAL_TFLOPS = 64 * MAX_GPU_TFLOPS
+MAX_LEASE_S = 366 * 24 * 3600  # a lease renewed less than once a year is no lease
+MAX_CPU_MILLI = 1 << 30  # a million cores
+MAX_MEMORY_MIB = 1 << 40  # an exbibyte
 
 ModelName = Literal[MODEL_NAMES]
 GroupName = Literal[GROUP_CHOICES]
@@ -61,28 +78,28 @@ class ClaimSpec(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_
     namespace: Name
     gpus: Annotated[int, msgspec.Meta(ge=0, le=64)] = 1
     gpu_milli: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 1000
-    gpu_memory_gib: Annotated[float, msgspec.Meta(ge=0)] = 0.0
-    model_memory_gib: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    gpu_memory_gib: Annotated[float, msgspec.Meta(ge=0, le=MAX_GPU_MEMORY_GIB)] = 0.0
+    model_memory_gib: Annotated[float, msgspec.Meta(ge=0, le=MAX_TOTAL_GIB)] = 0.0
     mig_profile: MigProfile = ""
     models: Models = []
     gpu_groups: Groups = []
     cuda_versions: CudaVersions = []
-    pool: str = ""
+    pool: OptionalName = ""
     node_selector: NodeSelector = {}
     priority: Annotated[int, msgspec.Meta(ge=-1000, le=1000)] = 0
-    gang_id: str = ""
+    gang_id: GangId = ""
     gang_size: Annotated[int, msgspec.Meta(ge=0, le=4096)] = 0
-    lease_seconds: Annotated[float, msgspec.Meta(ge=0)] = 0.0
-    cpu_milli: Annotated[int, msgspec.Meta(ge=0)] = 0
-    memory_mib: Annotated[int, msgspec.Meta(ge=0)] = 0
-    limit_tflops: Annotated[float, msgspec.Meta(ge=0)] = 0.0
-    limit_vram_gib: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    lease_seconds: Annotated[float, msgspec.Meta(ge=0, le=MAX_LEASE_S)] = 0.0
+    cpu_milli: Annotated[int, msgspec.Meta(ge=0, le=MAX_CPU_MILLI)] = 0
+    memory_mib: Annotated[int, msgspec.Meta(ge=0, le=MAX_MEMORY_MIB)] = 0
+    limit_tflops: Annotated[float, msgspec.Meta(ge=0, le=MAX_TOTAL_TFLOPS)] = 0.0
+    limit_vram_gib: Annotated[float, msgspec.Meta(ge=0, le=MAX_TOTAL_GIB)] = 0.0
     # TFLOPS requested on each GPU (TensorFusion's tflops request): the allocator gives each GPU the
     # share of a card that provides it (with gpu_memory_gib: the larger of the two shares)
-    gpu_tflops: Annotated[float, msgspec.Meta(ge=0, le=100_000)] = 0.0
+    gpu_tflops: Annotated[float, msgspec.Meta(ge=0, le=MAX_GPU_TFLOPS)] = 0.0
     workload: Text = ""
-    endpoint: str = ""
-    service_account: str = ""
+    endpoint: OptionalName = ""
+    service_account: ServiceAccount = ""
     labels: Labels = {}
     # seed 001: "contiguous" = every GPU from one NVLink island or none; "" = preferred, not required
     policy: PlacementPolicy = ""

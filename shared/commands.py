@@ -51,6 +51,10 @@ def field_of(error: Exception) -> str:
 def invalid_reply(error: Exception) -> Reply:
     if isinstance(error, msgspec.ValidationError):
         return fail("invalid", str(error), field_of(error))
+    if isinstance(error, UnicodeDecodeError):
+        return fail("invalid", f"malformed JSON: not valid UTF-8 (at byte {error.start})")
+    if isinstance(error, RecursionError):
+        return fail("invalid", "malformed JSON: nested too deep")
     return fail("invalid", f"malformed JSON: {error}")
 
 
@@ -59,9 +63,11 @@ def encode_reply(reply: Reply) -> bytes:
 
 
 def command(broker, subject: str, command_type: type,
-            handler: Callable[[Any], Awaitable[Reply]], **subscriber_kwargs) -> None:
-    """Register `handler` for typed commands on `subject` (request/reply)."""
-    decoder = msgspec.json.Decoder(command_type)
+            handler: Callable[[Any], Awaitable[Reply]], decode: Callable[[bytes], Any] | None = None,
+            **subscriber_kwargs) -> None:
+    """Register `handler` for typed commands on `subject` (request/reply). `decode` replaces the
+    typed decoding (a command with a second spelling); it raises msgspec errors like a decoder."""
+    decoder = msgspec.json.Decoder(command_type) if decode is None else _Decode(decode)
 
     @broker.subscriber(subject, decoder=raw_body, **subscriber_kwargs)
     async def _handle(raw: Any) -> bytes:
@@ -72,7 +78,7 @@ def command(broker, subject: str, command_type: type,
     async def _answer(body: bytes) -> bytes:
         try:
             cmd = decoder.decode(body)
-        except (msgspec.ValidationError, msgspec.DecodeError) as err:
+        except Exception as err:  # msgspec's errors, invalid UTF-8 (ValueError), nesting (RecursionError)
             return encode_reply(invalid_reply(err))
         try:
             reply = await handler(cmd)
@@ -82,3 +88,8 @@ def command(broker, subject: str, command_type: type,
             log.exception("command on %s failed", subject)
             reply = fail("internal", f"{type(err).__name__}: {err}")
         return encode_reply(reply)
+
+
+class _Decode:
+    def __init__(self, decode: Callable[[bytes], Any]):
+        self.decode = decode

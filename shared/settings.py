@@ -50,6 +50,8 @@ class Settings:
     kill_unallocated_after_s: float = field(
         default_factory=lambda: _float("GPULEDGER_KILL_UNALLOCATED_AFTER_S", 0.0))
     starvation_after_s: float = field(default_factory=lambda: _float("GPULEDGER_STARVATION_AFTER_S", 300.0))
+    # a claim pending this long is rejected (code pending-expired): the queue is bounded; 0: never
+    pending_expire_after_s: float = field(default_factory=lambda: _float("GPULEDGER_PENDING_EXPIRE_S", 86400.0))
     snapshot_every: int = field(default_factory=lambda: int(_float("GPULEDGER_SNAPSHOT_EVERY", 50_000)))
     tick_s: float = field(default_factory=lambda: _float("GPULEDGER_TICK_S", 1.0))
     # Cluster facts the pool controller validates `backend: dra` against (seed 004).

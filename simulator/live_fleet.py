@@ -61,7 +61,7 @@ class TraceFleet:
     def __init__(self, nodes: Iterable[NodeRow], prefix: str, labels: dict[str, str], event_log: Any,
                  nc: Any, clock: Callable[[], float] = time.time):
         self.log, self.clock = event_log, clock
-        self.subject = subjects.node(prefix + "fleet")
+        self.subject = subjects.fleet(prefix)  # the fold believes it for `prefix*` nodes only
         self.agents: dict[str, NodeAgent] = {}
         for row in nodes:
             spec = sim_node(row, prefix, labels)

@@ -80,6 +80,7 @@ class Allocator:
         self.heard_since = 0.0  # see DecideContext.heard_since; set by `reconnected`
         self._reconnects_seen = 0
         self.conflicts = 0
+        self.failed_passes = 0
         self.memo: dict = {}  # placement scores per node view, kept across passes
         self.failed_at: dict = {}  # claim -> capacity epoch it last failed at
         self.reclaiming: asyncio.Task | None = None  # frees the claims a catch-up dropped
@@ -162,6 +163,7 @@ class Allocator:
             memo=self.memo, failed_at=self.failed_at,
             node_timeout_s=self.settings.node_timeout_s, stale_after_s=self.settings.stale_after_s,
             starvation_after_s=self.settings.starvation_after_s,
+            pending_expire_after_s=self.settings.pending_expire_after_s,
             release_unused_after_s=self.settings.release_unused_after_s, heard_since=self.heard_since)
 
     async def decide_once(self, timers: bool = True) -> int:
@@ -169,7 +171,12 @@ class Allocator:
         if not self.hearing():  # blind: silence now is no evidence, and nothing could be stored
             return 0
         started = time.perf_counter()
-        decisions = decide(self.state, self.context(timers))
+        try:
+            decisions = decide(self.state, self.context(timers))
+        except Exception:  # a bug must not stop every later decision: logged, tried again next pass
+            self.failed_passes += 1
+            log.exception("decision pass failed (%d so far)", self.failed_passes)
+            return 0
         if self.on_pass is not None:
             self.on_pass(time.perf_counter() - started, len(decisions))
         if not decisions:

@@ -29,6 +29,13 @@ def instrument(metrics: Metrics, allocator: Allocator, stream_end) -> None:
                           lambda: allocator.conflicts)
     metrics.counters_from("gpuledger_decision_batches", "Decision batches this allocator appended",
                           lambda: allocator.batches_appended)
+    admission = allocator.follower.admission
+    metrics.counters_from("gpuledger_events_refused", "Stored events the fold did not believe: on a "
+                          "subject their type may not use (schemas/authority.py)", lambda: admission.refused)
+    metrics.counters_from("gpuledger_events_undecodable", "Stored messages no event type decodes "
+                          "(skipped)", lambda: admission.undecodable)
+    metrics.counters_from("gpuledger_events_unfoldable", "Stored events whose fold raised (skipped)",
+                          lambda: admission.unfoldable)
     metrics.gauges("gpuledger_gpus", "GPUs (cards or MIG instances) by model, pool, kind and state",
                    ("model", "pool", "unit", "state"), lambda: census.gpus(allocator.state))
     metrics.gauges("gpuledger_queue_length", "Claims waiting for a decision or for room",

@@ -10,6 +10,7 @@ import time
 from schemas import commands as cmd
 from schemas import events as ev
 from schemas import subjects
+from schemas.seed import CLAIM_WIRE
 from schemas.types import ClaimSpec
 from shared.commands import DomainError, command
 from shared.service import ServiceContext
@@ -20,11 +21,24 @@ from services.claim.intake import consume_intake, wait_intake_drained
 from services.claim.lookup import Unresolved, claim_with_prefix
 from services.claim.metrics import instrument
 from services.claim.outcomes import OutcomeWriter
+from services.claim.seed_api import SeedSubmitClaim, decode_submit_claim, in_seed_names
 from services.claim.validation import ClaimInvalid, validate_claim
 from services.claim.views import claim_view, explain_view
 
 log = logging.getLogger("gpuledger.claim")
 SETTLED = ("allocated", "bound", "rejected", "released", "evicted", "expired", "lost")
+
+
+def _siblings(token: str) -> list[str] | None:
+    """Every id with this subject token: each '_' may have been a '.'; None past 6 of them (64
+    ids), where a scan of the batch is cheaper."""
+    parts = token.split("_")
+    if len(parts) > 7:
+        return None
+    ids = []
+    for seps in itertools.product("_.", repeat=len(parts) - 1):
+        ids.append(parts[0] + "".join(sep + part for sep, part in zip(seps, parts[1:])))
+    return ids
 
 
 class ClaimService:
@@ -34,12 +48,32 @@ class ClaimService:
         self.follower = Follower(event_log, places=False)  # answers for claims, never places
         self.rejected: dict[str, ev.ClaimRejected] = {}  # intake refusals, by claim id
         self.follower.listeners.append(self._remember_rejections)
+        self.by_token: dict[str, str] = {}  # subject token -> claim id, for ids a token rewrites
+        self.follower.listeners.append(self._remember_token)
         self.intake_drained = None  # async () -> None: set where the durable intake is consumed
         self.on_intake_batch = None  # (size) -> None: the intake batch size histogram, when served
 
     def _remember_rejections(self, seq: int, subject: str, event: ev.Event) -> None:
         if isinstance(event, ev.ClaimRejected) and event.claim_id:
             self.rejected[event.claim_id] = event
+
+    def _remember_token(self, seq: int, subject: str, event: ev.Event) -> None:
+        if isinstance(event, ev.ClaimSubmitted):
+            claim_id = event.claim.claim_id
+            if "." in claim_id or "_" in claim_id:  # the only ids two of which can share a token
+                self.by_token.setdefault(subjects.claim(claim_id), claim_id)
+
+    def shares_subject(self, claim_id: str, pending: dict[str, ClaimSpec] | None) -> str:
+        """Another claim whose id becomes the same subject token (`col.a`, `col_a`), or "": in the
+        log, or among the `pending` claims of the batch being drained."""
+        token = claim_id.replace(".", "_")  # ids hold [A-Za-z0-9._:-]: only '.' is rewritten
+        other = self.by_token.get(subjects.claim(claim_id), "")
+        if not other and pending and "_" in token:
+            siblings = _siblings(token)
+            candidates = siblings if siblings is not None else list(pending)
+            other = next((c for c in candidates if c != claim_id and c in pending
+                          and c.replace(".", "_") == token), "")
+        return other if other != claim_id else ""
 
     @property
     def state(self):
@@ -65,6 +99,11 @@ class ClaimService:
                               "claim.claim_id")
         if existing_spec is not None:
             return None
+        other = self.shares_subject(spec.claim_id, pending)
+        if other:
+            raise DomainError("conflict", f"claim id {spec.claim_id} would share the subject "
+                              f"{subjects.claim(spec.claim_id)} with claim {other} ('.' is written as '_'): "
+                              "choose an id that differs in more than '.' and '_'", "claim.claim_id")
         return ev.ClaimSubmitted(claim=spec, trace=trace or inject_headers(), at=self.clock())
 
     async def submit(self, spec: ClaimSpec, wait_seconds: float = 0.0, trace: dict | None = None) -> dict:
@@ -168,7 +207,10 @@ def register_handlers(ctx: ServiceContext, service: ClaimService) -> None:
     b = ctx.broker
 
     async def submit(c: cmd.SubmitClaim):
-        return cmd.ok(await service.submit(c.claim, c.wait_seconds))
+        try:
+            return cmd.ok(await service.submit(c.claim, c.wait_seconds))
+        except DomainError as err:  # a seed-spelled claim hears its own field names
+            raise in_seed_names(err, CLAIM_WIRE, "claim") if isinstance(c, SeedSubmitClaim) else err
 
     async def release(c: cmd.ReleaseClaim):
         return cmd.ok(await service.release(c.claim_id, c.reason))
@@ -193,7 +235,7 @@ def register_handlers(ctx: ServiceContext, service: ClaimService) -> None:
     async def list_claims(c: cmd.ListClaims):
         return cmd.ok(service.list(c.namespace, c.status, c.limit))
 
-    command(b, subjects.command("claim.submit"), cmd.SubmitClaim, submit)
+    command(b, subjects.command("claim.submit"), cmd.SubmitClaim, submit, decode=decode_submit_claim)
     command(b, subjects.command("claim.release"), cmd.ReleaseClaim, release)
     command(b, subjects.command("claim.renew"), cmd.RenewLease, renew)
     command(b, subjects.command("claim.activity"), cmd.ReportActivity, activity)

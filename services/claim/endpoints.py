@@ -28,9 +28,11 @@ from schemas.commands import (
     ok,
 )
 from schemas import events as ev
+from schemas.seed import ENDPOINT_WIRE, seed_field, to_seed_endpoint
 from schemas.types import ClaimSpec, EndpointSpec
 from ledger.follower import Follower
 from ledger.state import State
+from services.claim.seed_api import SeedCreateEndpoint, decode_create_endpoint
 from services.claim.autoscaler import LIVE, EndpointView, Load, Scaling, Worker, decide_scaling
 from shared.commands import command
 from shared.eventlog import AppendConflict
@@ -55,7 +57,7 @@ def validate_endpoint(spec: EndpointSpec) -> EndpointSpec:
     groups = _groups(spec.gpu_groups)
     for i, version in enumerate(spec.cuda_versions):
         if version not in CUDA_VERSIONS:
-            raise EndpointInvalid(f"cuda_versions[{i}]", f"unknown CUDA version {version!r}; known: "
+            raise EndpointInvalid(f"cuda_versions[{i}]", f"{version} is not a valid CudaVersion; known: "
                                   f"{', '.join(CUDA_VERSIONS)}")
     _cuda_fits_groups(groups, spec.cuda_versions)
     if spec.scaler_type not in SCALER_TYPES:
@@ -84,7 +86,8 @@ def _groups(groups: list[str]) -> list[str]:
         if group.lower() == ANY_GROUP:
             raise EndpointInvalid(f"gpu_groups[{i}]", "'any' already means every group: give it alone")
         if group not in GPU_GROUPS:
-            raise EndpointInvalid(f"gpu_groups[{i}]", f"unknown GPU group {group!r}; known: any, "
+            # the seed's words (`invalid_gpu is not a valid GpuGroup`), then what is known
+            raise EndpointInvalid(f"gpu_groups[{i}]", f"{group} is not a valid GpuGroup; known: any, "
                                   f"{', '.join(GPU_GROUPS)}")
         if group in groups[:i]:
             raise EndpointInvalid(f"gpu_groups[{i}]", f"{group} is listed twice")
@@ -216,16 +219,17 @@ class Endpoints:
     # commands
 
     async def create(self, c: CreateEndpoint) -> Reply:
+        seed = isinstance(c, SeedCreateEndpoint)  # answered in the names and shape it was sent in
         try:
             spec = validate_endpoint(c.endpoint)
         except EndpointInvalid as err:
-            return fail("invalid", err.message, f"endpoint.{err.field}")
+            return fail("invalid", err.message, f"endpoint.{seed_field(err.field, ENDPOINT_WIRE) if seed else err.field}")
         async with self._writing:
             await self.catch_up()
             existing = self.book.active(spec.name)
             if existing is not None:
                 if existing.spec == spec:
-                    return ok({"endpoint": spec.name, "created": False})
+                    return ok(_created(spec, False, seed))
                 return fail("conflict", f"endpoint {spec.name} already exists with another spec; "
                             "delete it first", "endpoint.name")
             subject = subjects.endpoint(spec.name)
@@ -235,7 +239,7 @@ class Endpoints:
             except AppendConflict:
                 return fail("conflict", f"endpoint {spec.name} changed while it was being created; retry")
         self._wake.set()
-        return ok({"endpoint": spec.name, "created": True})
+        return ok(_created(spec, True, seed))
 
     async def delete(self, c: DeleteEndpoint) -> Reply:
         async with self._writing:
@@ -287,7 +291,8 @@ class Endpoints:
 
         endpoint, view = self.book.endpoints[name], self.book.view(name, self.state)
         scaled = endpoint.last_scaled
-        return {"spec": msgspec.to_builtins(endpoint.spec), "load": endpoint.load.__dict__,
+        return {"spec": msgspec.to_builtins(endpoint.spec), "resource": to_seed_endpoint(endpoint.spec),
+                "load": endpoint.load.__dict__,
                 "workers": [{"claim_id": w.claim_id, "status": w.status} for w in view.live],
                 "last_scaled": {"workers_before": scaled.workers_before, "workers_after": scaled.workers_after,
                                 "reason": scaled.reason, "at": scaled.at} if scaled else None}
@@ -360,6 +365,15 @@ class Endpoints:
         await self._append(subjects.claim(claim_id), event, f"release-{claim_id}", fenced=False)
 
 
+def _created(spec: EndpointSpec, created: bool, seed: bool) -> dict:
+    """The reply of a create; a seed-spelled request also gets the endpoint back in the seed's
+    shape (both dual fields filled), as the seed's API answers."""
+    reply = {"endpoint": spec.name, "created": created}
+    if seed:
+        reply["resource"] = to_seed_endpoint(spec)
+    return reply
+
+
 async def register_endpoints(ctx: ServiceContext) -> Endpoints:
     """Add the endpoint handlers and the scaling loop to a claim service being built."""
     claims = getattr(ctx, "claims", None)
@@ -367,7 +381,8 @@ async def register_endpoints(ctx: ServiceContext) -> Endpoints:
     endpoints = Endpoints(ctx.log, follower)
     ctx.endpoints = endpoints  # type: ignore[attr-defined]  # for in-process tests
     b = ctx.broker
-    command(b, subjects.command("endpoint.create"), CreateEndpoint, endpoints.create, queue=QUEUE)
+    command(b, subjects.command("endpoint.create"), CreateEndpoint, endpoints.create, queue=QUEUE,
+            decode=decode_create_endpoint)
     command(b, subjects.command("endpoint.delete"), DeleteEndpoint, endpoints.delete, queue=QUEUE)
     command(b, subjects.command("endpoint.load"), ReportEndpointLoad, endpoints.report_load, queue=QUEUE)
     command(b, subjects.query("endpoint.get"), GetEndpoint, endpoints.get, queue=QUEUE)

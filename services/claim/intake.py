@@ -16,23 +16,35 @@ import hashlib
 import logging
 
 import msgspec
+import nats.errors
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import api
 
 from schemas import events as ev
 from schemas import subjects
+from schemas.seed import CLAIM_WIRE, SeedClaimSpec, convert_seed, from_seed_claim, is_seed_claim, seed_field
 from schemas.types import ClaimSpec, Reason
 from shared.commands import DomainError, field_of
 from shared.telemetry import tracer
 
 log = logging.getLogger("gpuledger.claim")
 DURABLE = "claim-intake"
+# A message handled without an answer this often (the service died on it each time) is not
+# delivered again; one that fails with an error is dead-lettered and terminated at once.
+MAX_DELIVER = 20
+DEFAULT_MAX_PAYLOAD = 1 << 20  # NATS's default max_payload
+ENVELOPE_BYTES = 16 * 1024  # headers, the EventBatch's own fields
+# NATS trouble: nothing is acked and the messages come again. Not a message over the size limit,
+# which would fail the same way every time.
+_TRANSIENT = (NatsTimeout, nats.errors.ConnectionClosedError, nats.errors.NoServersError,
+              nats.errors.ConnectionReconnectingError, nats.errors.StaleConnectionError,
+              nats.errors.OutboundBufferLimitError, asyncio.TimeoutError, OSError)
 _spec_decoder = msgspec.json.Decoder(ClaimSpec)
 
 
 async def consume_intake(js, service, batch: int = 256) -> None:
     sub = await js.pull_subscribe(subjects.INTAKE_CLAIMS, durable=DURABLE, stream=subjects.INTAKE_STREAM,
-                                  config=api.ConsumerConfig(ack_wait=30, max_deliver=-1))
+                                  config=api.ConsumerConfig(ack_wait=30, max_deliver=MAX_DELIVER))
     try:
         while True:
             try:
@@ -41,15 +53,54 @@ async def consume_intake(js, service, batch: int = 256) -> None:
                 continue
             if service.on_intake_batch is not None:
                 service.on_intake_batch(len(msgs))
-            await handle_intake_batch(service, [(m.data, dict(m.headers or {})) for m in msgs])
-            for msg in msgs:
-                await msg.ack()
+            await handle_fetched(service, msgs)
     finally:
         # an open fetch inbox would make the connection's drain wait its full timeout on stop
         try:
             await sub.unsubscribe()
         except Exception:
             pass
+
+
+async def handle_fetched(service, msgs) -> None:
+    """One fetch, all together; should that fail for any reason but NATS trouble, each message on
+    its own: the one that cannot be handled is dead-lettered (once, with the error) and terminated,
+    and every other message goes through. NATS trouble propagates: nothing is acked, so the
+    messages come again."""
+    drained = [(m.data, dict(m.headers or {}), _stream_seq(m)) for m in msgs]
+    try:
+        await handle_intake_batch(service, drained)
+    except _TRANSIENT:
+        raise
+    except Exception:
+        log.exception("intake batch of %d failed; handling its messages one by one", len(msgs))
+        for msg, one in zip(msgs, drained):
+            await _handle_alone(service, msg, one)
+        return
+    for msg in msgs:
+        await msg.ack()
+
+
+async def _handle_alone(service, msg, one: tuple) -> None:
+    try:
+        await handle_intake_batch(service, [one])
+    except _TRANSIENT:
+        raise
+    except Exception as err:  # poison: recorded once, never delivered again
+        data, headers, seq = one
+        await _dead_letter(service, _readable_id(data, headers), "unprocessable",
+                           f"the claim service could not handle this message: {type(err).__name__}: {err}",
+                           "", data, seq)
+        await msg.term()
+        return
+    await msg.ack()
+
+
+def _stream_seq(msg) -> int:
+    try:
+        return msg.metadata.sequence.stream
+    except Exception:  # a message not from JetStream (tests): no sequence to key a dead letter on
+        return 0
 
 
 async def wait_intake_drained(js, timeout: float = 5.0) -> None:
@@ -64,53 +115,103 @@ async def wait_intake_drained(js, timeout: float = 5.0) -> None:
         state = (await js.stream_info(subjects.INTAKE_STREAM)).state
 
 
-async def handle_intake_batch(service, messages: list[tuple[bytes, dict[str, str]]]) -> None:
-    """Everything one fetch drained: each message validated on its own (a refusal is recorded per
-    claim), the new claims appended together, as one EventBatch when there are several (one
-    message to write and to read back instead of one per claim). A claim repeated within the
-    batch is kept once; one already in the log is not appended again."""
+async def handle_intake_batch(service, messages: list[tuple]) -> None:
+    """Everything one fetch drained, as (payload, headers[, intake sequence]): each message
+    validated on its own (a refusal is recorded per claim), the new claims appended together, as
+    one EventBatch when there are several (one message to write and to read back instead of one
+    per claim), in as many batches as keep each under the server's message size. A claim repeated
+    within the batch is kept once; one already in the log is not appended again."""
     accepted: dict[str, ev.ClaimSubmitted] = {}
     specs: dict[str, ClaimSpec] = {}
     with tracer().start_as_current_span("claim.intake") as span:  # one span per drained batch
         span.set_attribute("gpuledger.messages", len(messages))
-        for data, headers in messages:
-            event = await _accept(service, data, headers, specs)
+        for data, headers, *seq in messages:
+            event = await _accept(service, data, headers, specs, seq[0] if seq else 0)
             if event is not None:
                 accepted[event.claim.claim_id], specs[event.claim.claim_id] = event, event.claim
-    if len(accepted) == 1:
-        (event,) = accepted.values()
-        appended = await service.log.append(subjects.claim(event.claim.claim_id), event,
-                                            msg_id=event.claim.claim_id)
-    elif accepted:
-        ids = list(accepted)
-        appended = await service.log.append(subjects.INTAKE_BATCHES, ev.EventBatch(
-            events=list(accepted.values()), at=service.clock()), msg_id=_batch_id(ids))
-    else:
-        return
-    await service.follower.wait_for_seq(appended.seq)
+    last = 0
+    for chunk in split_under(list(accepted.values()), _max_bytes(service.log)):
+        last = max(last, (await _append(service, chunk)).seq)
+    if last:
+        await service.follower.wait_for_seq(last)
+
+
+async def _append(service, chunk: list[ev.ClaimSubmitted]):
+    if len(chunk) == 1:
+        claim_id = chunk[0].claim.claim_id
+        return await service.log.append(subjects.claim(claim_id), chunk[0], msg_id=claim_id)
+    return await service.log.append(subjects.INTAKE_BATCHES, ev.EventBatch(events=chunk, at=service.clock()),
+                                    msg_id=_batch_id([e.claim.claim_id for e in chunk]))
+
+
+def _max_bytes(event_log) -> int:
+    """What one appended message may hold: the server's limit (1 MiB by default) less room for
+    headers and the batch's envelope."""
+    nc = getattr(event_log, "nc", None)
+    limit = getattr(nc, "max_payload", 0) or DEFAULT_MAX_PAYLOAD
+    return max(limit - ENVELOPE_BYTES, ENVELOPE_BYTES)
+
+
+def split_under(events: list[ev.ClaimSubmitted], limit: int) -> list[list[ev.ClaimSubmitted]]:
+    """Consecutive runs of `events` whose EventBatch stays under `limit` bytes (one event alone
+    is never split: a claim fits, its fields are bounded)."""
+    sizes = [len(ev.encode_event(e)) + 1 for e in events]
+    if sum(sizes) <= limit:
+        return [events] if events else []
+    chunks, current, used = [], [], 0
+    for event, size in zip(events, sizes):
+        if current and used + size > limit:
+            chunks.append(current)
+            current, used = [], 0
+        current.append(event)
+        used += size
+    return chunks + [current]
 
 
 async def _accept(service, data: bytes, headers: dict[str, str],
-                  specs: dict[str, ClaimSpec]) -> ev.ClaimSubmitted | None:
+                  specs: dict[str, ClaimSpec], seq: int = 0) -> ev.ClaimSubmitted | None:
     # no span per claim (they cost a third of this service): the batch has one, and a publisher's
     # own trace context travels on in the claim's `trace`
     try:
         spec = decode_claim(data)
-    except (msgspec.ValidationError, msgspec.DecodeError) as err:
-        field = field_of(err)
-        await _reject(service, _readable_id(data, headers), "invalid", str(err), field, data)
+    except Exception as err:  # msgspec's errors, invalid UTF-8 (ValueError), nesting (RecursionError)
+        await _reject(service, _readable_id(data, headers), "invalid", decode_error(err), field_of(err),
+                      data, specs, seq)
         return None
     trace = {k: v for k, v in headers.items() if k in ("traceparent", "tracestate")}
     try:
         return service.prepare(spec, trace or None, pending=specs)
     except DomainError as err:
-        await _reject(service, spec.claim_id, err.code, err.message, err.field, data)
+        field = err.field
+        if _seed_spelled(data):  # answered in the names the publisher wrote
+            field = "claim." + seed_field(field.removeprefix("claim."), CLAIM_WIRE) if field else field
+        await _reject(service, spec.claim_id, err.code, err.message, field, data, specs, seq)
         return None
 
 
+def _seed_spelled(data: bytes) -> bool:
+    return b'"claimId"' in data and is_seed_claim(msgspec.json.decode(data))
+
+
+def decode_error(err: Exception) -> str:
+    """What was wrong with a payload, in words a publisher can act on."""
+    if isinstance(err, UnicodeDecodeError):
+        return f"malformed JSON: not valid UTF-8 (byte {err.object[err.start:err.start + 1]!r} at {err.start})"
+    if isinstance(err, RecursionError):
+        return "malformed JSON: nested too deep"
+    if isinstance(err, msgspec.ValidationError):
+        return str(err)
+    return f"malformed JSON: {err}"
+
+
 def decode_claim(data: bytes) -> ClaimSpec:
-    """A ClaimSpec from JSON; an integer may be written as 2.0, as JSON Schema's `integer` allows
-    (some encoders write every number that way), so the schema and the intake agree."""
+    """A ClaimSpec from JSON, in either spelling (ours, or the serverless seed's camelCase with
+    `claimId`, schemas/seed.py); an integer may be written as 2.0, as JSON Schema's `integer`
+    allows (some encoders write every number that way), so the schema and the intake agree."""
+    if b'"claimId"' in data:  # cheap test first: the canonical spelling never pays the second decode
+        raw = msgspec.json.decode(data)
+        if is_seed_claim(raw):
+            return from_seed_claim(convert_seed(raw, SeedClaimSpec), raw)
     try:
         return _spec_decoder.decode(data)
     except msgspec.ValidationError as err:
@@ -134,23 +235,42 @@ def _batch_id(claim_ids: list[str]) -> str:
     return "intake-" + hashlib.sha256("\n".join(claim_ids).encode()).hexdigest()[:32]
 
 
-async def _reject(service, claim_id: str, code: str, message: str, field: str, data: bytes) -> None:
+async def _reject(service, claim_id: str, code: str, message: str, field: str, data: bytes,
+                  specs: dict[str, ClaimSpec], seq: int = 0) -> None:
+    """A refusal on the claim's subject, so its sender can look it up, unless that id is already
+    a claim: a different claim (or a malformed payload) reusing the id must never touch it."""
+    event = await _dead_letter(service, claim_id, code, message, field, data, seq)
+    if claim_id and not _known(service, claim_id, specs):
+        await service.log.append(subjects.claim(claim_id), event, msg_id=f"rejected-{claim_id}")
+
+
+def _known(service, claim_id: str, specs: dict[str, ClaimSpec]) -> bool:
+    """The id, or its subject (`col_a` is `col.a`'s), already belongs to a claim."""
+    state = service.state
+    return (claim_id in state.claims or claim_id in state.ended or claim_id in specs
+            or bool(service.shares_subject(claim_id, specs)))
+
+
+async def _dead_letter(service, claim_id: str, code: str, message: str, field: str, data: bytes,
+                       seq: int = 0) -> ev.ClaimRejected:
+    """Every refusal once on the dead-letter subject: keyed on the intake message's sequence, so
+    a redelivery (the service died before its ack) is stored once."""
     detail = {"field": field, "payload": data[:1024].decode("utf-8", "replace")}
     event = ev.ClaimRejected(claim_id=claim_id, code=code,
                              reasons=[Reason(code, message, detail=detail)], at=service.clock())
     log.info("intake rejected claim %r: %s", claim_id, message)
-    if claim_id:
-        await service.log.append(subjects.claim(claim_id), event, msg_id=f"rejected-{claim_id}")
-    await service.log.append(subjects.DEAD_LETTER + ".intake", event)
+    await service.log.append(subjects.DEAD_LETTER + ".intake", event,
+                             msg_id=f"dead-intake-{seq}" if seq else None)
+    return event
 
 
 def _readable_id(data: bytes, headers: dict[str, str]) -> str:
     """The claim id if the payload has a valid one (so the sender can look its refusal up)."""
     try:
         raw = msgspec.json.decode(data)
-    except msgspec.DecodeError:
+    except Exception:  # not JSON, not UTF-8, nested too deep: no id to read
         raw = None
-    claim_id = raw.get("claim_id") if isinstance(raw, dict) else None
+    claim_id = raw.get("claim_id", raw.get("claimId")) if isinstance(raw, dict) else None
     if isinstance(claim_id, str):
         try:
             msgspec.convert({"claim_id": claim_id, "namespace": "x"}, ClaimSpec)

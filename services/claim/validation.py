@@ -11,7 +11,7 @@ import re
 from schemas.catalogue import ANY_GROUP, CUDA_VERSIONS, GPU_GROUPS, MODELS, cuda_conflict
 from schemas.types import PLACEMENT_POLICIES, ClaimSpec
 
-_MIG = re.compile(r"^[1-7]g\.\d+gb$")
+_MIG = re.compile(r"^[1-7]g\.\d+gb\Z")
 
 
 class ClaimInvalid(ValueError):
@@ -77,14 +77,14 @@ def _groups(spec: ClaimSpec) -> None:
                 raise ClaimInvalid(f"gpu_groups[{i}]", "'any' already means every group: give it alone")
             continue
         if group not in GPU_GROUPS:
-            raise ClaimInvalid(f"gpu_groups[{i}]", f"unknown GPU group {group!r}; known: any, "
+            raise ClaimInvalid(f"gpu_groups[{i}]", f"{group} is not a valid GpuGroup; known: any, "
                                                    f"{', '.join(GPU_GROUPS)}")
 
 
 def _cuda(spec: ClaimSpec) -> None:
     for i, version in enumerate(spec.cuda_versions):
         if version not in CUDA_VERSIONS:
-            raise ClaimInvalid(f"cuda_versions[{i}]", f"unknown CUDA version {version!r}; known: "
+            raise ClaimInvalid(f"cuda_versions[{i}]", f"{version} is not a valid CudaVersion; known: "
                                                       f"{', '.join(CUDA_VERSIONS)}")
     # A named group or model whose architecture runs none of the versions could never be used:
     # refused now rather than left waiting for a driver that cannot exist (`any` picks around it).

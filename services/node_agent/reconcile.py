@@ -21,6 +21,7 @@ from typing import Any
 from nats.js.errors import NotFoundError
 
 from schemas import subjects
+from schemas.authority import admits
 from schemas.events import DriftCleared, DriftDetected, ProcessKilled, decode_event
 from schemas.types import DeviceUsage
 
@@ -79,9 +80,12 @@ class ProcessReaper:
                 return
             self.next_seq = raw.seq + 1
             try:
-                self.fold(decode_event(raw.data))
+                event = decode_event(raw.data)
             except Exception as err:  # a malformed message on the subject: skip it, never stop
                 log.warning("%s: skipping an undecodable drift message: %s", self.node, err)
+                continue
+            if admits(raw.subject or subject, event):  # never a report about another node
+                self.fold(event)
 
     async def reap(self, usages: list[DeviceUsage]) -> list[ProcessKilled]:
         """Kill what is due now; returns the ProcessKilled events appended."""

@@ -82,6 +82,8 @@ class SimulatedFleet:
                 self._wake(command.node)
             except (msgspec.DecodeError, msgspec.ValidationError, CommandError) as err:
                 answer = {"ok": False, "error": str(err)}
+            except (ValueError, RecursionError) as err:  # invalid UTF-8, nested too deep
+                answer = {"ok": False, "error": f"malformed JSON: {type(err).__name__}"}
             if msg.reply:
                 await msg.respond(json.dumps(answer).encode())
         return on_msg

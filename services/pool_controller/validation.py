@@ -19,15 +19,16 @@ STRATEGIES = ("BinPack", "Spread")
 DRA_MIN_VERSION = (1, 32)
 # MIG profiles the catalogue's cards are statically sliced into: the only ones DRA can hand out.
 STATIC_MIG_PROFILES: frozenset[str] = frozenset(p for m in CATALOGUE for p in m.mig_profiles)
-MIG_PROFILE = re.compile(r"^[1-7]g\.\d{1,3}gb$")
-PCI_ID = re.compile(r"^[0-9a-f]{4}$")
+MIG_PROFILE = re.compile(r"^[1-7]g\.\d{1,3}gb\Z")
+PCI_ID = re.compile(r"^[0-9a-f]{4}\Z")
+# `\Z`, not `$`: Python's `$` also matches before a final newline ("team-a\n" was a namespace)
 _LABEL_NAME = r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?"
 _DNS_PREFIX = r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*"
-LABEL_KEY = re.compile(rf"^({_DNS_PREFIX}/)?{_LABEL_NAME}$")
-LABEL_VALUE = re.compile(rf"^({_LABEL_NAME})?$")
-NAMESPACE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+LABEL_KEY = re.compile(rf"^({_DNS_PREFIX}/)?{_LABEL_NAME}\Z")
+LABEL_VALUE = re.compile(rf"^({_LABEL_NAME})?\Z")
+NAMESPACE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\Z")
 SERVICE_ACCOUNT = re.compile(r"^(system:serviceaccount:)?[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?:"
-                             r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")
+                             r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?\Z")
 MPS_REASON = ("MPS is not supported: it gives no isolation, needs hostIPC and a shared UID, and "
               "limits the number of clients; oversubscribe with slices_per_unit (time slicing) "
               "on the device-plugin backend instead")

@@ -10,35 +10,34 @@ import logging
 from collections.abc import AsyncIterator
 from datetime import datetime, timezone
 
-import msgspec
 from nats.js.errors import NotFoundError
 
-from schemas.events import Event, decode_event
+from schemas.events import Event
+
+from ledger.admission import Admission, read_batch
 
 log = logging.getLogger("gpuledger.projector")
 
 
 def decode_or_none(seq: int, subject: str, data: bytes) -> Event | None:
-    """A malformed message is skipped with a warning; it must not stop the projection."""
-    try:
-        return decode_event(data)
-    except (msgspec.DecodeError, msgspec.ValidationError) as err:
-        log.warning("seq %d on %s is not a valid event, skipped: %s", seq, subject, err)
-        return None
+    """A malformed or forged message is skipped with a warning; it must not stop the projection."""
+    return Admission().read(seq, subject, data)
 
 
-async def batches(log_, from_seq: int = 1, stop_at: int | None = None
+async def batches(log_, from_seq: int = 1, stop_at: int | None = None, admission: Admission | None = None
                   ) -> AsyncIterator[list[tuple[int, Event | None]]]:
-    """Decoded batches of (seq, event) from `from_seq` (forever unless `stop_at`)."""
+    """Decoded batches of (seq, event) from `from_seq` (forever unless `stop_at`); None where the
+    fold skips a message (undecodable, or refused by the writer-authority table)."""
+    admission = admission or Admission()
     if stop_at is not None and stop_at < from_seq:
         return
     if hasattr(log_, "follow_raw"):
         async for raw in log_.follow_raw(from_seq, stop_at=stop_at):
-            yield [(seq, decode_or_none(seq, subject, data)) for seq, subject, data, _h in raw]
+            yield read_batch(admission, raw)
         return
     source = log_.read(from_seq, stop_at) if stop_at is not None else log_.follow(from_seq)
     async for stored in source:  # the in-memory log: one event at a time is fine there
-        yield [(stored.seq, stored.event)]
+        yield [(stored.seq, admission.admit(stored.seq, stored.subject, stored.event))]
 
 
 def parse_time(value: str) -> float:

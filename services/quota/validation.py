@@ -19,7 +19,8 @@ from schemas.types import QuotaSingle, QuotaSpec, QuotaTotal, Resources
 
 from services.quota.quantities import QuantityError, is_unlimited, optional_tflops, optional_vram
 
-NAME = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
+# `\Z`, not `$`: Python's `$` also matches before a final newline ("team-a\n" was a namespace)
+NAME = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?\Z")
 
 
 def check_name(value: str, field: str) -> str:

@@ -36,7 +36,22 @@ HAND_WRITTEN: dict[str, dict] = {
     "longest selector key": {"node_selector": {"k" * MAX_KEY: "v"}},
     "hopper group with an old and a new cuda": {"gpu_groups": ["ADA_80_PRO"], "cuda_versions": ["11.8", "12.4"]},
     "any with cuda 11.8": {"gpu_groups": ["any"], "cuda_versions": ["11.8"]},
+    # the serverless seed's spelling (camelCase; gpus = GPU groups, gpuCount = how many)
+    "seed: gpus as groups": {"claimId": None, "gpus": ["AMPERE_80", "ADA_80_PRO"], "gpuCount": 2,
+                             "cudaVersions": ["12.4", "12.8"]},
+    "seed: gpuIds and allowedCudaVersions": {"claimId": None, "gpuIds": "AMPERE_24, ADA_24",
+                                             "allowedCudaVersions": "12.1,12.4"},
+    "seed: ANY": {"claimId": None, "gpus": ["ANY"], "leaseSeconds": 60},
+    "seed: the list wins over gpuIds": {"claimId": None, "gpus": ["ADA_24"], "gpuIds": "AMPERE_80"},
+    "seed: a tensor-parallel model": {"claimId": None, "gpuCount": 0, "modelMemoryGib": 150, "models": ["H100"]},
     # invalid
+    "seed: invalid_gpu": {"claimId": None, "gpus": ["invalid_gpu"]},
+    "seed: invalid_gpu in gpuIds": {"claimId": None, "gpuIds": "ADA_24,invalid_gpu"},
+    "seed: 13.0 in allowedCudaVersions": {"claimId": None, "allowedCudaVersions": "13.0"},
+    "seed: Hopper with 11.8": {"claimId": None, "gpus": ["HOPPER_141"], "cudaVersions": ["11.8"]},
+    "seed: a share of two gpus": {"claimId": None, "gpuMilli": 500, "gpuCount": 2},
+    "seed: snake and camel mixed": {"claimId": None, "gpu_groups": ["ADA_24"]},
+    "seed: gpus as a count": {"claimId": None, "gpus": 2},
     "H100's group with cuda 11.8 only": {"gpu_groups": ["ADA_80_PRO"], "cuda_versions": ["11.8"]},
     "H100 with cuda 11.8": {"models": ["H100"], "cuda_versions": ["11.8"]},
     "RTX 5090's group before cuda 12.8": {"gpu_groups": ["ADA_32_PRO"], "cuda_versions": ["12.4"]},
@@ -70,6 +85,10 @@ HAND_WRITTEN: dict[str, dict] = {
     "claim id with a space": {"claim_id": "has space"},
     "claim id ending in a newline": {"claim_id": "ends-in-newline\n"},
     "namespace ending in a newline": {"namespace": "team-a\n"},
+    "vram limit of 1e307 GiB": {"limit_vram_gib": 1e307},
+    "1.7e308 GiB per gpu": {"gpu_memory_gib": 1.7e308},
+    "lease of 1e300 s": {"lease_seconds": 1e300},
+    "cpu beyond a million cores": {"gpus": 0, "cpu_milli": 1 << 31},
 }
 
 

@@ -29,8 +29,11 @@ def _samples(unique: str) -> list[tuple[str, str, str]]:
     out = []
     for i, (name, sample) in enumerate(named):
         claim = {"claim_id": f"s{i}-{unique}", "namespace": "team-a", **sample}
+        if "claimId" in sample and sample["claimId"] is None:  # the seed's spelling: its id's name
+            claim["claimId"] = claim.pop("claim_id")
         claim = {k: v for k, v in claim.items() if v is not None}
-        msg_id = claim["claim_id"] if "claim_id" not in sample else f"sample-{i}-{unique}"
+        given_id = claim.get("claim_id", claim.get("claimId"))
+        msg_id = given_id if "claim_id" not in sample else f"sample-{i}-{unique}"
         out.append((name, msg_id, json.dumps(claim)))
     return out
 
@@ -58,7 +61,8 @@ async def _service_verdicts(url: str, samples) -> list[bool | None]:
         await nc.close()
     verdicts = []
     for _, msg_id, text in samples:
-        claim_id = json.loads(text).get("claim_id")
+        claim = json.loads(text)
+        claim_id = claim.get("claim_id", claim.get("claimId"))
         if claim_id in accepted:
             verdicts.append(True)
         elif text[:1024] in refused:

@@ -33,6 +33,21 @@ async def test_a_node_publisher_reads_its_allocation_with_devices(fresh_nats):
     assert len(last["devices"]) == 2 and last["env"]["CUDA_VISIBLE_DEVICES"].count(",") == 1
 
 
+async def test_a_node_publisher_in_the_serverless_seeds_spelling_gets_its_gpus(fresh_nats):
+    """A client written from the seed: camelCase, `gpuIds` as one string, `gpuCount`."""
+    require_node()
+    async with running(fresh_nats.url, "claim", "allocator"):
+        nc = await nats.connect(fresh_nats.url)
+        await register_nodes(JetStreamEventLog(nc), h100_node("node-a"))
+        out = await _run_publisher(fresh_nats.url, {"claimId": "js-seed-1", "namespace": "team-b",
+                                                    "gpuIds": "HOPPER_141,ADA_80_PRO", "gpuCount": 2,
+                                                    "allowedCudaVersions": "12.4"})
+        await nc.close()
+    last = out["last"]
+    assert last["claim_id"] == "js-seed-1" and last["status"] in ("allocated", "bound"), out
+    assert len(last["devices"]) == 2
+
+
 async def test_a_node_publisher_learns_why_its_claim_was_refused(fresh_nats):
     require_node()
     async with running(fresh_nats.url, "claim"):

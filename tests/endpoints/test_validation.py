@@ -15,11 +15,11 @@ def spec(**fields) -> EndpointSpec:
 
 
 @pytest.mark.parametrize("fields, field, words", [
-    ({"gpu_groups": ["RTX_9999"]}, "gpu_groups[0]", "unknown GPU group"),
+    ({"gpu_groups": ["RTX_9999"]}, "gpu_groups[0]", "RTX_9999 is not a valid GpuGroup"),
     ({"gpu_groups": []}, "gpu_groups", "at least one"),
     ({"gpu_groups": ["any", "ADA_24"]}, "gpu_groups[0]", "give it alone"),
     ({"gpu_groups": ["ADA_24", "ADA_24"]}, "gpu_groups[1]", "twice"),
-    ({"cuda_versions": ["13.9"]}, "cuda_versions[0]", "unknown CUDA version"),
+    ({"cuda_versions": ["13.9"]}, "cuda_versions[0]", "13.9 is not a valid CudaVersion"),
     ({"gpu_groups": ["HOPPER_141"], "cuda_versions": ["11.8"]}, "cuda_versions",
      "HOPPER_141 is Hopper, which runs CUDA 12.0, 12.1, 12.2, 12.3, 12.4, 12.5, 12.6, 12.7, 12.8 "
      "(recommended 12.4+); cuda_versions allow only 11.8"),

@@ -2,25 +2,13 @@
 
 from __future__ import annotations
 
+from schemas import authority
 from schemas import events as ev
-from schemas import subjects
 from shared.jetstream import JetStreamEventLog, connect, ensure_streams
 
 
 def subject_for(event: ev.Event) -> str:
-    if isinstance(event, ev.DecisionBatch):
-        return subjects.DECISIONS
-    if isinstance(event, ev.ClaimSubmitted):
-        return subjects.claim(event.claim.claim_id)
-    if hasattr(event, "claim_id"):
-        return subjects.claim(event.claim_id)
-    if hasattr(event, "node"):
-        return subjects.node(event.node)
-    if isinstance(event, ev.PoolCreated):
-        return subjects.pool(event.pool.name)
-    if hasattr(event, "pool"):
-        return subjects.pool(event.pool)
-    return subjects.quota(event.namespace)
+    return authority.home_subject(event)
 
 
 async def open_log(url: str) -> JetStreamEventLog:

@@ -58,7 +58,9 @@ async def test_intake_appends_a_drained_fetch_as_one_batch_and_rejects_per_claim
         assert [e.claim.claim_id for e in batches[0].event.events] == ["x1", "x2"]
         rejected = {s.event.claim_id: s.event.code for s in stored
                     if isinstance(s.event, ev.ClaimRejected) and s.subject.startswith("gpu.evt.claim.")}
-        assert rejected == {"x2": "conflict", "x3": "invalid"}
+        assert rejected == {"x3": "invalid"}  # x2's conflict never touches the claim x2 ...
+        dead = {s.event.claim_id: s.event.code for s in stored if s.subject.startswith(subjects.DEAD_LETTER)}
+        assert dead == {"x2": "conflict", "x3": "invalid", "": "invalid"}  # ... it is a dead letter
         assert set(service.state.claims) == {"x1", "x2"}
 
         await handle_intake_batch(service, [(spec("x1"), {}), (spec("x4"), {})])  # redelivery + one new

@@ -1,7 +1,7 @@
 """decide(state, ctx) -> decisions: the allocator's one pure decision function.
 
 One pass: expire unrenewed leases, declare silent nodes lost, release allocations nothing runs on,
-then walk the queue. Each decision is applied to the state through a journal as it is made (so
+reject claims pending past the limit, then walk the queue. Each decision is applied to the state through a journal as it is made (so
 later claims in the pass see it) and everything is rolled back before returning: the caller folds
 the decisions once they are stored.
 
@@ -17,7 +17,8 @@ from __future__ import annotations
 from ledger.state import State, flush_index
 from services.allocator.core.decision_pass import POLICY_VERSION, DecideContext, Pass
 from services.allocator.core.queue import nothing_new_for, queue_order, walk_queue
-from services.allocator.core.timers import expire_leases, lose_silent_nodes, release_unused
+from services.allocator.core.timers import (expire_leases, expire_pending, lose_silent_nodes,
+                                             release_unused)
 
 __all__ = ["POLICY_VERSION", "DecideContext", "decide", "nothing_new_for", "queue_order"]
 
@@ -33,6 +34,7 @@ def decide(state: State, ctx: DecideContext) -> list:
             expire_leases(state, run)
             lose_silent_nodes(state, run)
             release_unused(state, run)
+            expire_pending(state, run)
         walk_queue(state, run, epoch)
     finally:
         run.journal.rollback(state)

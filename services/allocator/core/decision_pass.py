@@ -28,6 +28,7 @@ class DecideContext:
     stale_after_s: float = 600.0
     release_unused_after_s: float = 0.0  # 0: allocations nothing runs on are never released
     starvation_after_s: float = 300.0
+    pending_expire_after_s: float = 0.0  # 0: a pending claim waits forever
     max_decisions: int = 512
     evict: bool = True
     typical_shapes: tuple = ()  # (weight, TypicalShape); empty: learned from the claims seen

@@ -123,7 +123,10 @@ def _milli_for_tflops(tflops: float, models: frozenset[str] | None) -> int | Non
     model = MODELS.get(next(iter(models)))
     if model is None or model.tflops <= 0:
         return None
-    milli = math.ceil(tflops / model.tflops * FREE - 1e-9)
+    share = tflops / model.tflops * FREE
+    if not share <= FREE + 1:  # more than a device (or a number too large to round: never crash)
+        return None
+    milli = math.ceil(share - 1e-9)
     return milli if milli <= FREE else None
 
 
@@ -134,7 +137,10 @@ def _milli_for_memory(gib: float, models: frozenset[str] | None) -> int | None:
     model = MODELS.get(next(iter(models)))
     if model is None:
         return None
-    milli = math.ceil(gib / model.memory_gib * FREE - 1e-9)
+    share = gib / model.memory_gib * FREE
+    if not share <= FREE + 1:  # more than a device (or a number too large to round: never crash)
+        return None
+    milli = math.ceil(share - 1e-9)
     return milli if milli <= FREE else None
 
 

@@ -4,7 +4,7 @@ and the allocation (or the ranked reasons it waits)."""
 from __future__ import annotations
 
 from schemas import events as ev
-from schemas.types import Grant, Reason
+from schemas.types import MAX_TOTAL_GIB, MAX_TOTAL_TFLOPS, Grant, Reason
 
 from ledger.cohorts import quota_of
 from ledger.pools import has_access
@@ -130,9 +130,17 @@ def _model_memory(state: State, model: str, need: Need) -> int:
 
 def _cost(claim: Claim, need: Need, model: str, unit_memory_mib: int) -> Cost:
     tflops, vram = cost(need, model, unit_memory_mib)
-    limit_tflops = max(tflops, claim.spec.limit_tflops)
-    limit_vram = max(vram, int(claim.spec.limit_vram_gib * 1024))
+    limit_tflops, limit_vram = _limits(claim, tflops, vram)
     return Cost(tflops, vram, limit_tflops, limit_vram, need.count)
+
+
+def _limits(claim: Claim, tflops: float, vram: int) -> tuple[float, int]:
+    """A claim's limits, never below what it takes, and bounded as the intake bounds them: a claim
+    stored before the bounds may hold any number (1e307 GiB overflowed, and an infinite limit
+    would be written as null)."""
+    spec = claim.spec
+    return (max(tflops, min(spec.limit_tflops, MAX_TOTAL_TFLOPS)),
+            max(vram, int(min(spec.limit_vram_gib, MAX_TOTAL_GIB) * 1024)))
 
 
 def _allocated(state: State, run: Pass, claim: Claim, need: Need, choice: Choice, policy: str):
@@ -143,9 +151,8 @@ def _allocated(state: State, run: Pass, claim: Claim, need: Need, choice: Choice
     costs = [cost(need._replace(count=1, mig_profile=u.mig_profile or need.mig_profile), u.model, u.memory_mib)
              for u in units]
     tflops, vram = sum(c[0] for c in costs), sum(c[1] for c in costs)
-    check = quota_check(state, claim.spec.namespace, Cost(
-        tflops, vram, max(tflops, claim.spec.limit_tflops),
-        max(vram, int(claim.spec.limit_vram_gib * 1024)), len(units)))
+    limit_tflops, limit_vram = _limits(claim, tflops, vram)
+    check = quota_check(state, claim.spec.namespace, Cost(tflops, vram, limit_tflops, limit_vram, len(units)))
     if check.refusal is not None:  # the devices chosen cost more than the model estimate
         return [check.refusal]
     islands = sorted({u.island for u in units})
@@ -155,8 +162,8 @@ def _allocated(state: State, run: Pass, claim: Claim, need: Need, choice: Choice
     return ev.ClaimAllocated(
         claim_id=claim.claim_id, namespace=claim.spec.namespace, node=node.name, grants=grants,
         tflops=round(tflops, 3), vram_mib=int(vram),
-        limit_tflops=round(max(tflops, claim.spec.limit_tflops), 3),
-        limit_vram_mib=int(max(vram, claim.spec.limit_vram_gib * 1024)),
+        limit_tflops=round(limit_tflops, 3),
+        limit_vram_mib=limit_vram,
         borrowed_from=check.borrowed_from, policy=f"{policy}@{POLICY_VERSION}", explain=explain, at=run.ctx.now)
 
 

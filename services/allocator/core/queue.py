@@ -20,8 +20,9 @@ from services.allocator.core.starvation import hold_node_if_starving
 
 def queue_order(state: State) -> list[Claim]:
     """Pending claims by priority (high first), then fair share (namespaces of a cohort that borrow
-    least first; 0 outside cohorts), then age. Shares are taken once, as the pass starts."""
-    claims = [state.claims[c] for c in state.pending]
+    least first; 0 outside cohorts), then age. Shares are taken once, as the pass starts. Claims
+    parked until the fleet changes (every reason fleet-bound: `State.parked`) are not visited."""
+    claims = [state.claims[c] for c in state.queue]
     in_cohorts = claims and tree_of(state).parent  # no tree: no shares, nothing to compute
     shares = namespace_shares(state, {c.spec.namespace for c in claims}) if in_cohorts else {}
     if shares:
@@ -34,6 +35,8 @@ def queue_order(state: State) -> list[Claim]:
 def walk_queue(state: State, run: Pass, epoch: int) -> None:
     done_gangs: set[str] = set()
     failed_at = run.ctx.failed_at
+    if failed_at is not None and run.ctx.check_timers:
+        forget_ended(state, failed_at)
     skip = failed_at is not None and not run.ctx.check_timers
     for claim in queue_order(state):
         if len(run.decisions) >= run.ctx.max_decisions:
@@ -53,6 +56,16 @@ def walk_queue(state: State, run: Pass, epoch: int) -> None:
             place_one(state, run, claim)
         if failed_at is not None and claim.status == "pending":
             failed_at[key] = epoch
+
+
+def forget_ended(state: State, failed_at: dict) -> None:
+    """Keep the caller's failure book to the claims still pending (and their gangs): without this
+    it would hold one entry for every claim that ever waited."""
+    if len(failed_at) <= 2 * len(state.pending) + 64:
+        return
+    live = {key for c in state.pending for key in (c, state.claims[c].spec.gang_id) if key}
+    for key in [k for k in failed_at if k not in live]:
+        del failed_at[key]
 
 
 def nothing_new_for(state: State, claim: Claim, since: int) -> bool:

@@ -1,9 +1,10 @@
 """Timer decisions, made on the tick: leases not renewed expire, silent nodes are lost, allocations
-nothing runs on past the grace period are released."""
+nothing runs on past the grace period are released, claims pending past the limit are rejected."""
 
 from __future__ import annotations
 
 from schemas import events as ev
+from schemas.types import Reason
 
 from ledger.state import State
 from services.allocator.core.decision_pass import Pass, emit
@@ -52,3 +53,20 @@ def _unused_for(state: State, claim) -> tuple[float, float] | None:
         return None
     idle_since = max([claim.allocated_at] + [u.busy_at for u in units])
     return idle_since, min(u.observed_at for u in units)
+
+
+def expire_pending(state: State, run: Pass) -> None:
+    """A claim pending longer than the limit ends: an AllocationRejected with code `pending-expired`
+    whose first reason says how long it waited, followed by the reasons it was waiting for, so
+    `claim explain` still shows why. This bounds the queue (and the memory it holds)."""
+    limit = run.ctx.pending_expire_after_s
+    if limit <= 0 or not state.pending:
+        return
+    cutoff = run.ctx.now - limit
+    claims = state.claims
+    expired = [claims[c] for c in state.pending if claims[c].submitted_at < cutoff]
+    for claim in sorted(expired, key=lambda c: c.seq):  # pending's order is not stable (rollbacks)
+        waited = run.ctx.now - claim.submitted_at
+        why = Reason("pending-expired", f"pending for {waited:.0f}s, longer than the limit of {limit:g}s")
+        emit(state, run, ev.AllocationRejected(claim_id=claim.claim_id, code="pending-expired",
+                                               reasons=[why, *claim.reasons], at=run.ctx.now))

@@ -5,11 +5,12 @@
 import { connect, headers } from "nats";
 
 const claim = JSON.parse(process.argv[2]);
+const claimId = claim.claim_id ?? claim.claimId;  // our spelling, or the serverless seed's
 const timer = setTimeout(() => { console.error("no final outcome within 30 s"); process.exit(2); }, 30000);
 
 // docs/contract.md: the subject token of a claim id is the id with every character other than
 // an ASCII letter, digit, '-', '_' or ':' replaced by '_'.
-const token = claim.claim_id.replace(/[^A-Za-z0-9_:-]/g, "_");
+const token = claimId.replace(/[^A-Za-z0-9_:-]/g, "_");
 const subject = `gpu.outcome.claim.${token}`;
 
 // nats.js does not read credentials from a URL: take them apart (nats://user:password@host:port)
@@ -23,7 +24,7 @@ const sub = nc.subscribe(subject);  // before publishing: no outcome can be miss
 
 const publish = async () => {
   const h = headers();
-  h.set("Nats-Msg-Id", claim.claim_id);
+  h.set("Nats-Msg-Id", claimId);
   return js.publish("gpu.intake.claim", JSON.stringify(claim), { headers: h });
 };
 const ack = await publish();

@@ -1,0 +1,85 @@
+"""Stored events stay foldable when the contract tightens.
+
+The log is immutable. When a bound is added to a field (`ge`/`le`, a pattern, a length, an enum:
+`Literal`), an event stored before it may no longer decode with the strict types: the fold would
+skip it, and a replay would differ from the fold that first read it. Folds of stored events
+(`ledger.admission`) therefore fall back, on a `msgspec.ValidationError`, to `decode_lenient`: the
+same event types with every constraint stripped (types, tags, defaults and nesting unchanged;
+unknown fields ignored), built once from the strict types' own fields, and the result rebuilt as
+the strict types (a Struct's constructor does not check constraints), so every fold handles it as
+it always did. The intake never uses this: what comes in now is held to the strict contract.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from typing import Annotated, Any, Literal, Union
+
+import msgspec
+
+from schemas import events as ev
+
+_lenient_of: dict[type, type] = {}  # strict Struct -> its lenient twin
+_strict_of: dict[type, type] = {}  # and back
+
+
+def _loose(tp: Any) -> Any:
+    """The annotation `tp` without constraints."""
+    origin = typing.get_origin(tp)
+    if origin is Annotated:
+        return _loose(typing.get_args(tp)[0])
+    if origin is Literal:
+        kinds = {type(v) for v in typing.get_args(tp)}
+        return kinds.pop() if len(kinds) == 1 else Any
+    if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
+        return _lenient_struct(tp)
+    if origin in (Union, types.UnionType):
+        return Union[tuple(_loose(a) for a in typing.get_args(tp))]
+    if origin in (list, dict, tuple, set, frozenset):
+        args = typing.get_args(tp)
+        return origin[tuple(_loose(a) if a is not Ellipsis else a for a in args)] if args else origin
+    return tp
+
+
+def _lenient_struct(strict: type) -> type:
+    found = _lenient_of.get(strict)
+    if found is not None:
+        return found
+    config, fields = strict.__struct_config__, []
+    for f in msgspec.structs.fields(strict):  # nested Structs get their twins first
+        if f.default is not msgspec.NODEFAULT:
+            fields.append((f.name, _loose(f.type), f.default))
+        elif f.default_factory is not msgspec.NODEFAULT:
+            fields.append((f.name, _loose(f.type), msgspec.field(default_factory=f.default_factory)))
+        else:
+            fields.append((f.name, _loose(f.type)))
+    lenient = msgspec.defstruct(
+        "Lenient" + strict.__name__, fields, kw_only=True, frozen=config.frozen,
+        omit_defaults=config.omit_defaults, tag=config.tag, tag_field=config.tag_field,
+        rename={f.name: f.encode_name for f in msgspec.structs.fields(strict) if f.name != f.encode_name} or None)
+    _lenient_of[strict], _strict_of[lenient] = lenient, strict
+    return lenient
+
+
+_decoder: msgspec.json.Decoder | None = None
+
+
+def decode_lenient(data: bytes) -> ev.Event:
+    """A stored event, decoded without the contract's constraints; raises like `decode_event` for
+    anything that is not one of the event types at all."""
+    global _decoder
+    if _decoder is None:  # built on first use: most processes never need it
+        _decoder = msgspec.json.Decoder(Union[tuple(_lenient_struct(m) for m in typing.get_args(ev.AnyEvent))])
+    return _to_strict(_decoder.decode(data))
+
+
+def _to_strict(value: Any) -> Any:
+    strict = _strict_of.get(type(value))
+    if strict is not None:
+        return strict(**{name: _to_strict(getattr(value, name)) for name in value.__struct_fields__})
+    if isinstance(value, list):
+        return [_to_strict(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _to_strict(v) for k, v in value.items()}
+    return value

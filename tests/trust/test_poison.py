@@ -1,0 +1,133 @@
+"""No poison (issue 16, item 3 and 4): a message that cannot be decoded or handled is dead-lettered
+once with its reason and never stops the messages behind it; extreme numbers are refused at the
+intake, and the pure core does not crash on them if they are in the log anyway."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import msgspec
+import nats
+import pytest
+
+from schemas import events as ev
+from schemas import subjects
+from schemas.types import ClaimSpec
+from services.claim.intake import decode_claim
+from shared.jetstream import JetStreamEventLog
+from tests.fleet import Ledger, h100_node
+from tests.service.helpers import h100_node as service_node, register_nodes, request, running
+
+DEEP = b'{"claim_id": "deep", "namespace": "a", "labels": ' + b"[" * 1000 + b"]" * 1000 + b"}"
+BAD_UTF8 = b'{"claim_id": "utf", "namespace": "a\xff\xfe"}'
+POISON = [BAD_UTF8, DEEP, b"[" * 200_000, b'{"type": "ClaimReleased", "claim_id": "x"}', b"\x00\x01"]
+
+
+async def dead_letters(js) -> list[ev.ClaimRejected]:
+    found, seq = [], 1
+    while True:
+        try:
+            raw = await js.get_msg(subjects.STREAM, seq=seq, subject=subjects.DEAD_LETTER + ".intake", next=True)
+        except nats.js.errors.NotFoundError:
+            return found
+        found.append(ev.decode_event(raw.data))
+        seq = raw.seq + 1
+
+
+async def status_of(nc, claim_id: str) -> str:
+    reply = await request(nc, subjects.query("claim.get"), {"claim_id": claim_id})
+    return reply["data"]["status"] if reply["ok"] else reply["error"]["code"]
+
+
+async def wait_status(nc, claim_id: str, wanted: str, timeout: float = 20.0) -> str:
+    status = ""
+    for _ in range(int(timeout * 10)):
+        status = await status_of(nc, claim_id)
+        if status == wanted:
+            break
+        await asyncio.sleep(0.1)
+    return status
+
+
+@pytest.fixture
+async def stack(fresh_nats):
+    async with running(fresh_nats.url, "claim", "allocator", "quota") as contexts:
+        nc = await nats.connect(fresh_nats.url)
+        await register_nodes(JetStreamEventLog(nc), service_node("n0"))
+        yield nc, contexts
+        await nc.close()
+
+
+async def test_poison_on_the_intake_is_dead_lettered_once_and_never_blocks(stack):
+    nc, _ = stack
+    js = nc.jetstream()
+    for payload in POISON:
+        await js.publish(subjects.INTAKE_CLAIMS, payload)
+    await js.publish(subjects.INTAKE_CLAIMS, json.dumps({"claim_id": "behind", "namespace": "a"}).encode())
+    assert await wait_status(nc, "behind", "allocated") == "allocated"
+    for _ in range(50):
+        if (await js.stream_info(subjects.INTAKE_STREAM)).state.messages == 0:
+            break
+        await asyncio.sleep(0.1)
+    assert (await js.stream_info(subjects.INTAKE_STREAM)).state.messages == 0
+    letters = await dead_letters(js)
+    assert len(letters) == len(POISON), [letter.reasons[0].message for letter in letters]
+    assert all(letter.reasons and letter.reasons[0].message for letter in letters)
+    assert any("UTF-8" in letter.reasons[0].message or "utf-8" in letter.reasons[0].message
+               for letter in letters)
+
+
+async def test_a_drained_batch_larger_than_the_message_limit_is_split(stack):
+    nc, _ = stack
+    js = nc.jetstream()
+    text = "w" * 1000
+    labels = {f"k{i}": "v" * 200 for i in range(20)}  # ~5 KB a claim: 256 of them pass 1 MiB
+    ids = [f"big-{i}" for i in range(400)]
+    acks = [js.publish(subjects.INTAKE_CLAIMS, msgspec.json.encode(
+        {"claim_id": claim_id, "namespace": "a", "gpus": 0, "cpu_milli": 1, "workload": text, "labels": labels}))
+        for claim_id in ids]
+    await asyncio.gather(*acks)
+    assert await wait_status(nc, ids[-1], "allocated", timeout=60) == "allocated"
+    statuses = {await status_of(nc, claim_id) for claim_id in ids[::37]}
+    assert statuses <= {"allocated", "pending"}, statuses
+    assert not await dead_letters(js)
+
+
+@pytest.mark.parametrize("subject, payload", [
+    (subjects.command("claim.submit"), b'{"claim": {"claim_id": "u", "namespace": "a\xff\xfe"}}'),
+    (subjects.query("claim.get"), b'{"claim_id": "\xc3\x28"}'),
+    (subjects.command("claim.release"), b'{"claim_id": "x", "reason": "\xff"}'),
+    (subjects.command("quota.set"), b'{"namespace": "\xe2\x82"}'),
+    (subjects.command("claim.submit"), b"[" * 200_000),
+    (subjects.query("claim.get"), b"\xff")])
+async def test_request_subjects_answer_poison_with_a_clear_error(stack, subject, payload):
+    nc, _ = stack
+    reply = msgspec.json.decode((await nc.request(subject, payload, timeout=10)).data)
+    assert reply["ok"] is False and reply["error"]["code"] == "invalid", reply
+    assert (await request(nc, subjects.query("cluster.summary"), {}))["ok"]
+
+
+@pytest.mark.parametrize("field, value", [("limit_vram_gib", 1e307), ("gpu_memory_gib", 1.7e308),
+                                          ("limit_tflops", 1e300), ("model_memory_gib", 1e308),
+                                          ("lease_seconds", 1e300), ("cpu_milli", 10**18),
+                                          ("memory_mib", 10**18)])
+def test_extreme_numbers_are_refused_at_the_intake_naming_the_field(field, value):
+    payload = {"claim_id": "x", "namespace": "a", field: value}
+    with pytest.raises(msgspec.ValidationError, match=field):
+        decode_claim(msgspec.json.encode(payload))
+
+
+@pytest.mark.parametrize("fields", [{"limit_vram_gib": 1e307}, {"gpu_memory_gib": 1.7e308, "models": ["H100"]},
+                                    {"limit_tflops": 1.7e308}, {"gpu_tflops": 1e308, "models": ["H100"]},
+                                    {"model_memory_gib": 1.7e308}])
+def test_the_core_does_not_crash_on_extreme_numbers_already_in_the_log(fields):
+    ledger = Ledger()
+    ledger.append(h100_node("n0"))
+    # built without validation, as an event stored before the bounds existed would be
+    spec = msgspec.structs.replace(ClaimSpec(claim_id="huge", namespace="a"), **fields)
+    ledger.append(ev.ClaimSubmitted(claim=spec), ev.ClaimSubmitted(claim=ClaimSpec(claim_id="fine", namespace="a")))
+    decisions = ledger.decide(now=1.0)
+    assert ledger.state.claims["fine"].status == "allocated"
+    batch = ev.DecisionBatch(decisions=decisions)  # what is stored reads back (no infinite limits)
+    assert ev.decode_event(ev.encode_event(batch)) == batch
