@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from schemas import events as ev
 from schemas import subjects
-from shared.retry import DELAYS_S as RETRY_DELAYS_S
+from shared.retry import DELAYS_S as RETRY_DELAYS_S, TRANSIENT
 from shared.eventlog import AppendConflict
 from shared.settings import Settings
 from shared.telemetry import extract_context, inject_headers, tracer
@@ -79,6 +79,7 @@ class Allocator:
         self.batches_appended = 0
         self.heard_since = 0.0  # see DecideContext.heard_since; set by `reconnected`
         self._reconnects_seen = 0
+        self._resync_to = 0  # the stream's last sequence when the connection last came back
         self.conflicts = 0
         self.failed_passes = 0
         self.memo: dict = {}  # placement scores per node view, kept across passes
@@ -168,7 +169,7 @@ class Allocator:
 
     async def decide_once(self, timers: bool = True) -> int:
         """One pass: decide, append fenced, wait to see it folded. Returns decisions stored."""
-        if not self.hearing():  # blind: silence now is no evidence, and nothing could be stored
+        if not await self.hearing():  # blind: silence now is no evidence, and nothing could be stored
             return 0
         started = time.perf_counter()
         try:
@@ -202,10 +203,12 @@ class Allocator:
         await self.wait_for_seq(appended.seq)
         return len(decisions)
 
-    def hearing(self) -> bool:
-        """Connected; and, the first time after a reconnect, silence counted from now on only.
-        Judged here, before each pass, from the client's reconnect count: a pass may run between
-        the reconnect and nats-py's reconnected callback."""
+    async def hearing(self) -> bool:
+        """Connected, and the fold has read what the stream held when the connection came back.
+        A reconnect is seen here, before each pass, from the client's reconnect count (a pass may
+        run between the reconnect and nats-py's reconnected callback); until the fold has caught up
+        (its consumer is made anew after a server restart) a pass would judge nodes silent on
+        heartbeats that are stored but not yet read."""
         nc = getattr(self.log, "nc", None)
         if nc is None:
             return True
@@ -213,9 +216,13 @@ class Allocator:
             return False
         reconnects = nc.stats.get("reconnects", 0)
         if reconnects != self._reconnects_seen:
+            try:
+                self._resync_to = await self.log.last_seq()
+            except TRANSIENT:
+                return False  # asked again before the next pass
             self._reconnects_seen = reconnects
             self.reconnected()
-        return True
+        return self.state.last_seq >= self._resync_to
 
     def reconnected(self) -> None:
         """NATS is back after an outage: nodes and lease holders get a full timeout to be heard
