@@ -229,6 +229,7 @@ def _report(options: Options, check: ChaosCheck, faults: list[Fault], submitter:
         "double_booked": figures["double_booked"], "bound_void": figures["bound_void"],
         "stalled": timeline["stalled_s"], "recovery_s": timeline["recovery_s"],
         "longest_gap_s": timeline["longest_gap_s"], "bound_detail": figures["bound_detail"],
+        "duplicated_detail": figures["duplicated_detail"],
         "clobbered": figures["clobbered"], "undecodable_stored": figures["undecodable"],
         "forged_stored": figures["forged_stored"], "lost_sample": figures["lost_sample"],
         "drained": drained, "release_errors": len(watcher.release_errors),
