@@ -234,7 +234,9 @@ def _report(options: Options, check: ChaosCheck, faults: list[Fault], submitter:
         "forged_stored": figures["forged_stored"], "lost_sample": figures["lost_sample"],
         "drained": drained, "release_errors": len(watcher.release_errors),
         "restarts": _restarts(stack.data_dir), "hostile": fuzz_report,
-        "faults": [f.name for f in faults], "cluster": options.cluster, "nodes": options.nodes,
+        "faults": [f.name for f in faults],
+        "fault_at_s": {f.name: round(f.at - began, 2) for f in faults},  # since the run began
+        "stalls_at_s": [[round(a - began, 2), length] for a, length in timeline["stalls"]], "cluster": options.cluster, "nodes": options.nodes,
         "rate": options.rate, "log_messages": figures["messages"], "commit": _commit(),
         "wall_s": round(time.time() - began, 1),
     }
