@@ -26,6 +26,9 @@ from shared.jetstream import JetStreamEventLog
 from shared.natscluster import server_urls
 
 
+RECOVERY_WAIT_S = 180.0  # the longest a run waits for decisions after a fault before going on
+
+
 @dataclass(frozen=True)
 class Options:
     claims: int = 2000
@@ -85,8 +88,11 @@ async def _on_stack(stack, options: Options, restarts: fx.NatsRestarts, say) -> 
             await asyncio.sleep(len(burst) / options.rate / 2)
             if fault:
                 done_faults.append(await _inject(stack, fault, restarts, options.cluster, ops))
+            injected = time.monotonic()
             await _hostile(submitter, watcher, claims, bursts[:i], run_id, rng, options, fuzz_report, i)
             await publishing
+            if fault:  # one fault at a time: the next burst's waits for decisions to resume
+                await watcher.decided_since(injected, RECOVERY_WAIT_S)
         drained = await _drain(watcher, submitter, options.drain_s)
         say("checking the log")
         check = await _check(ops, start_seq, submitter.accepted)
