@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 
 from services.allocator.core.demand import Need
+from services.allocator.core.frag_cache import FragCache
 from services.allocator.core.fragmentation import max_shape_cpu, stats_after, stats_total, view_fragmentation
 from services.allocator.core.picks import default_pick, fitting_units
 from services.allocator.core.policy import PlacementContext, Policy, PolicyBase, missing_members
@@ -137,7 +138,7 @@ def _sigmoid(x: float) -> float:
 
 def frag_drop(view: NodeView, need: Need, picks, ctx: PlacementContext) -> float:
     """How much the node's fragmentation falls (milli) if the need takes `picks` there."""
-    card, stats, before, groups = view_fragmentation(view, ctx.typical_shapes)
+    card, stats, before, groups = view_fragmentation(view, ctx.typical_shapes, ctx.frag)
     takes = [(card.lefts[i], card.models[i], need.milli) for i in picks]
     return before - stats_total(stats_after(stats, groups, need.cpu, takes), groups)
 
@@ -146,7 +147,7 @@ def _share_drops(view: NodeView, need: Need, ctx: PlacementContext):
     """(unit index, FGD's fragmentation drop in milli) for each card a one-GPU share may take, one
     per distinct (room left, model): the measure ignores card order, so equal cards score alike
     and the first of them (lowest index) stands for all."""
-    card, stats, before, groups = view_fragmentation(view, ctx.typical_shapes)
+    card, stats, before, groups = view_fragmentation(view, ctx.typical_shapes, ctx.frag)
     seen = set()
     for i in fitting_units(view, need):
         key = (card.lefts[i], card.models[i])
@@ -189,7 +190,7 @@ class FGD(BinPack):
         """A node that keeps this much CPU after a need gives the need the same picks and score
         whatever its CPU: CPU enters the measure only as "does the node keep a typical shape's
         CPU", and with this much left it keeps them all."""
-        return max_shape_cpu(ctx.typical_shapes)
+        return max_shape_cpu(ctx.typical_shapes, ctx.frag)
 
     @staticmethod
     def _int_score(view, need, picks, ctx) -> int:
@@ -204,18 +205,18 @@ class FGD(BinPack):
         return int(_sigmoid(need.count * need.milli * weights * (1 + 1e-9) / 1000) * 100)
 
 
-_CPU_PER_MILLI: tuple = (None, 0.0)  # (shapes, value): the last mix asked about
-
-
-def gpu_pods_cpu_per_milli(shapes) -> float:
+def gpu_pods_cpu_per_milli(shapes, cache: FragCache | None = None) -> float:
     """CPU (milli) the typical GPU pods ask per milli-GPU, weighted as FGD weights the shapes;
-    0.0 when no typical shape asks for a GPU (then nothing is stranded for lack of CPU)."""
-    global _CPU_PER_MILLI
-    if _CPU_PER_MILLI[0] is not shapes:
+    0.0 when no typical shape asks for a GPU (then nothing is stranded for lack of CPU).
+    Memoised with the mix in the caller's cache."""
+    cache = cache if cache is not None else FragCache()
+    cache.sync(shapes)
+    rate = cache.compiled.get("cpu_per_milli")
+    if rate is None:
         cpu = sum(weight * shape.cpu for weight, shape in shapes if shape.milli)
         gpu = sum(weight * shape.milli * shape.count for weight, shape in shapes if shape.milli)
-        _CPU_PER_MILLI = (shapes, cpu / gpu if gpu > 0 else 0.0)
-    return _CPU_PER_MILLI[1]
+        rate = cache.compiled["cpu_per_milli"] = cpu / gpu if gpu > 0 else 0.0
+    return rate
 
 
 STRAND_CARDS = 16  # the most cards of one node the stranding term counts (see cpu_stranded)
@@ -282,8 +283,8 @@ class GpuLedger(FGD):
         MIG instance or a pool's card changes nothing."""
         if need.mig_profile or need.pool:
             return 0.0
-        rate = gpu_pods_cpu_per_milli(ctx.typical_shapes)
-        idle = view_fragmentation(view, ctx.typical_shapes)[1].idle
+        rate = gpu_pods_cpu_per_milli(ctx.typical_shapes, ctx.frag)
+        idle = view_fragmentation(view, ctx.typical_shapes, ctx.frag)[1].idle
         taken = need.count * need.milli
         return (cpu_stranded(idle, view.cpu_free, rate)
                 - cpu_stranded(idle - taken, view.cpu_free - need.cpu, rate))
@@ -292,7 +293,7 @@ class GpuLedger(FGD):
         """FGD's margin, and enough CPU for `STRAND_CARDS` cards of typical GPU pods: a node that
         keeps it strands nothing after the need, so the term's drop is the node's stranded GPU
         before, whatever the need's CPU."""
-        rate = gpu_pods_cpu_per_milli(ctx.typical_shapes)
+        rate = gpu_pods_cpu_per_milli(ctx.typical_shapes, ctx.frag)
         keeps = math.ceil(rate * STRAND_CARDS * FREE) + 1 if rate > 0 else 0
         return max(super().cpu_margin(ctx), keeps)
 
@@ -301,7 +302,7 @@ class GpuLedger(FGD):
         GPU the need's CPU would have served, `max(0, r - cpu / rate)`."""
         weights = sum(weight for weight, _ in ctx.typical_shapes) if ctx.typical_shapes else 1.0
         taken = need.count * need.milli
-        rate = gpu_pods_cpu_per_milli(ctx.typical_shapes)
+        rate = gpu_pods_cpu_per_milli(ctx.typical_shapes, ctx.frag)
         strand = max(0.0, taken - need.cpu / rate) if rate > 0 and need.count else 0.0
         return _to_int((taken * weights + strand) * (1 + 1e-9))
 
