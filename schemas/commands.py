@@ -160,6 +160,12 @@ class CreateEndpoint(Command):
     endpoint: EndpointSpec
 
 
+class UpdateEndpoint(Command):
+    """Replace an endpoint's spec (same name); a live endpoint's image cannot change."""
+
+    endpoint: EndpointSpec
+
+
 class DeleteEndpoint(Command):
     name: str
 
