@@ -40,9 +40,14 @@ class GetClaim(Command):
 
 
 class ListClaims(Command):
+    """The newest `limit` claims (newest last), one page: a reply with `next` has more, older ones;
+    send it back as `cursor` for them. Every page stays under the message limit (a page may hold
+    fewer than `limit` claims to do so)."""
+
     namespace: str = ""
     status: str = ""
     limit: Annotated[int, msgspec.Meta(ge=1, le=100000)] = 1000
+    cursor: Annotated[str, msgspec.Meta(max_length=128, pattern=r"^([A-Za-z0-9][A-Za-z0-9._:-]*)?$")] = ""
 
 
 class SetQuota(Command):
@@ -155,6 +160,12 @@ class CreateEndpoint(Command):
     endpoint: EndpointSpec
 
 
+class UpdateEndpoint(Command):
+    """Replace an endpoint's spec (same name); a live endpoint's image cannot change."""
+
+    endpoint: EndpointSpec
+
+
 class DeleteEndpoint(Command):
     name: str
 
@@ -184,6 +195,7 @@ class Reply(msgspec.Struct, frozen=True, omit_defaults=True):
     ok: bool
     data: Any = None
     error: ErrorDetail | None = None
+    next: str = ""  # a listing with more: pass it back as `cursor` for the next page
 
 
 def ok(data: Any = None) -> Reply:

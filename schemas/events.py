@@ -240,6 +240,12 @@ class EndpointCreated(Event, tag=True):
     endpoint: EndpointSpec
 
 
+class EndpointUpdated(Event, tag=True):
+    """The endpoint's new spec (same name): workers added from now on use it."""
+
+    endpoint: EndpointSpec
+
+
 class EndpointDeleted(Event, tag=True):
     name: str
 
@@ -388,6 +394,7 @@ AnyEvent = (
     | QuotaBorrowed
     | QuotaReclaimed
     | EndpointCreated
+    | EndpointUpdated
     | EndpointDeleted
     | EndpointLoadReported
     | EndpointScaled

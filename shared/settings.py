@@ -74,6 +74,9 @@ class Settings:
     kube_controller: bool = field(default_factory=lambda: _bool("GPULEDGER_KUBE_CONTROLLER", False))
     kube_namespace: str = field(default_factory=lambda: os.environ.get("GPULEDGER_KUBE_NAMESPACE", "gpuledger"))
     endpoint_tick_s: float = field(default_factory=lambda: _float("GPULEDGER_ENDPOINT_TICK_S", 1.0))
+    # the image every live endpoint's workers run (the seed's TETRA_GPU_IMAGE); no client can change it
+    live_image: str = field(default_factory=lambda: os.environ.get("GPULEDGER_LIVE_IMAGE",
+                                                                   "runpod/tetra-rp:latest"))
     # Prometheus /metrics of this process: 0 = not served (`gpuledger up` assigns one per child).
     metrics_port: int = field(default_factory=lambda: int(_float("GPULEDGER_METRICS_PORT", 0)))
     metrics_host: str = field(default_factory=lambda: os.environ.get("GPULEDGER_METRICS_HOST", "127.0.0.1"))
