@@ -27,6 +27,7 @@ from shared.telemetry import extract_context, inject_headers, tracer
 from ledger.follower import Follower
 from ledger.state import State
 from services.allocator.core.decide import POLICY_VERSION, DecideContext, decide
+from services.allocator.core.frag_cache import FragCache
 from services.allocator.core.scorers import DEFAULT_POLICY
 from services.allocator.node_records import nodes_touched
 
@@ -84,6 +85,7 @@ class Allocator:
         self.failed_passes = 0
         self.memo: dict = {}  # placement scores per node view, kept across passes
         self.failed_at: dict = {}  # claim -> capacity epoch it last failed at
+        self.frag = FragCache()  # the fragmentation measure's memos, this allocator's own
         self.reclaiming: asyncio.Task | None = None  # frees the claims a catch-up dropped
         # called after each decision pass with (seconds, decisions): the metrics' one hook per pass
         self.on_pass: Callable[[float, int], None] | None = None
@@ -161,7 +163,7 @@ class Allocator:
     def context(self, timers: bool = True) -> DecideContext:
         return DecideContext(
             now=self.clock(), policy=self.settings.policy or DEFAULT_POLICY, check_timers=timers,
-            memo=self.memo, failed_at=self.failed_at,
+            memo=self.memo, failed_at=self.failed_at, frag=self.frag,
             node_timeout_s=self.settings.node_timeout_s, stale_after_s=self.settings.stale_after_s,
             starvation_after_s=self.settings.starvation_after_s,
             pending_expire_after_s=self.settings.pending_expire_after_s,
