@@ -59,7 +59,10 @@ class Settings:
     dra_enabled: bool = field(default_factory=lambda: _bool("GPULEDGER_DRA_ENABLED", False))
     # Pod admission webhook of the pool controller: 0 = not served.
     admission_port: int = field(default_factory=lambda: int(_float("GPULEDGER_ADMISSION_PORT", 0)))
-    admission_host: str = field(default_factory=lambda: os.environ.get("GPULEDGER_ADMISSION_HOST", "0.0.0.0"))
+    # "" = every interface with TLS; plain HTTP (GPULEDGER_ADMISSION_INSECURE=1, development only)
+    # is served on 127.0.0.1 only (services/pool_controller/webhook.py: admission_listen)
+    admission_host: str = field(default_factory=lambda: os.environ.get("GPULEDGER_ADMISSION_HOST", ""))
+    admission_insecure: bool = field(default_factory=lambda: _bool("GPULEDGER_ADMISSION_INSECURE", False))
     admission_tls_cert: str = field(default_factory=lambda: os.environ.get("GPULEDGER_ADMISSION_TLS_CERT", ""))
     admission_tls_key: str = field(default_factory=lambda: os.environ.get("GPULEDGER_ADMISSION_TLS_KEY", ""))
     pool_resource_prefix: str = field(

@@ -54,7 +54,9 @@ def children(parent: int) -> list[Proc]:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
         except (OSError, ValueError, IndexError):
             continue  # gone meanwhile
-        found.append(Proc(int(entry.name), tuple(a.decode(errors="replace") for a in argv if a)))
+        args = tuple(a.decode(errors="replace") for a in argv if a)
+        if args:  # a zombie (killed, not yet reaped by `up`) has no command line: nothing to kill
+            found.append(Proc(int(entry.name), args))
     return found
 
 

@@ -26,6 +26,9 @@ from shared.jetstream import JetStreamEventLog
 from shared.natscluster import server_urls
 
 
+RECOVERY_WAIT_S = 180.0  # the longest a run waits for decisions after a fault before going on
+
+
 @dataclass(frozen=True)
 class Options:
     claims: int = 2000
@@ -85,8 +88,11 @@ async def _on_stack(stack, options: Options, restarts: fx.NatsRestarts, say) -> 
             await asyncio.sleep(len(burst) / options.rate / 2)
             if fault:
                 done_faults.append(await _inject(stack, fault, restarts, options.cluster, ops))
+            injected = time.monotonic()
             await _hostile(submitter, watcher, claims, bursts[:i], run_id, rng, options, fuzz_report, i)
             await publishing
+            if fault:  # one fault at a time: the next burst's waits for decisions to resume
+                await watcher.decided_since(injected, RECOVERY_WAIT_S)
         drained = await _drain(watcher, submitter, options.drain_s)
         say("checking the log")
         check = await _check(ops, start_seq, submitter.accepted)
@@ -229,11 +235,14 @@ def _report(options: Options, check: ChaosCheck, faults: list[Fault], submitter:
         "double_booked": figures["double_booked"], "bound_void": figures["bound_void"],
         "stalled": timeline["stalled_s"], "recovery_s": timeline["recovery_s"],
         "longest_gap_s": timeline["longest_gap_s"], "bound_detail": figures["bound_detail"],
+        "duplicated_detail": figures["duplicated_detail"],
         "clobbered": figures["clobbered"], "undecodable_stored": figures["undecodable"],
         "forged_stored": figures["forged_stored"], "lost_sample": figures["lost_sample"],
         "drained": drained, "release_errors": len(watcher.release_errors),
         "restarts": _restarts(stack.data_dir), "hostile": fuzz_report,
-        "faults": [f.name for f in faults], "cluster": options.cluster, "nodes": options.nodes,
+        "faults": [f.name for f in faults],
+        "fault_at_s": {f.name: round(f.at - began, 2) for f in faults},  # since the run began
+        "stalls_at_s": [[round(a - began, 2), length] for a, length in timeline["stalls"]], "cluster": options.cluster, "nodes": options.nodes,
         "rate": options.rate, "log_messages": figures["messages"], "commit": _commit(),
         "wall_s": round(time.time() - began, 1),
     }
