@@ -1,4 +1,4 @@
-"""`gpuledger bench decide|replay|e2e`: benchmarks that print figures (JSON on the last line)."""
+"""`gpuledger bench decide|replay|e2e|chaos`: benchmarks that print figures (JSON on the last line)."""
 
 from __future__ import annotations
 
@@ -105,6 +105,61 @@ def e2e(claims: int = typer.Option(20_000, "--claims", min=1, help="claims publi
         return
     (result,) = asyncio.run(run_on_new_stack(options, [(options.rate, claims)], say))
     _emit(result, as_json)
+
+
+@bench_app.command("chaos")
+def chaos(claims: int = typer.Option(2000, "--claims", min=1, help="claims published over the run, "
+                                     "in one burst per fault and one more"),
+          rate: float = typer.Option(200.0, "--rate", min=1.0, help="claims/s offered during a burst"),
+          nodes: int = typer.Option(20, "--nodes", min=1, help="simulated 8-GPU nodes"),
+          hold_ms: float = typer.Option(50.0, "--hold-ms", min=0.0, help="how long a claim holds its "
+                                        "GPUs after it is seen allocated, before its release"),
+          kills: str = typer.Option("claim,allocator,quota,pool-controller,projector,node-agents",
+                                    "--kill", help="services to kill -9, one per burst, in this order "
+                                    "('' for none)"),
+          nats_outage: bool = typer.Option(True, "--nats-outage/--no-nats-outage", help="also kill -9 "
+                                           "nats-server for a 3 s outage"),
+          long_outage: bool = typer.Option(False, "--long-outage", help="also a 60 s nats-server "
+                                           "outage (the run then takes minutes)"),
+          cluster: int = typer.Option(0, "--cluster", min=0, max=7, help="run the stack on this many "
+                                      "nats-servers as one cluster (up --cluster); a nats outage then "
+                                      "kills the server leading the event log"),
+          fuzz: bool = typer.Option(True, "--fuzz/--no-fuzz", help="mix bad payloads into the intake "
+                                    "(invalid UTF-8, deep nesting, huge, wrong types, float limits)"),
+          forge: bool = typer.Option(True, "--forge/--no-forge", help="publish events forged on "
+                                     "subjects their type does not belong on"),
+          resubmit: float = typer.Option(0.02, "--resubmit-share", min=0.0, max=1.0, help="share of "
+                                         "accepted claims resubmitted identical (must be stored once)"),
+          conflicting: bool = typer.Option(True, "--conflicting/--no-conflicting", help="resubmit those "
+                                           "claims' ids with another spec too (must be refused without "
+                                           "touching the claim)"),
+          drain_s: float = typer.Option(90.0, "--drain-s", min=1.0, help="after the last burst, how long "
+                                        "accepted claims may take to be decided"),
+          data_dir: str = typer.Option("", "--data-dir", help="run the stack in this folder and keep it "
+                                       "(logs in DIR/logs); default: a temporary one, removed after"),
+          as_json: bool = typer.Option(False, "--json", help="print only the JSON object")) -> None:
+    """The whole stack (gpuledger up --demo) under faults: kill -9 of each service and of
+    nats-server mid-burst, resubmits and hostile input; an independent fold of the log counts
+    lost, duplicated, double_booked, bound_void, stalled and recovery_s per fault
+    (docs/reliability.md)."""
+    import asyncio
+
+    from bench.chaos.run import Options, run_chaos
+
+    faults = [k.strip() for k in kills.split(",") if k.strip()]
+    unknown = sorted(set(faults) - set(SERVICE_ROLES))
+    if unknown:
+        raise typer.BadParameter(f"{', '.join(unknown)}: not a service; one of {', '.join(SERVICE_ROLES)}",
+                                 param_hint="--kill")
+    faults += (["nats-3s"] if nats_outage else []) + (["nats-60s"] if long_outage else [])
+    options = Options(claims=claims, rate=rate, nodes=nodes, hold_s=hold_ms / 1000, faults=tuple(faults),
+                      cluster=cluster, resubmit_share=resubmit, conflicting=conflicting, fuzz=fuzz, forge=forge, drain_s=drain_s,
+                      data_dir=data_dir)
+    say = (lambda _line: None) if as_json else (lambda line: typer.echo(line, err=True))
+    _emit(asyncio.run(run_chaos(options, say)), as_json)
+
+
+SERVICE_ROLES = ("claim", "allocator", "quota", "pool-controller", "projector", "node-agents")
 
 
 def register(app: typer.Typer) -> None:

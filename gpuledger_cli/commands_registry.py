@@ -26,6 +26,7 @@ AREAS = (
     "gpuledger_cli.pools",
     "gpuledger_cli.webhook",
     "gpuledger_cli.endpoints",
+    "gpuledger_cli.gpus",
     "gpuledger_cli.nodes",
     "gpuledger_cli.projection",
     "gpuledger_cli.bench",
@@ -47,6 +48,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                                      "borrowing, reconciliation, drift."),
     "pool": ("gpuledger_cli.pools", "GPU pools (Deckhouse-style): validated, immutable but for access."),
     "webhook": ("gpuledger_cli.webhook", "The pod admission webhook on Kubernetes."),
+    "gpus": ("gpuledger_cli.gpus", "GPU types, groups, prices and what the fleet has free; pick by "
+                                   "--budget or --model-size."),
     "endpoint": ("gpuledger_cli.endpoints", "Serverless endpoints: workers are claims the autoscaler "
                                             "adds and releases."),
     "node": ("gpuledger_cli.nodes", "Node agents: GPU discovery (NVML), the agent process, simulated "

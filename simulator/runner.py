@@ -11,12 +11,8 @@ from simulator.cluster import trace_shapes
 from simulator.metrics import level_means, mean_sd, unallocated
 from simulator.onepass import PassResult, run_pass
 from simulator.protocol import workload
-from simulator.trace import Trace, read_trace
+from simulator.trace import DEFAULT_NODES, DEFAULT_PODS, OPENB, REPO, Trace, read_trace  # noqa: F401 (re-exported)
 
-REPO = Path(__file__).resolve().parent.parent
-OPENB = REPO.parent / "shared" / "data" / "openb"  # `../shared` beside the checkout
-DEFAULT_NODES = OPENB / "openb_node_list_gpu_node.csv"
-DEFAULT_PODS = OPENB / "openb_pod_list_default.csv"
 BASELINES = ("random", "dotprod", "gpu-packing", "gpu-clustering", "bestfit", "fgd")
 ALL_POLICIES = BASELINES + ("gpuledger",)
 LEVELS = (50, 80, 90, 95, 100, 110, 120, 130)

@@ -16,6 +16,10 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parent.parent
+OPENB = REPO.parent / "shared" / "data" / "openb"  # `../shared` beside the checkout
+DEFAULT_NODES = OPENB / "openb_node_list_gpu_node.csv"
+DEFAULT_PODS = OPENB / "openb_pod_list_default.csv"
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec", "qos",
                "pod_phase", "creation_time", "deletion_time", "scheduled_time")

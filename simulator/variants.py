@@ -14,8 +14,7 @@ import random
 from dataclasses import replace
 from pathlib import Path
 
-from simulator.runner import DEFAULT_NODES, DEFAULT_PODS
-from simulator.trace import POD_COLUMNS, NodeRow, PodRow, read_trace
+from simulator.trace import DEFAULT_NODES, DEFAULT_PODS, POD_COLUMNS, NodeRow, PodRow, read_trace
 
 MODEL_BOUND_PERCENTS = (10, 30, 50)
 LIST_LENGTHS = ((1, 0.5), (2, 0.3), (3, 0.2))  # how many models a bound pod allows, and how often

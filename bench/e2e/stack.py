@@ -62,12 +62,14 @@ class Stack:
 
 
 async def start_stack(nodes: int, data_dir: Path, env: dict[str, str] | None = None,
-                      ready_timeout: float = 300.0) -> Stack:
-    """`gpuledger up --demo` with `nodes` simulated nodes; returns once it printed its URL."""
+                      ready_timeout: float = 300.0, extra_args: list[str] | None = None) -> Stack:
+    """`gpuledger up --demo` with `nodes` simulated nodes (and `extra_args`, e.g. `--cluster 3`);
+    returns once it printed its URL."""
     data_dir.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "gpuledger_cli.main", "up", "--demo", "--fleet", fleet_spec(nodes),
             "--data-dir", str(data_dir), "--ready-timeout", str(ready_timeout),
-            "--no-dashboard"]  # the dashboard folds the log too: not part of the claim path measured
+            "--no-dashboard",  # the dashboard folds the log too: not part of the claim path measured
+            *(extra_args or [])]
     with open(data_dir / "up.log", "wb") as log:
         process = await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=log,

@@ -51,7 +51,8 @@ def test_one_endpoint_has_every_service_and_the_ledgers_numbers(demo):
     assert allocated == held_gpus
     by_status = {s.labels["status"]: s.value for s in families["gpuledger_claims"]}
     assert by_status.get("pending", 0) == sum(1 for c in claims if c["status"] == "pending")
-    assert value(families["gpuledger_pending_claims"], reason="no-free-gpu") >= 1
+    # 64 H100s on one node: no node could take it even empty, told apart from waiting (issue 11)
+    assert value(families["gpuledger_pending_claims"], reason="never-satisfiable") >= 1
     assert value(families["gpuledger_quota_used"], namespace="metrics-a", resource="gpus") == 4.0
     assert value(families["gpuledger_decision_pass_seconds"], sample="gpuledger_decision_pass_seconds_count",
                  service="allocator") > 0
