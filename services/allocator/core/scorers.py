@@ -218,6 +218,36 @@ def gpu_pods_cpu_per_milli(shapes) -> float:
     return _CPU_PER_MILLI[1]
 
 
+_BOUND_WEIGHTS: tuple = (None, (0.0, {}))  # (shapes, value): the last mix asked about
+
+
+def bound_shape_weights(shapes) -> tuple[float, dict[str, float]]:
+    """(weight of the typical GPU shapes bound to models, that weight per model they allow)."""
+    global _BOUND_WEIGHTS
+    if _BOUND_WEIGHTS[0] is not shapes:
+        total, allowed = 0.0, {}
+        for weight, shape in shapes:
+            if shape.milli and shape.models is not None:
+                total += weight
+                for model in shape.models:
+                    allowed[model] = allowed.get(model, 0.0) + weight
+        _BOUND_WEIGHTS = (shapes, (total, allowed))
+    return _BOUND_WEIGHTS[1]
+
+
+def model_mismatch_drop(view: NodeView, need: Need, picks, ctx: PlacementContext) -> float:
+    """The part of FGD's drop that is only a model mismatch: FGD counts a card's whole idle as
+    fragment for every typical shape bound to models that exclude the card's model, so taking
+    any card "lowers fragmentation" by what it takes times those shapes' weight, without making
+    room for anyone. On a node of one model (every openb node) this is exact; with no bound
+    shape it is 0, and the score is FGD's."""
+    total, allowed = bound_shape_weights(ctx.typical_shapes)
+    if not total or need.mig_profile or need.pool:  # the measure does not see those cards
+        return 0.0
+    units = view.units
+    return sum(need.milli * (total - allowed.get(units[i].model, 0.0)) for i in picks)
+
+
 STRAND_CARDS = 16  # the most cards of one node the stranding term counts (see cpu_stranded)
 
 
@@ -261,10 +291,10 @@ class GpuLedger(FGD):
             return picks, self._int_score(view, need, picks, ctx)
         strand = self._strand_drop(view, need, ctx)
         if need.count != 1 or need.milli >= FREE:
-            return picks, _to_int(frag_drop(view, need, picks, ctx) + strand)
+            return picks, self._gpu_score(view, need, picks, ctx, strand)
         best, best_score, best_int = None, None, 0
         for i, drop in _share_drops(view, need, ctx):
-            score = _to_int(drop + strand)
+            score = _to_int(drop - model_mismatch_drop(view, need, (i,), ctx) + strand)
             ranked = score - self.TIE * view.units[i].milli_free / FREE
             if best_score is None or ranked > best_score:
                 best, best_score, best_int = (i,), ranked, score
@@ -273,7 +303,12 @@ class GpuLedger(FGD):
     def score(self, view: NodeView, need: Need, picks, ctx: PlacementContext) -> int:
         if need.count == 0:
             return self._int_score(view, need, picks, ctx)
-        return _to_int(frag_drop(view, need, picks, ctx) + self._strand_drop(view, need, ctx))
+        return self._gpu_score(view, need, picks, ctx, self._strand_drop(view, need, ctx))
+
+    @staticmethod
+    def _gpu_score(view: NodeView, need: Need, picks, ctx: PlacementContext, strand: float) -> int:
+        drop = frag_drop(view, need, picks, ctx) - model_mismatch_drop(view, need, picks, ctx)
+        return _to_int(drop + strand)
 
     @staticmethod
     def _strand_drop(view: NodeView, need: Need, ctx: PlacementContext) -> float:
