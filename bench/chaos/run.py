@@ -88,7 +88,7 @@ async def _on_stack(stack, options: Options, restarts: fx.NatsRestarts, say) -> 
             await asyncio.sleep(len(burst) / options.rate / 2)
             if fault:
                 done_faults.append(await _inject(stack, fault, restarts, options.cluster, ops))
-            injected = time.monotonic()
+            injected = time.time()
             await _hostile(submitter, watcher, claims, bursts[:i], run_id, rng, options, fuzz_report, i)
             await publishing
             if fault:  # one fault at a time: the next burst's waits for decisions to resume
