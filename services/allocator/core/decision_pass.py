@@ -42,6 +42,9 @@ class DecideContext:
     # claims that failed at the current epoch: nothing was freed since, so they would fail again.
     # Time-based rules (stale eviction, starvation holds, leases) run in timer passes, which retry all.
     failed_at: dict | None = field(default=None, compare=False)
+    # Before this time the caller heard nothing (a NATS outage that ended then): no heartbeat or
+    # lease renewal could be stored, so silence before it is no evidence against a node or claim.
+    heard_since: float = 0.0
 
 
 @dataclass
