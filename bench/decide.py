@@ -21,6 +21,7 @@ from schemas.types import ClaimSpec
 
 from bench.workload import claim_mix, fleet
 from services.allocator.core.decide import DecideContext, decide
+from services.allocator.core.frag_cache import FragCache
 from ledger.evolve import evolve
 from services.allocator.core.scorers import DEFAULT_POLICY
 from ledger.state import State
@@ -37,6 +38,7 @@ class Bench:
         self.policy, self.now, self.next_id = policy, 0.0, 0
         self.memo: dict = {}  # the allocator keeps both across passes, as here
         self.failed_at: dict = {}
+        self.frag = FragCache()
         for node in fleet(nodes, seed):
             self.fold(node)
 
@@ -74,7 +76,7 @@ class Bench:
     def timer_pass(self) -> tuple[float, float, int]:
         """One tick's pass with nothing new: what the allocator spends while idle."""
         self.now += 1.0
-        ctx = DecideContext(now=self.now, policy=self.policy, check_timers=True, memo=self.memo,
+        ctx = DecideContext(now=self.now, policy=self.policy, check_timers=True, memo=self.memo, frag=self.frag,
                             failed_at=self.failed_at, node_timeout_s=1e12, stale_after_s=1e12)
         start, cpu_start = time.perf_counter(), time.thread_time()
         decisions = decide(self.state, ctx)
@@ -88,7 +90,7 @@ class Bench:
         if arrive:
             self.arrive()
         ctx = DecideContext(now=self.now, policy=self.policy, check_timers=False,
-                            memo=self.memo,
+                            memo=self.memo, frag=self.frag,
                             failed_at=self.failed_at)
         start, cpu_start = time.perf_counter(), time.thread_time()
         decisions = decide(self.state, ctx)

@@ -125,16 +125,38 @@ def explain(claim_id: str = ClaimId, as_json: bool = AsJson, url: Optional[str] 
 def list_claims(namespace: str = typer.Option("", "--namespace", "-n", help="only this namespace"),
                 status: str = typer.Option("", help="only this status: pending, allocated, bound, "
                                                     "released, rejected, evicted, expired, lost"),
-                limit: int = typer.Option(1000, help="at most this many (the newest)"),
+                limit: int = typer.Option(1000, min=1, help="at most this many (the newest) per page"),
+                cursor: str = typer.Option("", "--cursor", help="the page before this cursor (printed "
+                                                                "after a page that has more)"),
+                every: bool = typer.Option(False, "--all", help="every page, oldest first (each reply "
+                                                                "stays under the message limit)"),
                 as_json: bool = typer.Option(False, "--json", help="print one JSON array"),
                 url: Optional[str] = NatsUrl) -> None:
     """List claims (newest last), with whole ids: any unique prefix of one works in other commands."""
-    data = run(request(nats_url(url), subjects.query("claim.list"),
-                       {"namespace": namespace, "status": status, "limit": limit}))
+    query = {"namespace": namespace, "status": status, "limit": limit, "cursor": cursor}
+    data, more = run(_pages(nats_url(url), query, every))
     if as_json:
         print_json(data)
-        return
-    _table(data)
+    else:
+        _table(data)
+    if more:
+        typer.echo(f"older claims: gpuledger claim list --cursor {more} (or --all)", err=True)
+
+
+async def _pages(url: str, query: dict, every: bool) -> tuple[list[dict], str]:
+    """One page, or with `every` each page before it too (one connection); the claims newest last."""
+    conn = await open_requester(url)
+    try:
+        pages: list[list[dict]] = []
+        while True:
+            reply = await ask(conn, subjects.query("claim.list"), query, whole=True)
+            pages.append(reply.get("data") or [])
+            more = reply.get("next", "")
+            if not (every and more):
+                return [c for p in reversed(pages) for c in p], more
+            query = {**query, "cursor": more}
+    finally:
+        await conn.close()
 
 
 def _table(claims: list[dict]) -> None:

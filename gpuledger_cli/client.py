@@ -118,9 +118,10 @@ class _NatsPy:
         await self.nc.close()
 
 
-async def ask(conn, subject: str, payload: Any, timeout: float = 10.0, service: str = "") -> Any:
-    """One request on an open connection (`open_requester`): its data, or exit with the service's
-    error message."""
+async def ask(conn, subject: str, payload: Any, timeout: float = 10.0, service: str = "",
+              whole: bool = False) -> Any:
+    """One request on an open connection (`open_requester`): its data (the whole reply when
+    `whole`: a listing's `next` too), or exit with the service's error message."""
     body = payload if isinstance(payload, bytes) else msgspec.json.encode(payload)
     with cli_span(f"cli {subject}") as headers:
         try:
@@ -136,7 +137,7 @@ async def ask(conn, subject: str, payload: Any, timeout: float = 10.0, service: 
         error = reply.get("error") or {}
         field = f" (field {error['field']})" if error.get("field") else ""
         die(f"{error.get('code', 'error')}: {error.get('message', reply)}{field}")
-    return reply.get("data")
+    return reply if whole else reply.get("data")
 
 
 def local_time(epoch: float | None, precision: str = "seconds") -> str:

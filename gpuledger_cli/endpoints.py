@@ -9,7 +9,8 @@ import typer
 
 from gpuledger_cli.command_client import convert, nats_url_option, read_document, send, show
 from schemas import subjects
-from schemas.commands import CreateEndpoint, DeleteEndpoint, GetEndpoint, ListEndpoints, ReportEndpointLoad
+from schemas.commands import (CreateEndpoint, DeleteEndpoint, GetEndpoint, ListEndpoints, ReportEndpointLoad,
+                              UpdateEndpoint)
 from schemas.seed import is_seed_endpoint
 from schemas.types import EndpointSpec
 
@@ -40,6 +41,9 @@ def create(
                                      "per minute per worker."),
     idle_timeout: float = typer.Option(5.0, "--idle-timeout", help="Seconds a worker may idle."),
     priority: int = typer.Option(0, "--priority", help="priority of its worker claims"),
+    image: str = typer.Option("", "--image", help="Container image the workers run (imageName)."),
+    live: bool = typer.Option(False, "--live", help="A live endpoint: its workers run the operator's "
+                              "locked image (GPULEDGER_LIVE_IMAGE), which no create or update can change."),
     as_json: bool = JSON,
     nats_url: str = nats_url_option(),
 ) -> None:
@@ -56,7 +60,7 @@ def create(
                         "cuda_versions": _split(cuda), "gpus_per_worker": gpus_per_worker,
                         "workers_min": workers_min, "workers_max": workers_max, "scaler_type": scaler,
                         "scaler_value": scaler_value, "idle_timeout_s": idle_timeout,
-                        "priority": priority}, EndpointSpec, "endpoint")
+                        "priority": priority, "image": image, "live": live}, EndpointSpec, "endpoint")
     else:
         typer.echo("error: give an endpoint NAME or -f FILE", err=True)
         raise typer.Exit(1)
@@ -66,6 +70,40 @@ def create(
 
 def _created(d: dict) -> str:
     return f"endpoint {d['endpoint']} {'created' if d['created'] else 'exists, unchanged'}"
+
+
+@endpoint_app.command("update")
+def update(
+    name: Optional[str] = typer.Argument(None, help="Endpoint name (or give -f with the whole spec)."),
+    file: Optional[Path] = typer.Option(None, "-f", "--file", help="The endpoint's new spec as JSON or YAML "
+                                        "('-': stdin), in either spelling."),
+    image: Optional[str] = typer.Option(None, "--image", help="New image (refused for a live endpoint)."),
+    workers_min: Optional[int] = typer.Option(None, "--workers-min", help="New workers_min."),
+    workers_max: Optional[int] = typer.Option(None, "--workers-max", help="New workers_max."),
+    scaler: Optional[str] = typer.Option(None, "--scaler", help="New scaler: QUEUE_DELAY or REQUEST_COUNT."),
+    scaler_value: Optional[int] = typer.Option(None, "--scaler-value", help="New scaler value."),
+    idle_timeout: Optional[float] = typer.Option(None, "--idle-timeout", help="New idle timeout (s)."),
+    as_json: bool = JSON,
+    nats_url: str = nats_url_option(),
+) -> None:
+    """Change an endpoint: the flags given over its current spec, or a whole spec with -f.
+
+    Workers added from then on use the new spec; a live endpoint's image stays locked."""
+    if file is not None:
+        document = read_document(file)
+        payload = {"endpoint": document} if is_seed_endpoint(document) else UpdateEndpoint(
+            endpoint=convert(document, EndpointSpec, "endpoint file"))
+    elif name:
+        current = send(nats_url, subjects.query("endpoint.get"), GetEndpoint(name=name), SERVICE)["spec"]
+        changes = {"image": image, "workers_min": workers_min, "workers_max": workers_max,
+                   "scaler_type": scaler, "scaler_value": scaler_value, "idle_timeout_s": idle_timeout}
+        spec = current | {k: v for k, v in changes.items() if v is not None}
+        payload = UpdateEndpoint(endpoint=convert(spec, EndpointSpec, "endpoint"))
+    else:
+        typer.echo("error: give an endpoint NAME (with the flags to change) or -f FILE", err=True)
+        raise typer.Exit(1)
+    data = send(nats_url, subjects.command("endpoint.update"), payload, SERVICE)
+    show(data, as_json, lambda d: f"endpoint {d['endpoint']} {'updated' if d['updated'] else 'unchanged'}")
 
 
 @endpoint_app.command("delete")
@@ -113,7 +151,8 @@ def _render(e: dict) -> str:
     spec, load = e["spec"], e["load"]
     lines = [f"endpoint {spec['name']} ({spec['namespace']}): gpus {','.join(spec.get('gpu_groups', ['any']))}"
              f" x{spec.get('gpus_per_worker', 1)}, workers {spec.get('workers_min', 0)}..{spec.get('workers_max', 3)},"
-             f" {spec.get('scaler_type', 'QUEUE_DELAY')} {spec.get('scaler_value', 4)}",
+             f" {spec.get('scaler_type', 'QUEUE_DELAY')} {spec.get('scaler_value', 4)}"
+             + (f", image {spec['image']}{' (live: locked)' if spec.get('live') else ''}" if spec.get("image") else ""),
              f"load: {load['queued']} queued, oldest {load['oldest_wait_s']:g}s, {load['requests_per_min']:g}/min",
              f"workers: {_workers(e['workers'])}"]
     if e.get("last_scaled"):

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Optional
 
@@ -25,6 +26,7 @@ from gpuledger_cli import up_auth, up_web
 from gpuledger_cli.ports import PortBook
 from gpuledger_cli.services_cmd import SERVICES
 from gpuledger_cli.stack_env import write_env
+from gpuledger_cli.up_supervise import Supervisor, Unit
 from shared import nats_auth
 from shared.natscluster import server_urls, start_nats_cluster
 from shared.natsserver import NatsServerError, start_nats_server
@@ -44,7 +46,6 @@ class Child:
     def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path):
         self.name, self.argv, self.env, self.log_path = name, argv, env, log_dir / f"{name}.log"
         self.process: subprocess.Popen | None = None
-        self.restarts = 0
 
     def start(self) -> None:
         log = open(self.log_path, "ab")
@@ -205,7 +206,7 @@ def _run_up(demo: bool, data_dir: Path, nats_url: str | None, fleet: str, port: 
     data_dir = data_dir.resolve()
     log_dir = data_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
-    server = None
+    server = holder = None
     book = PortBook(data_dir)
     urls: dict[str, str] = {}
     replicas = {}
@@ -214,8 +215,10 @@ def _run_up(demo: bool, data_dir: Path, nats_url: str | None, fleet: str, port: 
         server, nats_url = _start_cluster(data_dir, cluster, book.take("nats", port), users)
         replicas = {"GPULEDGER_STREAM_REPLICAS": str(min(cluster, 3))}
         urls = _user_urls(users, [node.port for node in server.nodes])
+        holder = ServerHolder(server, lambda: server)
     elif nats_url is None:
         server = _start_server(data_dir, book, port, users)
+        holder = ServerHolder(server, lambda: _start_server(data_dir, book, server.port, users))
         nats_url = server.url
         urls = _user_urls(users, [server.port])
     nats_url = urls.get(nats_auth.OPS, nats_url)
@@ -249,7 +252,7 @@ def _run_up(demo: bool, data_dir: Path, nats_url: str | None, fleet: str, port: 
         sys.stdout.writelines(f"{name}={value}\n" for name, value in lines)
         sys.stdout.flush()
         _say(f"these lines are also in {write_env(data_dir, lines)}: the CLI reads the URL from there")
-        _supervise(children, stop)
+        _supervise(children, stop, holder)
     finally:
         _say("stopping")
         for child in children:
@@ -257,9 +260,11 @@ def _run_up(demo: bool, data_dir: Path, nats_url: str | None, fleet: str, port: 
         deadline = time.monotonic() + 15
         for child in children:
             child.wait(deadline)
-        if server is not None:
-            server.stop()
+        if holder is not None:
+            holder.stop()
         _say("stopped")
+    if stop.get("failed"):
+        raise typer.Exit(1)
 
 
 def _start_cluster(data_dir: Path, size: int, first_port: int | None, users: up_auth.StackUsers | None):
@@ -276,19 +281,31 @@ def _start_cluster(data_dir: Path, size: int, first_port: int | None, users: up_
     return cluster, cluster.url
 
 
-def _supervise(children: list[Child], stop: dict) -> None:
-    """Restart a service that dies (a few times, with a pause) until asked to stop."""
-    while not stop["now"]:
-        time.sleep(0.3)
-        for child in children:
-            code = child.process.poll() if child.process else None
-            if code is None or stop["now"]:
-                continue
-            if child.restarts >= 5:
-                _say(f"{child.name} keeps exiting (code {code}); giving up, see {child.log_path}")
-                stop["now"] = True
-                break
-            child.restarts += 1
-            _say(f"{child.name} exited with code {code}; restarting ({child.restarts}/5)")
-            time.sleep(1.0)
-            child.start()
+class ServerHolder:
+    """The embedded nats-server, started again on the same port, store and users when it dies."""
+
+    def __init__(self, server, restart: Callable[[], object]):
+        self.server, self._restart = server, restart
+
+    def units(self) -> list[Unit]:
+        nodes = getattr(self.server, "nodes", None)
+        if nodes:  # a cluster: each server on its own
+            return [Unit(f"nats-server {node.name}", lambda node=node: node.process.poll(), node.start,
+                         node.log_file) for node in nodes]
+        return [Unit("nats-server", lambda: self.server.process.poll(), self.restart, self.server.log_file)]
+
+    def restart(self) -> None:
+        self.server = self._restart()
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+def _supervise(children: list[Child], stop: dict, holder: ServerHolder | None) -> None:
+    """Restart nats-server and the services when they die, until asked to stop (or one keeps
+    dying: then everything stops, and `up` exits 1)."""
+    units = holder.units() if holder else []
+    units += [Unit(c.name, lambda c=c: c.process.poll() if c.process else None, c.start, c.log_path)
+              for c in children]
+    if not Supervisor(units, _say).run(stop):
+        stop["failed"] = True

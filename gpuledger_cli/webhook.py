@@ -4,6 +4,9 @@ with the caBundle filled, as YAML for `kubectl apply -f -` (or applied directly 
 from __future__ import annotations
 
 import asyncio
+import os
+from pathlib import Path
+from typing import Optional
 
 import typer
 import yaml
@@ -32,12 +35,17 @@ def certs(namespace: str = typer.Option("gpuledger", "--namespace", "-n", help="
                                              "outside the prefixes (repeat)."),
           days: int = typer.Option(365, "--days", help="Validity of the serving certificate."),
           apply: bool = typer.Option(False, "--apply", help="Apply to the cluster of the current "
-                                     "kubeconfig / service account instead of printing.")) -> None:
+                                     "kubeconfig / service account instead of printing."),
+          out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="Also write tls.crt, tls.key "
+                                                 "(mode 0600) and ca.crt here, for a webhook run "
+                                                 "outside Kubernetes (GPULEDGER_ADMISSION_TLS_CERT/_KEY).")) -> None:
     """A new CA and serving certificate; prints the Secret and the webhook configuration."""
     settings = Settings()
     prefixes = tuple(prefix) or tuple(dict.fromkeys((settings.pool_resource_prefix,
                                                      *settings.pool_resource_aliases)))
     made = generate(service, namespace, days=days)
+    if out_dir is not None:
+        _write_files(out_dir, made)
     objects = [tls_secret(secret, namespace, made.cert_pem, made.key_pem, made.ca_pem),
                mutating_webhook(made.ca_pem, namespace, service, prefixes, tuple(resource))]
     if apply:
@@ -48,3 +56,15 @@ def certs(namespace: str = typer.Option("gpuledger", "--namespace", "-n", help="
                    f"{objects[1]['metadata']['name']}")
         return
     typer.echo(yaml.safe_dump_all(objects, sort_keys=False), nl=False)
+
+
+def _write_files(out_dir: Path, made) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, data, mode in (("tls.crt", made.cert_pem, 0o644), ("tls.key", made.key_pem, 0o600),
+                             ("ca.crt", made.ca_pem, 0o644)):
+        path = out_dir / name
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.chmod(path, mode)
+    typer.echo(f"wrote tls.crt, tls.key and ca.crt to {out_dir}", err=True)

@@ -52,7 +52,8 @@ EVENT_CHANNELS = {
     "driftEvents": ("gpu.evt.drift.{node}", "Observed use that differs from the ledger (quota service).",
                     ["DriftDetected", "DriftCleared"], "appended", {"node": "the node name"}),
     "endpointEvents": ("gpu.evt.endpoint.{endpoint}", "Serverless endpoints (claim service).",
-                       ["EndpointCreated", "EndpointDeleted", "EndpointLoadReported", "EndpointScaled"],
+                       ["EndpointCreated", "EndpointUpdated", "EndpointDeleted", "EndpointLoadReported",
+                        "EndpointScaled"],
                        "appended", {"endpoint": "the endpoint name"}),
     "deadLetters": ("gpu.evt.deadletter.{source}", "Refused input, recorded once: a copy of each "
                     "ClaimRejected of the intake (source `intake`), also those whose claim id was "
@@ -89,10 +90,15 @@ REQUESTS = (
     (subjects.query("pool.render"), "RenderPool", "the Kubernetes objects a pool needs"),
     (subjects.command("device.ignore"), "IgnoreDevice", "take a device out of service (Ignored) or give it back"),
     (subjects.command("endpoint.create"), "CreateEndpoint", "create a serverless endpoint"),
+    (subjects.command("endpoint.update"), "UpdateEndpoint", "change an endpoint (a live one keeps its locked image)"),
     (subjects.command("endpoint.delete"), "DeleteEndpoint", "delete an endpoint (its workers are released)"),
     (subjects.command("endpoint.load"), "ReportEndpointLoad", "report an endpoint's queue to its autoscaler"),
     (subjects.query("endpoint.get"), "GetEndpoint", "one endpoint"),
     (subjects.query("endpoint.list"), "ListEndpoints", "endpoints, optionally of one namespace"),
+    (subjects.command("slot.acquire"), "AcquireSlot", "a model slot for one request: a warm one with room, else a new one"),
+    (subjects.command("slot.finish"), "FinishSlotRequest", "a request on a slot finished (its concurrency is free)"),
+    (subjects.command("slot.cleanup"), "CleanupSlots", "release stale slots now"),
+    (subjects.query("slot.list"), "ListSlots", "model slots: model, runtime, adapter, GPUs, concurrency, claim"),
     (subjects.query("gpus.availability"), "Query", "GPUs per model in the fleet: cards, free, healthy, "
                                                    "MIG instances, nodes, most on one node"),
 )

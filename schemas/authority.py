@@ -90,6 +90,7 @@ AUTHORITY: dict[type, Rule] = {
     ev.QuotaDefaultSet: _rule(QUOTA, subjects.DEFAULT_QUOTA),
     ev.QuotaDefaultDeleted: _rule(QUOTA, subjects.DEFAULT_QUOTA),
     ev.EndpointCreated: _rule(CLAIM, _ROOT + "endpoint.{endpoint.name}"),
+    ev.EndpointUpdated: _rule(CLAIM, _ROOT + "endpoint.{endpoint.name}"),
     ev.EndpointDeleted: _rule(CLAIM, _ROOT + "endpoint.{name}"),
     ev.EndpointLoadReported: _rule(CLAIM, _ROOT + "endpoint.{name}"),
     ev.EndpointScaled: _rule(CLAIM, _ROOT + "endpoint.{name}"),

@@ -40,9 +40,14 @@ class GetClaim(Command):
 
 
 class ListClaims(Command):
+    """The newest `limit` claims (newest last), one page: a reply with `next` has more, older ones;
+    send it back as `cursor` for them. Every page stays under the message limit (a page may hold
+    fewer than `limit` claims to do so)."""
+
     namespace: str = ""
     status: str = ""
     limit: Annotated[int, msgspec.Meta(ge=1, le=100000)] = 1000
+    cursor: Annotated[str, msgspec.Meta(max_length=128, pattern=r"^([A-Za-z0-9][A-Za-z0-9._:-]*)?$")] = ""
 
 
 class SetQuota(Command):
@@ -155,6 +160,12 @@ class CreateEndpoint(Command):
     endpoint: EndpointSpec
 
 
+class UpdateEndpoint(Command):
+    """Replace an endpoint's spec (same name); a live endpoint's image cannot change."""
+
+    endpoint: EndpointSpec
+
+
 class DeleteEndpoint(Command):
     name: str
 
@@ -174,6 +185,30 @@ class ReportEndpointLoad(Command):
     requests_per_min: float = 0.0
 
 
+class AcquireSlot(Command):
+    """A request for a model (Helix seed 002): a warm slot with room, else a new slot."""
+
+    model: Annotated[str, msgspec.Meta(min_length=1, max_length=253)]
+    lora: Annotated[str, msgspec.Meta(max_length=1024)] = ""  # LoRA adapter; "" for the base model
+    namespace: Annotated[str, msgspec.Meta(min_length=1, max_length=63)] = "default"
+
+
+class FinishSlotRequest(Command):
+    """A request on a slot finished: its concurrency is free again."""
+
+    slot_id: str
+
+
+class ListSlots(Command):
+    model: str = ""
+
+
+class CleanupSlots(Command):
+    """Release stale slots now (the timer does it too); 0 or less: the configured stale limit."""
+
+    stale_after_s: float = 0.0
+
+
 class ErrorDetail(msgspec.Struct, frozen=True, omit_defaults=True):
     code: str  # invalid | not-found | conflict | unavailable | internal
     message: str
@@ -184,6 +219,7 @@ class Reply(msgspec.Struct, frozen=True, omit_defaults=True):
     ok: bool
     data: Any = None
     error: ErrorDetail | None = None
+    next: str = ""  # a listing with more: pass it back as `cursor` for the next page
 
 
 def ok(data: Any = None) -> Reply:

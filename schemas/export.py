@@ -22,8 +22,9 @@ COMMANDS = (commands.SubmitClaim, commands.ReleaseClaim, commands.RenewLease, co
             commands.SetDefaultQuota, commands.DeleteQuota,
             commands.GetQuota, commands.ListQuotas, commands.GetQuotaStatus, commands.CreatePool,
             commands.UpdatePool, commands.DeletePool, commands.GetPool, commands.ListPools, commands.RenderPool, commands.IgnoreDevice,
-            commands.CreateEndpoint, commands.DeleteEndpoint, commands.GetEndpoint,
-            commands.ListEndpoints, commands.ReportEndpointLoad, commands.Query, commands.Reply)
+            commands.CreateEndpoint, commands.UpdateEndpoint, commands.DeleteEndpoint, commands.GetEndpoint,
+            commands.ListEndpoints, commands.ReportEndpointLoad, commands.AcquireSlot,
+            commands.FinishSlotRequest, commands.ListSlots, commands.CleanupSlots, commands.Query, commands.Reply)
 
 # Every spelling of a claim and the Struct it is (a second spelling, e.g. camelCase, adds a line).
 CLAIM_SPELLINGS: dict[str, type] = {"ClaimSpec": ClaimSpec, "SeedClaimSpec": SeedClaimSpec}
@@ -31,7 +32,8 @@ CLAIM_SPELLINGS: dict[str, type] = {"ClaimSpec": ClaimSpec, "SeedClaimSpec": See
 # ("" for the document itself), the canonical Struct and the seed's (schemas/seed.py).
 EITHER_SPELLING = (("claim.json", "", ClaimSpec, SeedClaimSpec),
                    ("command.SubmitClaim.json", "claim", ClaimSpec, SeedClaimSpec),
-                   ("command.CreateEndpoint.json", "endpoint", EndpointSpec, SeedEndpointSpec))
+                   ("command.CreateEndpoint.json", "endpoint", EndpointSpec, SeedEndpointSpec),
+                   ("command.UpdateEndpoint.json", "endpoint", EndpointSpec, SeedEndpointSpec))
 
 
 def json_schemas() -> dict[str, dict]:

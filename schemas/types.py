@@ -219,5 +219,9 @@ class EndpointSpec(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unkno
     scaler_type: str = "QUEUE_DELAY"  # QUEUE_DELAY | REQUEST_COUNT
     scaler_value: Annotated[int, msgspec.Meta(ge=1)] = 4
     idle_timeout_s: Annotated[float, msgspec.Meta(ge=0)] = 5.0
-    image: str = ""
+    # the container image its workers run (a label of each worker claim, so a bound <= MAX_VALUE)
+    image: Annotated[str, msgspec.Meta(max_length=MAX_VALUE)] = ""
     priority: int = 0
+    # the seed's LiveServerless: workers run the operator's locked image (GPULEDGER_LIVE_IMAGE);
+    # no create or update can set another
+    live: bool = False

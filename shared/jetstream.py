@@ -16,6 +16,7 @@ from schemas import subjects
 from schemas.events import Event, decode_event, encode_event
 from shared.natscluster import server_urls
 from shared.fastread import RangeReadError, open_range_reader
+from shared.retry import TRANSIENT as TRANSIENT_ERRORS, quiet_error, until_done
 from shared.eventlog import (
     EXPECTED_LAST_SUBJECT_SEQ,
     MSG_ID,
@@ -34,6 +35,7 @@ _ACTUAL = re.compile(r"(\d+)\s*$")
 async def connect(url: str, name: str = "gpuledger", **kwargs) -> Client:
     """Connect with reconnects forever: a service outlives a NATS restart. A cluster's URL lists
     its servers comma-separated: each is tried, and another is used when one goes away."""
+    kwargs.setdefault("error_cb", quiet_error)
     return await nats.connect(server_urls(url), name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
                               **kwargs)
 
@@ -127,8 +129,15 @@ class JetStreamEventLog:
             hdrs[MSG_ID] = msg_id
         if expected_last_subject_seq is not None:
             hdrs[EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_subject_seq)
+        # An append outlives a NATS outage: retried with backoff until stored. A retry of one that
+        # was stored after all is harmless: fenced, it comes back as the conflict its caller already
+        # handles; with a msg id, JetStream drops the copy; neither (heartbeats, usage, activity):
+        # the fold takes a repeated observation as one.
+        async def publish():
+            return await self.js.publish(subject, payload, headers=hdrs or None, stream=self.stream)
+
         try:
-            ack = await self.js.publish(subject, payload, headers=hdrs or None, stream=self.stream)
+            ack = await until_done(publish, f"append to {subject}")
         except APIError as err:
             if err.err_code in WRONG_LAST_SEQUENCE:
                 raise AppendConflict(subject, expected_last_subject_seq or 0,
@@ -211,29 +220,41 @@ class JetStreamEventLog:
 
     async def _follow_ordered(self, from_seq: int, subject: str | None, stop_at: int | None):
         queue: asyncio.Queue = asyncio.Queue()
+        last = [max(from_seq, 1) - 1]  # the last stream sequence handed over
 
         async def on_msg(msg) -> None:
             queue.put_nowait(msg)
 
-        config = api.ConsumerConfig(deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
-                                    opt_start_seq=max(from_seq, 1))
-        sub = await self.js.subscribe(subject or subjects.EVENTS, cb=on_msg, ordered_consumer=True,
-                                      config=config, stream=self.stream, idle_heartbeat=5.0)
+        async def subscribe():
+            config = api.ConsumerConfig(deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
+                                        opt_start_seq=last[0] + 1)
+            return await self.js.subscribe(subject or subjects.EVENTS, cb=on_msg, ordered_consumer=True,
+                                           config=config, stream=self.stream, idle_heartbeat=5.0)
+
+        sub = await subscribe()
+        reconnects = _reconnects(self.nc)
         try:
             if stop_at is not None and queue.empty() and await _nothing_pending(sub):
                 return
             while True:
-                msgs = [await queue.get()]
-                while not queue.empty():
-                    msgs.append(queue.get_nowait())
+                msgs = await _next(queue)
+                if msgs is None:  # quiet for a while: after a reconnect, a consumer of our own again
+                    now = _reconnects(self.nc)
+                    if now != reconnects and self.nc.is_connected:
+                        sub, renewed = await _resubscribe(sub, subscribe)
+                        reconnects = now if renewed else reconnects
+                    continue
                 batch, done = [], False
                 for msg in msgs:
                     meta = msg.metadata
                     seq = meta.sequence.stream
+                    if seq <= last[0]:  # the old consumer and the new one overlap after a resubscribe
+                        continue
                     if stop_at is not None and seq > stop_at:
                         done = True
                         break
                     batch.append((seq, msg.subject, msg.data, dict(msg.headers or {})))
+                    last[0] = seq
                     if stop_at is not None and (seq >= stop_at or meta.num_pending == 0):
                         done = True
                         break
@@ -246,6 +267,39 @@ class JetStreamEventLog:
                 await sub.unsubscribe()
             except Exception:  # connection closing: the consumer goes away with it
                 pass
+
+
+QUIET_S = 1.0  # a follower with nothing for this long checks whether its connection came back
+
+
+async def _next(queue: asyncio.Queue) -> list | None:
+    """What arrived (waiting for at least one message), or None after QUIET_S of nothing."""
+    try:
+        msgs = [await asyncio.wait_for(queue.get(), QUIET_S)]
+    except asyncio.TimeoutError:
+        return None
+    while not queue.empty():
+        msgs.append(queue.get_nowait())
+    return msgs
+
+
+def _reconnects(nc) -> int:
+    return nc.stats.get("reconnects", 0)
+
+
+async def _resubscribe(sub, subscribe):
+    """After a reconnect (a restarted server has lost our consumer), a new ordered consumer from
+    the last sequence handed over: nats-py's own would come back only after two missed idle
+    heartbeats (10 s), and the fold would judge on what it had not read meanwhile."""
+    try:
+        await sub.unsubscribe()
+    except Exception:  # the old consumer may be gone with the server
+        pass
+    try:
+        return await subscribe(), True
+    except TRANSIENT_ERRORS as err:
+        log.warning("following again after a reconnect failed (%s); trying again", err)
+        return sub, False
 
 
 async def _nothing_pending(sub) -> bool:

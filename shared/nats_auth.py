@@ -77,7 +77,7 @@ def service_roles() -> list[Role]:
         _service("claim", ["gpu.evt.claim.>", subjects.INTAKE_BATCHES, f"{subjects.DEAD_LETTER}.>",
                            "gpu.evt.endpoint.>", subjects.OUTCOMES],
                  ["gpu.cmd.claim.>", "gpu.qry.claim.>", "gpu.qry.cluster.>", "gpu.cmd.endpoint.>",
-                  "gpu.qry.endpoint.>"],
+                  "gpu.qry.endpoint.>", "gpu.qry.gpus.>"],
                  (subjects.STREAM, subjects.INTAKE_STREAM, subjects.OUTCOMES_STREAM),
                  "claims, intake batches, dead letters, endpoints, outcomes"),
         _service("allocator", [subjects.DECISIONS, subjects.NODE_GRANTS, f"$O.{subjects.SNAPSHOT_BUCKET}.>",
@@ -132,6 +132,17 @@ def roles(agent_nodes: list[str] = (), demo_fleet: list[str] = ()) -> list[Role]
     if demo_fleet:
         out.append(node_role(DEMO_AGENTS, list(demo_fleet), simulated=True))
     return out
+
+
+def matches(pattern: str, subject: str) -> bool:
+    """NATS wildcard matching: `*` one token, `>` one or more at the end."""
+    want, have = pattern.split("."), subject.split(".")
+    for i, token in enumerate(want):
+        if token == ">":
+            return len(have) > i
+        if i >= len(have) or (token != "*" and token != have[i]):
+            return False
+    return len(want) == len(have)
 
 
 def node_user_name(node: str) -> str:

@@ -15,6 +15,7 @@ from nats.aio.client import Client
 
 from shared.jetstream import JetStreamEventLog, ensure_streams
 from shared.metrics import Metrics
+from shared.retry import quiet_error
 from shared.natscluster import server_urls
 from shared.settings import Settings
 
@@ -31,6 +32,7 @@ class ServiceContext:
     log: JetStreamEventLog | None = None
     tasks: list[asyncio.Task] = field(default_factory=list)
     on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    on_reconnect: list[Callable[[], None]] = field(default_factory=list)  # after a NATS outage
     metrics: Metrics = field(default_factory=Metrics)  # served when settings.metrics_port is set
 
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str = "") -> asyncio.Task:
@@ -44,9 +46,17 @@ Builder = Callable[[ServiceContext], Awaitable[None]]
 
 
 async def start_service(name: str, settings: Settings, build: Builder) -> ServiceContext:
+    hooks: list[Callable[[], None]] = []
+
+    async def reconnected() -> None:
+        log.warning("%s: reconnected to NATS", name)
+        for hook in hooks:
+            hook()
+
     broker = NatsBroker(server_urls(settings.nats_url), name=f"gpuledger-{name}", max_reconnect_attempts=-1,
-                        reconnect_time_wait=0.5, logger=None)
-    ctx = ServiceContext(name, settings, broker)
+                        reconnect_time_wait=0.5, logger=None, error_cb=quiet_error,
+                        reconnected_cb=reconnected)
+    ctx = ServiceContext(name, settings, broker, on_reconnect=hooks)
     await broker.connect()
     ctx.nc = broker.connection
     await ensure_streams(ctx.nc.jetstream(), settings.stream_replicas)

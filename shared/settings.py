@@ -59,7 +59,10 @@ class Settings:
     dra_enabled: bool = field(default_factory=lambda: _bool("GPULEDGER_DRA_ENABLED", False))
     # Pod admission webhook of the pool controller: 0 = not served.
     admission_port: int = field(default_factory=lambda: int(_float("GPULEDGER_ADMISSION_PORT", 0)))
-    admission_host: str = field(default_factory=lambda: os.environ.get("GPULEDGER_ADMISSION_HOST", "0.0.0.0"))
+    # "" = every interface with TLS; plain HTTP (GPULEDGER_ADMISSION_INSECURE=1, development only)
+    # is served on 127.0.0.1 only (services/pool_controller/webhook.py: admission_listen)
+    admission_host: str = field(default_factory=lambda: os.environ.get("GPULEDGER_ADMISSION_HOST", ""))
+    admission_insecure: bool = field(default_factory=lambda: _bool("GPULEDGER_ADMISSION_INSECURE", False))
     admission_tls_cert: str = field(default_factory=lambda: os.environ.get("GPULEDGER_ADMISSION_TLS_CERT", ""))
     admission_tls_key: str = field(default_factory=lambda: os.environ.get("GPULEDGER_ADMISSION_TLS_KEY", ""))
     pool_resource_prefix: str = field(
@@ -74,6 +77,13 @@ class Settings:
     kube_controller: bool = field(default_factory=lambda: _bool("GPULEDGER_KUBE_CONTROLLER", False))
     kube_namespace: str = field(default_factory=lambda: os.environ.get("GPULEDGER_KUBE_NAMESPACE", "gpuledger"))
     endpoint_tick_s: float = field(default_factory=lambda: _float("GPULEDGER_ENDPOINT_TICK_S", 1.0))
+    # the image every live endpoint's workers run (the seed's TETRA_GPU_IMAGE); no client can change it
+    live_image: str = field(default_factory=lambda: os.environ.get("GPULEDGER_LIVE_IMAGE",
+                                                                   "runpod/tetra-rp:latest"))
+    # Helix model slots: the operator's models (YAML), the clean-up timer, when an idle slot is stale
+    models_file: str = field(default_factory=lambda: os.environ.get("GPULEDGER_MODELS", ""))
+    slot_tick_s: float = field(default_factory=lambda: _float("GPULEDGER_SLOT_TICK_S", 30.0))
+    slot_stale_s: float = field(default_factory=lambda: _float("GPULEDGER_SLOT_STALE_S", 300.0))
     # Prometheus /metrics of this process: 0 = not served (`gpuledger up` assigns one per child).
     metrics_port: int = field(default_factory=lambda: int(_float("GPULEDGER_METRICS_PORT", 0)))
     metrics_host: str = field(default_factory=lambda: os.environ.get("GPULEDGER_METRICS_HOST", "127.0.0.1"))

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from schemas import events as ev
 
 from services.allocator.core.decide import DecideContext, decide
+from services.allocator.core.frag_cache import FragCache
 from ledger.evolve import evolve
 from simulator.cluster import claim_spec, cluster_state, trace_shapes
 from simulator.onepass import cluster_fragmentation
@@ -67,6 +68,7 @@ def replay(trace: Trace, policy: str, seed: int = 42, max_decisions: int = 512,
     state = cluster_state(tuple(nodes))
     shapes = trace_shapes(trace.pods)
     memo: dict = {}
+    measure_memo = FragCache()  # this run's own fragmentation memos
     result = DynamicResult(policy, trace.capacity, pods=len(trace.pods),
                            last_arrival=max(p.creation_time for p in trace.pods) / speedup)
     pods = sorted(trace.pods, key=lambda p: (p.creation_time, p.name))
@@ -85,7 +87,7 @@ def replay(trace: Trace, policy: str, seed: int = 42, max_decisions: int = 512,
                 evolve(state, ev.ClaimSubmitted(claim=claim_spec(pods[i], claim_id), at=now))
                 arrived_at[claim_id] = now
         ctx = DecideContext(now=float(now), policy=policy, check_timers=False, evict=False,
-                            max_decisions=max_decisions, typical_shapes=shapes, memo=memo,
+                            max_decisions=max_decisions, typical_shapes=shapes, memo=memo, frag=measure_memo,
                             rng=random.Random(f"{seed}-{now}"), explain_failures=False)
         started = time.perf_counter()
         decisions = decide(state, ctx)
@@ -101,7 +103,7 @@ def replay(trace: Trace, policy: str, seed: int = 42, max_decisions: int = 512,
                 heapq.heappush(events, (now + run_time, DEPART, i))
                 allocated += pod.gpu_demand
                 result.waits.append(now - arrived_at[d.claim_id])
-        frag = 100 * cluster_fragmentation(state, shapes) / trace.capacity if _sample_due(result, now) else None
+        frag = 100 * cluster_fragmentation(state, shapes, measure_memo) / trace.capacity if _sample_due(result, now) else None
         util = 100 * allocated / trace.capacity
         result.samples.append((float(now), util, len(state.pending), frag if frag is not None else -1.0))
     result.never_placed = len(state.pending)

@@ -29,7 +29,7 @@ from shared.jetstream import JetStreamEventLog
 from shared.settings import Settings
 from simulator.live_fleet import TraceFleet
 from simulator.live_plan import RUN_LABEL, Arrival, arrivals
-from simulator.live_report import LiveReport, build_report
+from simulator.live_report import LiveReport, build_report, without_password
 from simulator.live_tracker import Tracker
 from simulator.trace import Trace
 
@@ -118,7 +118,7 @@ class LiveRun:
             await self._clean_up()
         finally:
             await self._stop_tasks()
-        return build_report(self.tracker.claims, end, self.released_at_end, nats_url=self.url,
+        return build_report(self.tracker.claims, end, self.released_at_end, nats_url=without_password(self.url),
                             nodes=len(self.trace.nodes), gpus=self.trace.capacity // 1000,
                             speed=self.options.speed, submit_lag_max_ms=round(1000 * self.lag, 2),
                             setup_s=round(setup_s, 3), release_failures=len(self.release_errors))

@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
 from simulator.live_tracker import ClaimTimes
+
+
+def without_password(url: str) -> str:
+    """The URL as a report may print it: each password in it (NATS users are on by default; a
+    cluster URL lists several servers) is replaced by `***`, so a pasted report leaks no secret."""
+    return _CREDENTIALS.sub(r"\1***@", url)
+
+
+_CREDENTIALS = re.compile(r"(://[^:/@,]+:)[^@,]*@")
 
 
 def percentile(values: list[float], q: float) -> float | None:

@@ -16,6 +16,7 @@ from schemas import events as ev
 
 from services.allocator.core.decide import DecideContext, decide
 from ledger.evolve import evolve
+from services.allocator.core.frag_cache import FragCache
 from services.allocator.core.fragmentation import node_fragmentation
 from ledger.state import State
 from simulator.cluster import claim_spec, cluster_state, shape_label
@@ -40,18 +41,20 @@ def decide_context(policy: str, shapes: tuple, seed: int) -> DecideContext:
     """One pod per call, no timers, evictions or reason counting; a seeded generator for `random`."""
     return DecideContext(now=0.0, policy=policy, check_timers=False, evict=False, max_decisions=1,
                          typical_shapes=shapes, rng=random.Random(f"policy-{seed}"), memo={},
+                         frag=FragCache(),
                          explain_failures=False)
 
 
-def cluster_fragmentation(state: State, shapes: tuple) -> float:
-    return sum(node_fragmentation(g.view, shapes) * len(g) for g in state.all_groups())
+def cluster_fragmentation(state: State, shapes: tuple, cache: FragCache | None = None) -> float:
+    cache = cache if cache is not None else FragCache()
+    return sum(node_fragmentation(g.view, shapes, cache) * len(g) for g in state.all_groups())
 
 
 def run_pass(work: Workload, policy: str, shapes: tuple) -> PassResult:
     state = cluster_state(work.nodes)
     ctx = decide_context(policy, shapes, work.seed)
     result = PassResult(policy, work.seed, work.capacity)
-    frag = cluster_fragmentation(state, shapes)
+    frag = cluster_fragmentation(state, shapes, ctx.frag)
     arrived = allocated = 0
     for i, pod in enumerate(work.pods):
         claim_id = f"pod-{i}"
@@ -63,9 +66,9 @@ def run_pass(work: Workload, policy: str, shapes: tuple) -> PassResult:
         placed = [d for d in decisions if isinstance(d, ev.ClaimAllocated)]
         if placed:
             node = state.nodes[placed[0].node]
-            frag -= node_fragmentation(node.view, shapes)
+            frag -= node_fragmentation(node.view, shapes, ctx.frag)
             evolve(state, ev.DecisionBatch(decisions=decisions))
-            frag += node_fragmentation(node.view, shapes)
+            frag += node_fragmentation(node.view, shapes, ctx.frag)
             allocated += pod.gpu_demand
         else:
             evolve(state, ev.ClaimReleased(claim_id=claim_id, reason="fits nowhere (one-pass)"))

@@ -12,7 +12,8 @@ It believes only what each writer may write:
 What it counts:
 - `lost`: claims accepted (acknowledged to the publisher, or submitted in the log) that no
   decision ever settled (allocated, refused, or withdrawn by a release);
-- `duplicated`: a claim submitted more than once, or allocated again while it still held;
+- `duplicated`: a claim submitted more than once, or allocated again while it still held (split
+  in `duplicated_detail`);
 - `double_booked`: a device granted beyond its capacity by live allocations;
 - `bound_void`: a binding of a claim that held nothing on that node at that point of the log
   (never allocated, already ended) or naming devices the claim was not granted; split in
@@ -56,7 +57,8 @@ class ChaosCheck:
     decision_times: list[float] = field(default_factory=list)  # `at` of each stored DecisionBatch
     waiting_since: dict[str, float] = field(default_factory=dict)  # claim -> `at` of its submit
     settled_at: dict[str, float] = field(default_factory=dict)
-    duplicated: int = 0
+    duplicated_detail: dict[str, int] = field(default_factory=lambda: {
+        "submitted_twice": 0, "allocated_twice": 0})
     double_booked: int = 0
     bound_detail: dict[str, int] = field(default_factory=lambda: {
         "never_allocated": 0, "ended": 0, "foreign_devices": 0})
@@ -104,7 +106,7 @@ class ChaosCheck:
     def _allocated(self, decision: ev.ClaimAllocated, at: float) -> None:
         claim_id = decision.claim_id
         if claim_id in self.holding:
-            self.duplicated += 1
+            self.duplicated_detail["allocated_twice"] += 1
             return
         devices: dict[str, int] = {}
         for grant in decision.grants:
@@ -155,7 +157,7 @@ class ChaosCheck:
         count = self.submitted.get(claim_id, 0) + 1
         self.submitted[claim_id] = count
         if count > 1:
-            self.duplicated += 1
+            self.duplicated_detail["submitted_twice"] += 1
         else:
             self.waiting_since[claim_id] = event.at
 
@@ -175,12 +177,17 @@ class ChaosCheck:
         return (self.accepted | set(self.submitted)) - self.settled
 
     @property
+    def duplicated(self) -> int:
+        return sum(self.duplicated_detail.values())
+
+    @property
     def bound_void(self) -> int:
         return sum(self.bound_detail.values())
 
     def figures(self) -> dict:
         return {"accepted": len(self.accepted | set(self.submitted)), "lost": len(self.lost),
-                "duplicated": self.duplicated, "double_booked": self.double_booked,
+                "duplicated": self.duplicated, "duplicated_detail": dict(self.duplicated_detail),
+                "double_booked": self.double_booked,
                 "bound_void": self.bound_void, "bound_detail": dict(self.bound_detail),
                 "clobbered": self.clobbered, "undecodable": self.undecodable,
                 "forged_stored": self.forged_stored, "messages": self.messages,

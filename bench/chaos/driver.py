@@ -85,6 +85,7 @@ class Watcher:
     release_errors: dict[str, str] = field(default_factory=dict)
     read_errors: int = 0
     last_seq: int = 0
+    last_decision_at: float = 0.0  # the writer's time (`at`, unix) of the newest DecisionBatch read
     _tasks: set = field(default_factory=set)
 
     async def watch(self, start_seq: int) -> None:
@@ -111,6 +112,7 @@ class Watcher:
             return
         if not isinstance(batch, ev.DecisionBatch):
             return
+        self.last_decision_at = max(self.last_decision_at, batch.at)
         for decision in batch.decisions:
             claim_id = getattr(decision, "claim_id", "")
             if isinstance(decision, ev.ClaimAllocated) and claim_id not in self.allocated:
@@ -135,10 +137,16 @@ class Watcher:
                 if reply.get("ok"):
                     return
                 error = str((reply.get("error") or {}).get("message", reply))[:200]
-                if "not found" not in error.lower():
-                    break  # refused for a reason a retry does not change (already ended)
             await asyncio.sleep(min(0.2 * (attempt + 1), 2.0))
         self.release_errors[claim_id] = error
+
+    async def decided_since(self, moment: float, timeout: float) -> bool:
+        """Wait until a decision stamped after `moment` (unix time) is read, or the timeout: one
+        read late, after an outage, may be older than the fault."""
+        deadline = time.monotonic() + timeout
+        while self.last_decision_at <= moment and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        return self.last_decision_at > moment
 
     def stop(self) -> None:
         for task in list(self._tasks):

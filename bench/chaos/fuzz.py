@@ -50,7 +50,8 @@ def bad_intake_payloads(run: str, rng: random.Random) -> list[tuple[str, bytes]]
 
 def forged_events(run: str, node: str, device: str) -> list[tuple[str, str, bytes]]:
     """(kind, subject, payload) to publish straight to the log: events whose type does not belong
-    on the subject they arrive on (a writer with no right to them)."""
+    on the subject they arrive on (a writer with no right to them). No forged binding: the checker
+    cannot tell it from an agent's, and would count it as an agent binding a void grant."""
     fake = f"{run}-forged"
     grant = Grant(node=node, uuid=device, index=0, milli=1000)
     allocation = ev.ClaimAllocated(claim_id=fake, namespace="ns", node=node, grants=[grant])
@@ -59,8 +60,5 @@ def forged_events(run: str, node: str, device: str) -> list[tuple[str, str, byte
          ev.encode_event(ev.DecisionBatch(decisions=[]))),
         ("allocation-on-claim-subject", subjects.claim(fake),
          ev.encode_event(ev.DecisionBatch(decisions=[allocation]))),
-        ("binding-with-no-allocation", f"gpu.evt.node.{node}.bound",
-         ev.encode_event(ev.ClaimBound(claim_id=fake + "-b", node=node,
-                                       env={"NVIDIA_VISIBLE_DEVICES": device}))),
         ("undecodable-event", subjects.claim(fake + "-x"), b'{"type":"NoSuchEvent","v":1}'),
     ]

@@ -76,6 +76,7 @@ def stall_figures(waiting_since: dict[str, float], settled_at: dict[str, float],
         "stalled_s": round(sum(b - a for a, b in stalls), 3),
         "longest_gap_s": round(max((b - a for a, b in found), default=0.0), 3),
         "recovery_s": {f.name: _rounded(recovery(f, decisions)) for f in faults},
+        "stalls": [[round(a, 3), round(b - a, 3)] for a, b in stalls],  # [start (unix s), seconds]
     }
 
 

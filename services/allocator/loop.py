@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from schemas import events as ev
 from schemas import subjects
+from shared.retry import DELAYS_S as RETRY_DELAYS_S, TRANSIENT
 from shared.eventlog import AppendConflict
 from shared.settings import Settings
 from shared.telemetry import extract_context, inject_headers, tracer
@@ -26,6 +27,7 @@ from shared.telemetry import extract_context, inject_headers, tracer
 from ledger.follower import Follower
 from ledger.state import State
 from services.allocator.core.decide import POLICY_VERSION, DecideContext, decide
+from services.allocator.core.frag_cache import FragCache
 from services.allocator.core.scorers import DEFAULT_POLICY
 from services.allocator.node_records import nodes_touched
 
@@ -76,10 +78,14 @@ class Allocator:
         self.dirty = asyncio.Event()
         self._traces: dict[str, dict[str, str]] = {}
         self.batches_appended = 0
+        self.heard_since = 0.0  # see DecideContext.heard_since; set by `reconnected`
+        self._reconnects_seen = 0
+        self._resync_to = 0  # the stream's last sequence when the connection last came back
         self.conflicts = 0
         self.failed_passes = 0
         self.memo: dict = {}  # placement scores per node view, kept across passes
         self.failed_at: dict = {}  # claim -> capacity epoch it last failed at
+        self.frag = FragCache()  # the fragmentation measure's memos, this allocator's own
         self.reclaiming: asyncio.Task | None = None  # frees the claims a catch-up dropped
         # called after each decision pass with (seconds, decisions): the metrics' one hook per pass
         self.on_pass: Callable[[float, int], None] | None = None
@@ -157,14 +163,16 @@ class Allocator:
     def context(self, timers: bool = True) -> DecideContext:
         return DecideContext(
             now=self.clock(), policy=self.settings.policy or DEFAULT_POLICY, check_timers=timers,
-            memo=self.memo, failed_at=self.failed_at,
+            memo=self.memo, failed_at=self.failed_at, frag=self.frag,
             node_timeout_s=self.settings.node_timeout_s, stale_after_s=self.settings.stale_after_s,
             starvation_after_s=self.settings.starvation_after_s,
             pending_expire_after_s=self.settings.pending_expire_after_s,
-            release_unused_after_s=self.settings.release_unused_after_s)
+            release_unused_after_s=self.settings.release_unused_after_s, heard_since=self.heard_since)
 
     async def decide_once(self, timers: bool = True) -> int:
         """One pass: decide, append fenced, wait to see it folded. Returns decisions stored."""
+        if not await self.hearing():  # blind: silence now is no evidence, and nothing could be stored
+            return 0
         started = time.perf_counter()
         try:
             decisions = decide(self.state, self.context(timers))
@@ -196,6 +204,34 @@ class Allocator:
         self.batches_appended += 1
         await self.wait_for_seq(appended.seq)
         return len(decisions)
+
+    async def hearing(self) -> bool:
+        """Connected, and the fold has read what the stream held when the connection came back.
+        A reconnect is seen here, before each pass, from the client's reconnect count (a pass may
+        run between the reconnect and nats-py's reconnected callback); until the fold has caught up
+        (its consumer is made anew after a server restart) a pass would judge nodes silent on
+        heartbeats that are stored but not yet read."""
+        nc = getattr(self.log, "nc", None)
+        if nc is None:
+            return True
+        if not nc.is_connected:
+            return False
+        reconnects = nc.stats.get("reconnects", 0)
+        if reconnects != self._reconnects_seen:
+            try:
+                self._resync_to = await self.log.last_seq()
+            except TRANSIENT:
+                return False  # asked again before the next pass
+            self._reconnects_seen = reconnects
+            self.reconnected()
+        return self.state.last_seq >= self._resync_to
+
+    def reconnected(self) -> None:
+        """NATS is back after an outage: nodes and lease holders get a full timeout to be heard
+        again before they are judged silent, counted from when their next retry comes at the
+        latest (a writer waiting out the outage pauses up to the longest backoff step)."""
+        self.heard_since = self.clock() + RETRY_DELAYS_S[-1]
+        self.dirty.set()
 
     def _parent(self, decisions):
         for decision in decisions:

@@ -18,6 +18,7 @@ from shared.telemetry import inject_headers
 
 from ledger.follower import Follower
 from services.claim.intake import consume_intake, wait_intake_drained
+from services.claim.listing import page
 from services.claim.lookup import Unresolved, claim_with_prefix
 from services.claim.metrics import instrument
 from services.claim.outcomes import OutcomeWriter
@@ -192,15 +193,8 @@ class ClaimService:
             return self.view(claim_id)
         return explain_view(self._claim(claim_id), self.state.units)
 
-    def list(self, namespace: str, status: str, limit: int) -> list[dict]:
-        found = []
-        for claim in reversed(self.state.claims.values()):
-            if (namespace and claim.spec.namespace != namespace) or (status and claim.status != status):
-                continue
-            found.append(claim_view(claim))
-            if len(found) >= limit:
-                break
-        return found[::-1]
+    def list(self, namespace: str, status: str, limit: int, cursor: str = "") -> tuple[list[dict], str]:
+        return page(self.state.claims.values(), namespace, status, limit, cursor)
 
 
 def register_handlers(ctx: ServiceContext, service: ClaimService) -> None:
@@ -233,7 +227,8 @@ def register_handlers(ctx: ServiceContext, service: ClaimService) -> None:
         return cmd.ok({"claim_id": await service.resolve(c.claim_id)})
 
     async def list_claims(c: cmd.ListClaims):
-        return cmd.ok(service.list(c.namespace, c.status, c.limit))
+        claims, more = service.list(c.namespace, c.status, c.limit, c.cursor)
+        return cmd.Reply(ok=True, data=claims, next=more)
 
     command(b, subjects.command("claim.submit"), cmd.SubmitClaim, submit, decode=decode_submit_claim)
     command(b, subjects.command("claim.release"), cmd.ReleaseClaim, release)
@@ -267,6 +262,9 @@ async def build(ctx: ServiceContext) -> None:
         register_endpoints = None
     if register_endpoints is not None:
         await register_endpoints(ctx)
+        from services.claim.slots import register_slots
+
+        await register_slots(ctx)
     writer = OutcomeWriter(ctx.nc, service)
     service.follower.listeners.append(writer.note)
     ctx.claim_outcomes = writer  # type: ignore[attr-defined]  # for in-process tests

@@ -25,6 +25,7 @@ from schemas.commands import (
     Query,
     Reply,
     ReportEndpointLoad,
+    UpdateEndpoint,
     fail,
     ok,
 )
@@ -34,7 +35,8 @@ from schemas.types import ClaimSpec, EndpointSpec
 from ledger.follower import Follower
 from ledger.state import State
 from services.claim.availability import availability
-from services.claim.seed_api import SeedCreateEndpoint, decode_create_endpoint
+from services.claim.seed_api import (SeedCreateEndpoint, SeedUpdateEndpoint, decode_create_endpoint,
+                                     decode_update_endpoint)
 from services.claim.autoscaler import LIVE, EndpointView, Load, Scaling, Worker, decide_scaling
 from shared.commands import command
 from shared.eventlog import AppendConflict
@@ -106,6 +108,23 @@ def _cuda_fits_groups(groups: list[str], versions: list[str]) -> None:
             raise EndpointInvalid("cuda_versions", conflict)
 
 
+def lock_image(spec: EndpointSpec, live_image: str, before: EndpointSpec | None = None) -> EndpointSpec:
+    """The seed's LiveServerless: a live endpoint runs the operator's image and nothing else. Its
+    spec gets that image; asking for another (on create or update) is an error that says so, as is
+    turning an endpoint live or not on update (that decides whether the image is locked)."""
+    if before is not None and before.live != spec.live:
+        raise EndpointInvalid("live", f"endpoint {spec.name} is {'' if before.live else 'not '}live: "
+                              "live cannot change on update (it decides whether the image is locked); "
+                              "delete the endpoint and create it again")
+    if not spec.live:
+        return spec
+    if spec.image and spec.image != live_image:
+        raise EndpointInvalid("image", f"endpoint {spec.name} is live: its image is locked to {live_image} "
+                              f"and cannot be overridden (asked for {spec.image!r}); leave image "
+                              "(imageName) out, or use an endpoint that is not live")
+    return _replace(spec, image=live_image)
+
+
 def _replace(spec: EndpointSpec, **changes) -> EndpointSpec:
     import msgspec
 
@@ -120,7 +139,7 @@ def worker_claim(spec: EndpointSpec, n: int) -> ClaimSpec:
     return ClaimSpec(claim_id=f"{spec.name}-w{n}", namespace=spec.namespace, gpus=spec.gpus_per_worker,
                      gpu_groups=groups, cuda_versions=list(spec.cuda_versions),
                      priority=spec.priority, endpoint=spec.name, workload="serverless-worker",
-                     labels={"endpoint": spec.name})
+                     labels={"endpoint": spec.name, **({"image": spec.image} if spec.image else {})})
 
 
 # --- the fold of endpoint events ---------------------------------------------------------------
@@ -149,6 +168,8 @@ class EndpointBook:
             self.subject_seqs[subject] = seq
         if isinstance(event, ev.EndpointCreated):
             self.endpoints[event.endpoint.name] = Endpoint(event.endpoint)
+        elif isinstance(event, ev.EndpointUpdated) and event.endpoint.name in self.endpoints:
+            self.endpoints[event.endpoint.name].spec = event.endpoint  # load and last step stay
         elif isinstance(event, ev.EndpointDeleted) and event.name in self.endpoints:
             self.endpoints[event.name].deleted = True
         elif isinstance(event, ev.EndpointLoadReported) and event.name in self.endpoints:
@@ -196,7 +217,8 @@ class EndpointBook:
 
 
 class Endpoints:
-    def __init__(self, event_log, follower: Follower, clock=time.time):
+    def __init__(self, event_log, follower: Follower, clock=time.time, live_image: str = "runpod/tetra-rp:latest"):
+        self.live_image = live_image
         self.log = event_log
         self.follower = follower
         self.clock = clock
@@ -223,9 +245,9 @@ class Endpoints:
     async def create(self, c: CreateEndpoint) -> Reply:
         seed = isinstance(c, SeedCreateEndpoint)  # answered in the names and shape it was sent in
         try:
-            spec = validate_endpoint(c.endpoint)
+            spec = lock_image(validate_endpoint(c.endpoint), self.live_image)
         except EndpointInvalid as err:
-            return fail("invalid", err.message, f"endpoint.{seed_field(err.field, ENDPOINT_WIRE) if seed else err.field}")
+            return _invalid(err, seed)
         async with self._writing:
             await self.catch_up()
             existing = self.book.active(spec.name)
@@ -242,6 +264,32 @@ class Endpoints:
                 return fail("conflict", f"endpoint {spec.name} changed while it was being created; retry")
         self._wake.set()
         return ok(_created(spec, True, seed))
+
+    async def update(self, c: UpdateEndpoint) -> Reply:
+        seed = isinstance(c, SeedUpdateEndpoint)
+        try:
+            spec = validate_endpoint(c.endpoint)
+        except EndpointInvalid as err:
+            return _invalid(err, seed)
+        async with self._writing:
+            await self.catch_up()
+            existing = self.book.active(spec.name)
+            if existing is None:
+                return fail("not-found", f"no endpoint {spec.name!r}", "endpoint.name")
+            try:
+                spec = lock_image(spec, self.live_image, existing.spec)
+            except EndpointInvalid as err:
+                return _invalid(err, seed)
+            if spec == existing.spec:
+                return ok(_created(spec, False, seed) | {"updated": False})
+            subject = subjects.endpoint(spec.name)
+            try:
+                await self._append(subject, ev.EndpointUpdated(endpoint=spec, at=self.clock()),
+                                   f"{subject}:{self.book.subject_seqs.get(subject, 0)}:update")
+            except AppendConflict:
+                return fail("conflict", f"endpoint {spec.name} changed while it was being updated; retry")
+        self._wake.set()
+        return ok(_created(spec, False, seed) | {"updated": True})
 
     async def delete(self, c: DeleteEndpoint) -> Reply:
         async with self._writing:
@@ -367,6 +415,11 @@ class Endpoints:
         await self._append(subjects.claim(claim_id), event, f"release-{claim_id}", fenced=False)
 
 
+def _invalid(err: EndpointInvalid, seed: bool) -> Reply:
+    """The refusal, naming the field as the client spelled it (`endpoint.imageName` for the seed's)."""
+    return fail("invalid", err.message, f"endpoint.{seed_field(err.field, ENDPOINT_WIRE) if seed else err.field}")
+
+
 def _created(spec: EndpointSpec, created: bool, seed: bool) -> dict:
     """The reply of a create; a seed-spelled request also gets the endpoint back in the seed's
     shape (both dual fields filled), as the seed's API answers."""
@@ -380,11 +433,13 @@ async def register_endpoints(ctx: ServiceContext) -> Endpoints:
     """Add the endpoint handlers and the scaling loop to a claim service being built."""
     claims = getattr(ctx, "claims", None)
     follower = claims.follower if claims is not None else Follower(ctx.log, places=False)
-    endpoints = Endpoints(ctx.log, follower)
+    endpoints = Endpoints(ctx.log, follower, live_image=ctx.settings.live_image)
     ctx.endpoints = endpoints  # type: ignore[attr-defined]  # for in-process tests
     b = ctx.broker
     command(b, subjects.command("endpoint.create"), CreateEndpoint, endpoints.create, queue=QUEUE,
             decode=decode_create_endpoint)
+    command(b, subjects.command("endpoint.update"), UpdateEndpoint, endpoints.update, queue=QUEUE,
+            decode=decode_update_endpoint)
     command(b, subjects.command("endpoint.delete"), DeleteEndpoint, endpoints.delete, queue=QUEUE)
     command(b, subjects.command("endpoint.load"), ReportEndpointLoad, endpoints.report_load, queue=QUEUE)
     command(b, subjects.query("endpoint.get"), GetEndpoint, endpoints.get, queue=QUEUE)

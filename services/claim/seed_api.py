@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from schemas.commands import CreateEndpoint, SubmitClaim
+from schemas.commands import CreateEndpoint, SubmitClaim, UpdateEndpoint
 from shared.commands import DomainError
 from schemas.seed import (SeedClaimSpec, SeedEndpointSpec, convert_seed, from_seed_claim, from_seed_endpoint,
                           is_seed_claim, is_seed_endpoint, seed_field)
@@ -21,11 +21,16 @@ class SeedCreateEndpoint(CreateEndpoint):
     """A CreateEndpoint whose endpoint was written in the seed's spelling."""
 
 
+class SeedUpdateEndpoint(UpdateEndpoint):
+    """An UpdateEndpoint whose endpoint was written in the seed's spelling."""
+
+
 class SeedSubmitClaim(SubmitClaim):
     """A SubmitClaim whose claim was written in the seed's spelling."""
 
 
 _create = msgspec.json.Decoder(CreateEndpoint)
+_update = msgspec.json.Decoder(UpdateEndpoint)
 _submit = msgspec.json.Decoder(SubmitClaim)
 
 
@@ -39,12 +44,20 @@ def _split(body: bytes, key: str, is_seed) -> tuple[dict, Any] | None:
 
 
 def decode_create_endpoint(body: bytes) -> CreateEndpoint:
+    return _endpoint_command(body, _create, SeedCreateEndpoint)
+
+
+def decode_update_endpoint(body: bytes) -> UpdateEndpoint:
+    return _endpoint_command(body, _update, SeedUpdateEndpoint)
+
+
+def _endpoint_command(body: bytes, decoder, seed_type):
     split = _split(body, "endpoint", is_seed_endpoint)
     if split is None:
-        return _create.decode(body)
+        return decoder.decode(body)
     rest, seed = split
     msgspec.convert(rest, _Empty)  # nothing else may ride along (unknown fields are refused)
-    return SeedCreateEndpoint(endpoint=from_seed_endpoint(convert_seed(seed, SeedEndpointSpec, "endpoint"), seed))
+    return seed_type(endpoint=from_seed_endpoint(convert_seed(seed, SeedEndpointSpec, "endpoint"), seed))
 
 
 def decode_submit_claim(body: bytes) -> SubmitClaim:

@@ -26,7 +26,7 @@ from services.pool_controller.projection import (
     PoolProjection, claim_binding, pool_nodes, pool_status, pool_units)
 from services.pool_controller.rendering import RenderRequest, render_pool
 from services.pool_controller.validation import ClusterFacts
-from services.pool_controller.webhook import start_webhook, tls_context
+from services.pool_controller.webhook import AdmissionConfigError, admission_listen, start_webhook
 from shared.commands import command
 from shared.eventlog import AppendConflict
 from shared.service import ServiceContext, serve
@@ -182,11 +182,15 @@ async def build(ctx: ServiceContext) -> PoolController:
 
 async def _start_admission(ctx: ServiceContext, controller: PoolController) -> None:
     settings = ctx.settings
-    tls = tls_context(settings.admission_tls_cert, settings.admission_tls_key)
-    server = await start_webhook(controller.admit, settings.admission_host, settings.admission_port, tls,
-                                 ready=controller.ready)
-    log.info("admission webhook on %s:%d (%s)", settings.admission_host, settings.admission_port,
-             "https" if tls else "http")
+    try:
+        host, tls = admission_listen(settings.admission_host, settings.admission_tls_cert,
+                                     settings.admission_tls_key, settings.admission_insecure)
+    except AdmissionConfigError as err:
+        log.error("%s", err)
+        raise SystemExit(f"pool-controller: {err}") from None
+    server = await start_webhook(controller.admit, host, settings.admission_port, tls, ready=controller.ready)
+    log.info("admission webhook on %s:%d (%s)", host, settings.admission_port,
+             "https" if tls else "http, INSECURE: development only")
 
     async def close() -> None:
         server.close()

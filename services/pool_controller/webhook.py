@@ -23,12 +23,38 @@ _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Al
             411: "Length Required", 413: "Payload Too Large", 503: "Service Unavailable"}
 
 
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+class AdmissionConfigError(ValueError):
+    pass
+
+
+def admission_listen(host: str, cert_file: str, key_file: str, insecure: bool) -> tuple[str, ssl.SSLContext | None]:
+    """Where and how the webhook listens: HTTPS (every interface unless `host`), or, only when
+    asked for explicitly (development), plain HTTP on the loopback interface. A pod's spec and the
+    admission verdict must not cross a network in the clear, nor may anyone on it answer for us."""
+    tls = tls_context(cert_file, key_file)
+    if tls is not None:
+        return host or "0.0.0.0", tls
+    if not insecure:
+        raise AdmissionConfigError(
+            "the admission webhook needs TLS: set GPULEDGER_ADMISSION_TLS_CERT and "
+            "GPULEDGER_ADMISSION_TLS_KEY (`gpuledger webhook certs` makes them), or "
+            "GPULEDGER_ADMISSION_INSECURE=1 to serve plain HTTP on 127.0.0.1 for development")
+    if host and host not in LOOPBACK:
+        raise AdmissionConfigError(
+            f"GPULEDGER_ADMISSION_HOST={host}: plain HTTP (GPULEDGER_ADMISSION_INSECURE=1) is served on "
+            f"127.0.0.1 only; give GPULEDGER_ADMISSION_TLS_CERT and _KEY to serve on {host}")
+    return host or "127.0.0.1", None
+
+
 def tls_context(cert_file: str, key_file: str) -> ssl.SSLContext | None:
-    """A server TLS context when both files are given; None serves plain HTTP."""
+    """A server TLS context when both files are given; None when neither is."""
     if not cert_file and not key_file:
         return None
     if not (cert_file and key_file):
-        raise SystemExit("GPULEDGER_ADMISSION_TLS_CERT and GPULEDGER_ADMISSION_TLS_KEY go together")
+        raise AdmissionConfigError("GPULEDGER_ADMISSION_TLS_CERT and GPULEDGER_ADMISSION_TLS_KEY go together")
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cert_file, key_file)
     return context

@@ -1,5 +1,5 @@
 """The publishing snippets of README.md and docs/contract.md run as written against a real stack,
-with the server taken from GPULEDGER_NATS_URL."""
+with the server and the publisher user taken from GPULEDGER_PUBLISHER_URL."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def publishing_snippet(doc: str) -> str:
 @pytest.mark.parametrize("doc", ["README.md", "docs/contract.md"])
 def test_the_snippet_reads_the_server_from_the_environment(doc):
     snippet = publishing_snippet(doc)
-    assert 'os.environ["GPULEDGER_NATS_URL"]' in snippet and "4222" not in snippet
+    assert 'os.environ["GPULEDGER_PUBLISHER_URL"]' in snippet and "4222" not in snippet
 
 
 @pytest.mark.parametrize("doc", ["README.md", "docs/contract.md"])
@@ -40,6 +40,6 @@ async def test_the_snippet_prints_the_allocation(fresh_nats, doc):
         await nc.close()
         result = await asyncio.to_thread(
             subprocess.run, [sys.executable, "-c", publishing_snippet(doc)], capture_output=True, text=True,
-            timeout=60, env={**os.environ, "GPULEDGER_NATS_URL": fresh_nats.url})
+            timeout=60, env={**os.environ, "GPULEDGER_PUBLISHER_URL": fresh_nats.url})
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1].startswith("allocated {'CUDA_VISIBLE_DEVICES': ")

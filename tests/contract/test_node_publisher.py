@@ -14,7 +14,7 @@ from tests.service.helpers import h100_node, register_nodes, running
 
 async def _run_publisher(url: str, claim: dict) -> dict:
     return await asyncio.to_thread(run_node, "publish_claim.mjs", json.dumps(claim),
-                                   env={"GPULEDGER_NATS_URL": url})
+                                   env={"GPULEDGER_PUBLISHER_URL": url})
 
 
 async def test_a_node_publisher_reads_its_allocation_with_devices(fresh_nats):

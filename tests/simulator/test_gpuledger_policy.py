@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from services.allocator.core.demand import Need
 from ledger.shapes import TypicalShape, typical_shapes
 from services.allocator.core.policy import PlacementContext
-from services.allocator.core.scorers import (STRAND_CARDS, bound_shape_weights, cpu_stranded, get_policy,
+from services.allocator.core.model_mismatch import bound_shape_weights
+from services.allocator.core.scorers import (STRAND_CARDS, cpu_stranded, get_policy,
                                              gpu_pods_cpu_per_milli)
 from ledger.state import FREE
 from simulator.cluster import cluster_state

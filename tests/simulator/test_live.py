@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from typer.testing import CliRunner
@@ -154,4 +155,18 @@ def test_without_a_url_it_starts_the_system_and_prints_json_last(write, tmp_path
     assert figures["claims_submitted"] == figures["claims_allocated"] == figures["claims_bound"] == 8, result.output
     assert figures["released_at_lifetime"] + figures["released_at_end"] == 8
     assert 0 <= figures["submit_to_allocated_p50_ms"] <= figures["submit_to_allocated_p99_ms"]
-    assert figures["claims_per_s"] > 0 and figures["nats_url"].startswith("nats://127.0.0.1:")
+    assert figures["claims_per_s"] > 0 and re.fullmatch(r"nats://(ops:\*\*\*@)?127\.0\.0\.1:\d+", figures["nats_url"])
+
+
+@pytest.mark.parametrize("url, shown", [
+    ("nats://ops:s3cret@127.0.0.1:4222", "nats://ops:***@127.0.0.1:4222"),
+    ("nats://127.0.0.1:4222", "nats://127.0.0.1:4222"),
+    ("nats://a:b@h1:1,nats://a:b@h2:2", None),  # a cluster list: no password survives either way
+])
+def test_a_report_never_prints_a_password(url, shown):
+    from simulator.live_report import without_password
+
+    got = without_password(url)
+    assert "s3cret" not in got and ":b@" not in got
+    if shown is not None:
+        assert got == shown

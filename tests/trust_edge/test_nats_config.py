@@ -65,3 +65,24 @@ def test_secrets_are_made_once(tmp_path):
     again = nats_auth.load_secrets(tmp_path, ["ops", "claim", "publisher"])
     assert again["ops"] == first["ops"] and again["claim"] == first["claim"] and again["publisher"]
     assert len(set(again.values())) == 3
+
+
+def test_every_request_subject_of_the_contract_is_served_by_one_service():
+    """A request subject (schemas/asyncapi.py) no service user may subscribe to would go unanswered
+    under `up`: the table must grow with the contract."""
+    from schemas.asyncapi import REQUESTS, SIMULATION_REQUESTS
+
+    services = nats_auth.service_roles()
+    for subject, *_ in REQUESTS:
+        serving = [r.user for r in services if any(nats_auth.matches(p, subject) for p in r.subscribe
+                                                   if p != "_INBOX.>")]
+        assert len(serving) == 1, f"{subject} served by {serving}"
+    agents = nats_auth.node_role("node-agents", ["n1"], simulated=True)
+    for subject, _ in SIMULATION_REQUESTS:
+        assert any(nats_auth.matches(p, subject) for p in agents.subscribe), subject
+
+
+def test_wildcards_match_as_nats_does():
+    assert nats_auth.matches("gpu.qry.>", "gpu.qry.claim.get")
+    assert not nats_auth.matches("gpu.qry.>", "gpu.qry")
+    assert nats_auth.matches("gpu.*.claim", "gpu.qry.claim") and not nats_auth.matches("gpu.*", "gpu.qry.claim")

@@ -14,6 +14,7 @@ from ledger.evolve import apply_decision
 from ledger.holdings import Journal
 from ledger.borrowing import borrow_event
 from ledger.state import Claim, State
+from services.allocator.core.frag_cache import FragCache
 from services.allocator.core.scorers import DEFAULT_POLICY
 
 POLICY_VERSION = "1"
@@ -34,11 +35,16 @@ class DecideContext:
     typical_shapes: tuple = ()  # (weight, TypicalShape); empty: learned from the claims seen
     rng: Any = None
     memo: dict | None = field(default=None, compare=False)  # caller-owned score memo (placement)
+    # caller-owned fragmentation memos (see frag_cache); None: a fresh one for each pass
+    frag: Any = field(default=None, compare=False)
     explain_failures: bool = True  # False: skip counting reasons over every node (simulations)
     # caller-owned: claim id -> capacity epoch at which it last failed. A pass without timers skips
     # claims that failed at the current epoch: nothing was freed since, so they would fail again.
     # Time-based rules (stale eviction, starvation holds, leases) run in timer passes, which retry all.
     failed_at: dict | None = field(default=None, compare=False)
+    # Before this time the caller heard nothing (a NATS outage that ended then): no heartbeat or
+    # lease renewal could be stored, so silence before it is no evidence against a node or claim.
+    heard_since: float = 0.0
 
 
 @dataclass
@@ -55,6 +61,11 @@ class Pass:
     explain: bool = True  # count reasons for the claim being tried
     any_stale: bool = False
     only_node: str = ""  # while trying evictions: place on this node or not at all
+    frag: FragCache = field(default_factory=FragCache)  # the caller's, if it keeps one
+
+    def __post_init__(self) -> None:
+        if self.ctx.frag is not None:
+            self.frag = self.ctx.frag
 
 
 def emit(state: State, run: Pass, decision) -> bool:

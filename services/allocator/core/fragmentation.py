@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 from ledger.shapes import TypicalShape
 from ledger.state import FREE, NodeView
+from services.allocator.core.frag_cache import FragCache
 
 
 class Card(NamedTuple):
@@ -44,37 +45,35 @@ def shape_fragment(card: Card, shape: TypicalShape) -> int:
     return sum(left for left in card.lefts if left < shape.milli)
 
 
-def card_fragmentation(card: Card, shapes: tuple[tuple[float, TypicalShape], ...]) -> float:
-    """F_n: the weighted sum of each typical shape's fragment on this node (memoised per card).
+def card_fragmentation(card: Card, shapes: tuple[tuple[float, TypicalShape], ...],
+                       cache: FragCache | None = None) -> float:
+    """F_n: the weighted sum of each typical shape's fragment on this node (memoised per card in
+    the caller's `cache`; without one, computed afresh).
 
     Equal to `sum(weight * shape_fragment(card, shape))`, computed once per (milli, models) group
     of shapes: the fitting count and the small lefts are the same for all shapes of a group.
     """
-    _sync(shapes)
+    cache = cache if cache is not None else FragCache()
+    cache.sync(shapes)
     key = (card.cpu_free, tuple(sorted(zip(card.lefts, card.models))))  # the measure ignores order
-    value = _MEMO.get(key)
+    memo = cache.cards
+    value = memo.get(key)
     if value is None:
-        if len(_MEMO) >= _MEMO_LIMIT:
-            _MEMO.clear()
-        value = _MEMO[key] = _fragmentation(card, _compiled(shapes))
+        if len(memo) >= cache.CARDS_LIMIT:
+            memo.clear()
+        value = memo[key] = _fragmentation(card, _compiled(shapes, cache))
     return value
 
 
-_MEMO: dict = {}
-_MEMO_LIMIT = 1 << 18
-_MEMO_SHAPES: object = None
-_COMPILED: dict = {}
-
-
-def _compiled(shapes) -> list[tuple[int, frozenset[str] | None, list[tuple[float, int, int]]]]:
+def _compiled(shapes, cache: FragCache) -> list[tuple[int, frozenset[str] | None, list[tuple[float, int, int]]]]:
     """Shapes grouped by (milli, models): [(milli, models, [(weight, cpu, count), ...])]."""
-    groups = _COMPILED.get("groups")
+    groups = cache.compiled.get("groups")
     if groups is None:
         by_key: dict[tuple, list[tuple[float, int, int]]] = {}
         for weight, shape in shapes:
             by_key.setdefault((shape.milli, shape.models), []).append((weight, shape.cpu, shape.count))
         # A CPU-only group's members are reduced to their weight sum here, not per card.
-        groups = _COMPILED["groups"] = [
+        groups = cache.compiled["groups"] = [
             (milli, models, sum(weight for weight, _, _ in members) if milli == 0 else members)
             for (milli, models), members in by_key.items()]
     return groups
@@ -138,47 +137,36 @@ def _fragmentation(card: Card, groups) -> float:
     return stats_total(card_stats(card, groups), groups)
 
 
-def view_fragmentation(view: NodeView, shapes) -> tuple[Card, Stats, float, list]:
+def view_fragmentation(view: NodeView, shapes, cache: FragCache) -> tuple[Card, Stats, float, list]:
     """(card, stats, F_n, compiled groups) of a node view, memoised per view object: needs of
     every shape score against the same view, and only the cards they take change."""
-    _sync(shapes)
-    hit = _VIEWS.get(id(view))
+    cache.sync(shapes)
+    views = cache.views
+    hit = views.get(id(view))
     if hit is None or hit[0] is not view:
-        if len(_VIEWS) >= _VIEWS_LIMIT:
-            _VIEWS.clear()
-        groups = _compiled(shapes)
+        if len(views) >= cache.VIEWS_LIMIT:
+            views.clear()
+        groups = _compiled(shapes, cache)
         card = card_of(view)
         stats = card_stats(card, groups)
-        hit = _VIEWS[id(view)] = (view, card, stats, stats_total(stats, groups), groups)
+        hit = views[id(view)] = (view, card, stats, stats_total(stats, groups), groups)
     return hit[1:]
 
 
-def max_shape_cpu(shapes) -> int:
+def max_shape_cpu(shapes, cache: FragCache) -> int:
     """The most CPU any typical shape asks for (memoised with the mix)."""
-    _sync(shapes)
-    most = _COMPILED.get("max_cpu")
+    cache.sync(shapes)
+    most = cache.compiled.get("max_cpu")
     if most is None:
-        most = _COMPILED["max_cpu"] = max((shape.cpu for _, shape in shapes), default=0)
+        most = cache.compiled["max_cpu"] = max((shape.cpu for _, shape in shapes), default=0)
     return most
 
 
-def _sync(shapes) -> None:
-    global _MEMO_SHAPES
-    if shapes is not _MEMO_SHAPES:  # a new mix (a checkpoint, another trace): old values are void
-        _MEMO.clear()
-        _VIEWS.clear()
-        _COMPILED.clear()
-        _MEMO_SHAPES = shapes
+def node_fragmentation(view: NodeView, shapes: tuple[tuple[float, TypicalShape], ...],
+                       cache: FragCache | None = None) -> float:
+    return card_fragmentation(card_of(view), shapes, cache)
 
 
-_VIEWS: dict = {}  # id(view) -> (view, ...): the view is kept, so its id is not reused meanwhile
-_VIEWS_LIMIT = 1 << 16
-
-
-def node_fragmentation(view: NodeView, shapes: tuple[tuple[float, TypicalShape], ...]) -> float:
-    return card_fragmentation(card_of(view), shapes)
-
-
-__all__ = ["Card", "Stats", "card_of",
+__all__ = ["Card", "Stats", "FragCache", "card_of",
            "card_stats", "stats_after", "stats_total", "view_fragmentation", "max_shape_cpu",
            "shape_fragment", "card_fragmentation", "node_fragmentation", "FREE"]

@@ -198,7 +198,7 @@ def _policy_name(state: State, run: Pass, need: Need) -> str:
 def _placement_context(state: State, run: Pass, claim: Claim, args: tuple) -> PlacementContext:
     excluded = {n for n, prio in run.held.items() if prio >= claim.spec.priority}
     return PlacementContext(args=args, typical_shapes=_typical_shapes(state, run), rng=run.ctx.rng,
-                            excluded=excluded, memo=run.ctx.memo)
+                            excluded=excluded, memo=run.ctx.memo, frag=run.frag)
 
 
 def _typical_shapes(state: State, run: Pass) -> tuple:

@@ -14,6 +14,7 @@ from typing import Any, Callable, Protocol, runtime_checkable
 
 from ledger.state import NodeView
 from services.allocator.core.demand import Need
+from services.allocator.core.frag_cache import FragCache
 from services.allocator.core.rules import placement_checks
 
 Picks = tuple[int, ...]  # indices into view.units
@@ -29,6 +30,7 @@ class PlacementContext:
     rng: Any = None  # only the `random` baseline policy uses it; the caller seeds it
     excluded: frozenset[str] | set[str] = frozenset()  # nodes held for a starving claim
     memo: dict | None = None  # caller-owned, lives across decisions: (picks, score) per node view
+    frag: FragCache = field(default_factory=FragCache)  # caller-owned fragmentation memos
     checks: tuple = field(init=False)  # the rules placement checks before picking (from args)
 
     def __post_init__(self) -> None:

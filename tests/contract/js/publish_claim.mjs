@@ -1,7 +1,7 @@
 // A publisher in another language, using only docs/contract.md: publish a claim to the intake with
 // Nats-Msg-Id, learn its outcome on gpu.outcome.claim.<token> (subscribed before publishing), read
 // the last outcome again by direct get, and publish the same claim again (stored once).
-// Usage: GPULEDGER_NATS_URL=nats://... node publish_claim.mjs '<claim JSON>'
+// Usage: GPULEDGER_PUBLISHER_URL=nats://publisher:SECRET@host:port node publish_claim.mjs '<claim JSON>'
 import { connect, headers } from "nats";
 
 const claim = JSON.parse(process.argv[2]);
@@ -14,7 +14,7 @@ const token = claimId.replace(/[^A-Za-z0-9_:-]/g, "_");
 const subject = `gpu.outcome.claim.${token}`;
 
 // nats.js does not read credentials from a URL: take them apart (nats://user:password@host:port)
-const url = new URL(process.env.GPULEDGER_NATS_URL);
+const url = new URL(process.env.GPULEDGER_PUBLISHER_URL ?? process.env.GPULEDGER_NATS_URL);
 const nc = await connect({
   servers: `${url.hostname}:${url.port || 4222}`,
   ...(url.username ? { user: decodeURIComponent(url.username), pass: decodeURIComponent(url.password) } : {}),

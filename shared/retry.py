@@ -1,0 +1,62 @@
+"""Riding out NATS trouble: what counts as transient, and a backoff to wait it out with.
+
+A nats-server restart or a network partition shows up as timeouts, "no responders", a connection
+closed or reconnecting, and JetStream answering 503 while it recovers its streams. None of these
+may kill a process (issue 16.7): each is waited out with a growing pause, and the attempt repeated
+once the connection is back (nats-py reconnects by itself, forever, in every gpuledger process).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import nats.errors
+from nats.js.errors import ServiceUnavailableError
+
+log = logging.getLogger("gpuledger.retry")
+T = TypeVar("T")
+
+TRANSIENT = (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.errors.ConnectionClosedError,
+             nats.errors.ConnectionReconnectingError, nats.errors.OutboundBufferLimitError,
+             nats.errors.StaleConnectionError, ServiceUnavailableError, asyncio.TimeoutError, OSError)
+DELAYS_S = (0.2, 0.5, 1.0, 2.0, 5.0)
+
+
+class Backoff:
+    """0.2 s, 0.5 s, 1 s, 2 s, then 5 s between attempts; `reset` after one that worked."""
+
+    def __init__(self, delays: tuple[float, ...] = DELAYS_S):
+        self.delays, self.failures = delays, 0
+
+    def reset(self) -> None:
+        self.failures = 0
+
+    def next(self) -> float:
+        delay = self.delays[min(self.failures, len(self.delays) - 1)]
+        self.failures += 1
+        return delay
+
+
+async def until_done(attempt: Callable[[], Awaitable[T]], what: str, backoff: Backoff | None = None) -> T:
+    """`attempt()` again and again, pausing by `backoff`, until it returns or fails with an error
+    that is not transient. The first failure and every tenth after it are logged, with the error
+    (a permission refused also ends as a timeout: the log says what keeps failing)."""
+    backoff = backoff or Backoff()
+    while True:
+        try:
+            return await attempt()
+        except TRANSIENT as err:
+            delay = backoff.next()
+            if backoff.failures % 10 == 1:
+                log.warning("%s failed %d time(s) (%s: %s); trying again in %.1f s", what, backoff.failures,
+                            type(err).__name__, err or "", delay)
+            await asyncio.sleep(delay)
+
+
+async def quiet_error(err: Exception) -> None:
+    """nats-py's error callback: one line per error (its default logs a traceback for every failed
+    reconnect attempt, hundreds during an outage)."""
+    log.warning("nats: %s: %s", type(err).__name__, err)
