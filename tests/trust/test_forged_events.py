@@ -109,3 +109,22 @@ async def test_garbage_on_the_decision_subject_moves_the_fence_and_is_skipped(st
     await nc.jetstream().publish(subjects.DECISIONS, b"\xff\xfe")
     first = await submit(nc, "after-garbage", 1, wait=10.0)
     assert first["status"] == "allocated"
+
+
+async def test_a_binding_is_believed_only_from_its_own_nodes_binding_subject(stack):
+    nc, log = stack
+    held = await submit(nc, "to-bind", 1)
+    node = held["node"]
+    other = "n1" if node == "n0" else "n0"
+    env = {"CUDA_VISIBLE_DEVICES": "7"}
+    forged = [(subjects.node_bindings(other), ev.ClaimBound(claim_id="to-bind", node=node, env=env)),
+              (subjects.node_bindings(other), ev.ClaimBound(claim_id="to-bind", node=other, env=env)),
+              (subjects.claim("to-bind"), ev.ClaimBound(claim_id="to-bind", node=node, env=env)),
+              (subjects.node(node), ev.ClaimBound(claim_id="to-bind", node=node, env=env))]
+    for i, (subject, event) in enumerate(forged):  # the first with the id an old agent used
+        await log.append(subject, event, msg_id="bound-to-bind" if i == 0 else None)
+    assert (await fold_all(log)).state.claims["to-bind"].status == "allocated"
+    real = ev.ClaimBound(claim_id="to-bind", node=node, env={"CUDA_VISIBLE_DEVICES": "0"})
+    await log.append(subjects.node_bindings(node), real)
+    state = (await fold_all(log)).state
+    assert state.claims["to-bind"].status == "bound" and state.claims["to-bind"].env == real.env
