@@ -107,3 +107,11 @@ def test_compose_runs_nats_with_the_users_of_its_fleet():
     env = {nats_auth.env_password(r.user): "x" for r in nats_auth.roles(demo_fleet=fleet_nodes(fleet))}
     conf = ROOT / "deploy" / "nats" / "compose-users.conf"
     assert _valid(conf, env).returncode == 0
+
+
+def test_the_cli_says_a_refused_login_without_echoing_the_password(auth_server):
+    done = subprocess.run([str(BIN), "claim", "list", "--nats-url",
+                           f"nats://ops:not-the-secret@127.0.0.1:{auth_server.port}"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "refused" in done.stderr
+    assert "not-the-secret" not in done.stderr and "ops:***@" in done.stderr
