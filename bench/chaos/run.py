@@ -22,6 +22,7 @@ from bench.chaos.fuzz import bad_intake_payloads, forged_events
 from bench.chaos.timeline import Fault, stall_figures
 from bench.e2e.load import claim_mix
 from bench.e2e.stack import start_stack
+from gpuledger_cli.up_supervise import restarted
 from shared.jetstream import JetStreamEventLog
 from shared.natscluster import server_urls
 
@@ -209,8 +210,8 @@ def _restarts(data_dir: Path) -> dict[str, int]:
     except OSError:
         return counts
     for line in text.splitlines():
-        if " exited with code " in line and "restarting" in line:
-            name = line.split("gpuledger: ", 1)[-1].split(" exited", 1)[0]
+        name = restarted(line)
+        if name is not None:
             counts[name] = counts.get(name, 0) + 1
     return counts
 
