@@ -15,7 +15,6 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 
 from gpuledger_cli.client import NatsUrl, connect_or_die, die, nats_url, print_json, run
-from schemas import subjects
 from services.projector.db import current_revision, make_engine
 from services.projector.models import TABLES, PositionRow, QuotaRow
 from services.projector.projector import DEFAULT_NAME

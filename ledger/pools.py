@@ -50,14 +50,6 @@ def unit_in_pool(pool: PoolSpec, unit: Unit, node_labels: dict[str, str]) -> boo
     return _is_empty(pool.exclude) or not _matches(pool.exclude, unit)
 
 
-def pool_for_unit(pools: Iterable[PoolSpec], unit: Unit, node_labels: dict[str, str]) -> PoolSpec | None:
-    """The first pool (in creation order) that selects the unit: a device is in one pool only."""
-    for pool in pools:
-        if unit_in_pool(pool, unit, node_labels):
-            return pool
-    return None
-
-
 def assign_pools(pools: Iterable[PoolSpec], units: list[Unit],
                  node_labels: dict[str, str]) -> dict[str, PoolSpec | None]:
     """{unit uuid: its pool} for one node: the first pool (creation order) that selects a unit

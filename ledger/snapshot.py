@@ -10,12 +10,15 @@ from __future__ import annotations
 import msgspec
 
 from schemas.types import PoolSpec, QuotaSpec
+from schemas.upcast import current, upcast
 
 from ledger.evolve import refresh_typical
 from ledger.holdings import requeue_all
 from ledger.state import Claim, Node, State, Usage, reindex_node
 
-SNAPSHOT_VERSION = 2  # 2: claim history as `trail` entries (was formatted lines)
+# 2: claim history as `trail` entries (was formatted lines); older ones are upgraded on read
+SNAPSHOT_VERSION = 2
+assert SNAPSHOT_VERSION == current("snapshot"), "a new snapshot version needs its step in schemas.upcast"
 
 
 class Snapshot(msgspec.Struct):
@@ -72,10 +75,23 @@ def to_snapshot(state: State, compact: bool = False) -> bytes:
             node.view, node.static = view, static
 
 
+def decode_snapshot(data: bytes) -> Snapshot:
+    """The snapshot in the current version: an older one is upgraded by its registered steps
+    (schemas.upcast), not refused; one newer than this code, or not a snapshot, raises ValueError."""
+    try:
+        snap = _decoder.decode(data)
+        if snap.version == SNAPSHOT_VERSION:
+            return snap
+    except msgspec.ValidationError:
+        pass  # an older shape the current type cannot read: the steps can
+    raw = msgspec.msgpack.decode(data)
+    if not isinstance(raw, dict) or not isinstance(raw.get("version"), int):
+        raise ValueError("not a gpuledger snapshot (no integer `version`)")
+    return msgspec.convert(upcast("snapshot", raw, raw["version"], field="version"), Snapshot)
+
+
 def from_snapshot(data: bytes) -> State:
-    snap = _decoder.decode(data)
-    if snap.version != SNAPSHOT_VERSION:
-        raise ValueError(f"snapshot version {snap.version} is not {SNAPSHOT_VERSION}: replay from the log")
+    snap = decode_snapshot(data)
     state = State(last_seq=snap.last_seq, last_decision_seq=snap.last_decision_seq,
                   capacity_epoch=snap.capacity_epoch, next_rank=snap.next_rank,
                   submitted=snap.submitted, quotas=dict(snap.quotas), usage=dict(snap.usage),

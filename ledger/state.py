@@ -183,6 +183,7 @@ _HISTORY_LINES = {
     "unused": "released unused: {}",
     "drift": "drift {} on {}: {}",
     "killed": "node agent killed pid {} on {} ({}): {}",
+    "text": "{}",  # a line of a version 1 snapshot no entry kind matched (schemas.upcast)
 }
 
 

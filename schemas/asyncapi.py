@@ -95,6 +95,10 @@ REQUESTS = (
     (subjects.command("endpoint.load"), "ReportEndpointLoad", "report an endpoint's queue to its autoscaler"),
     (subjects.query("endpoint.get"), "GetEndpoint", "one endpoint"),
     (subjects.query("endpoint.list"), "ListEndpoints", "endpoints, optionally of one namespace"),
+    (subjects.command("slot.acquire"), "AcquireSlot", "a model slot for one request: a warm one with room, else a new one"),
+    (subjects.command("slot.finish"), "FinishSlotRequest", "a request on a slot finished (its concurrency is free)"),
+    (subjects.command("slot.cleanup"), "CleanupSlots", "release stale slots now"),
+    (subjects.query("slot.list"), "ListSlots", "model slots: model, runtime, adapter, GPUs, concurrency, claim"),
     (subjects.query("gpus.availability"), "Query", "GPUs per model in the fleet: cards, free, healthy, "
                                                    "MIG instances, nodes, most on one node"),
 )

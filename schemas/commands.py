@@ -185,6 +185,30 @@ class ReportEndpointLoad(Command):
     requests_per_min: float = 0.0
 
 
+class AcquireSlot(Command):
+    """A request for a model (Helix seed 002): a warm slot with room, else a new slot."""
+
+    model: Annotated[str, msgspec.Meta(min_length=1, max_length=253)]
+    lora: Annotated[str, msgspec.Meta(max_length=1024)] = ""  # LoRA adapter; "" for the base model
+    namespace: Annotated[str, msgspec.Meta(min_length=1, max_length=63)] = "default"
+
+
+class FinishSlotRequest(Command):
+    """A request on a slot finished: its concurrency is free again."""
+
+    slot_id: str
+
+
+class ListSlots(Command):
+    model: str = ""
+
+
+class CleanupSlots(Command):
+    """Release stale slots now (the timer does it too); 0 or less: the configured stale limit."""
+
+    stale_after_s: float = 0.0
+
+
 class ErrorDetail(msgspec.Struct, frozen=True, omit_defaults=True):
     code: str  # invalid | not-found | conflict | unavailable | internal
     message: str

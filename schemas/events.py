@@ -1,14 +1,15 @@
 """The event contract: every fact gpuledger knows is one of these, in one JetStream stream.
 
-Rules (see docs/events.md): events are past tense and versioned by `v`; an additive change adds a
-field with a default; a breaking change is a new version with an upcaster in `schemas.upcast`;
-a published version is never edited. Times are unix seconds (float) supplied by the writer.
+Rules (see docs/architecture.md): events are past tense and versioned by `v`; an additive change
+adds a field with a default; a breaking change is a new version with a step in `schemas/upcast.py`
+that upgrades the old payload on read; a published version is never edited. Times are unix seconds (float) supplied by the writer.
 """
 
 from __future__ import annotations
 
 import msgspec
 
+from schemas import upcast as upcasts
 from schemas.types import (
     ClaimSpec,
     DeviceInfo,
@@ -421,7 +422,23 @@ def encode_event(event: Event) -> bytes:
 
 
 def decode_event(data: bytes) -> Event:
-    return _decoder.decode(data)
+    """One stored event in its current version: events of a type that has upcasters (an older `v`,
+    also as a batch's member) are upgraded on read by schemas.upcast's steps."""
+    if not upcasts.EVENT_KINDS:  # no event type has ever changed version: the direct decode
+        return _decoder.decode(data)
+    return msgspec.convert(_upcast_raw(msgspec.json.decode(data)), AnyEvent)
+
+
+def _upcast_raw(raw):
+    if not isinstance(raw, dict):
+        return raw
+    kind, version = raw.get("type"), raw.get("v", 1)
+    if kind in upcasts.EVENT_KINDS and isinstance(version, int) and version != upcasts.EVENT_KINDS[kind]:
+        raw = upcasts.upcast(kind, raw, version)
+    for members in ("events", "decisions"):  # a batch's members keep their own versions
+        if isinstance(raw.get(members), list):
+            raw = {**raw, members: [_upcast_raw(member) for member in raw[members]]}
+    return raw
 
 
 def flatten(event: Event) -> list[Event]:

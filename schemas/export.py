@@ -23,7 +23,8 @@ COMMANDS = (commands.SubmitClaim, commands.ReleaseClaim, commands.RenewLease, co
             commands.GetQuota, commands.ListQuotas, commands.GetQuotaStatus, commands.CreatePool,
             commands.UpdatePool, commands.DeletePool, commands.GetPool, commands.ListPools, commands.RenderPool, commands.IgnoreDevice,
             commands.CreateEndpoint, commands.UpdateEndpoint, commands.DeleteEndpoint, commands.GetEndpoint,
-            commands.ListEndpoints, commands.ReportEndpointLoad, commands.Query, commands.Reply)
+            commands.ListEndpoints, commands.ReportEndpointLoad, commands.AcquireSlot,
+            commands.FinishSlotRequest, commands.ListSlots, commands.CleanupSlots, commands.Query, commands.Reply)
 
 # Every spelling of a claim and the Struct it is (a second spelling, e.g. camelCase, adds a line).
 CLAIM_SPELLINGS: dict[str, type] = {"ClaimSpec": ClaimSpec, "SeedClaimSpec": SeedClaimSpec}

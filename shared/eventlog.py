@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from schemas.events import Event, decode_event, encode_event
 
@@ -43,29 +41,6 @@ class StoredEvent:
     subject: str
     event: Event
     headers: dict[str, str] = field(default_factory=dict)
-
-
-class EventLog(Protocol):
-    async def append(
-        self,
-        subject: str,
-        event: Event,
-        *,
-        msg_id: str | None = None,
-        expected_last_subject_seq: int | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> Appended: ...
-
-    async def last_seq(self) -> int: ...
-
-    async def last_subject_seq(self, subject: str) -> int: ...
-
-    def subject_after(self, subject: str, after_seq: int = 0) -> AsyncIterator[StoredEvent]: ...
-
-    def read(self, from_seq: int = 1, until_seq: int | None = None,
-             subject: str | None = None) -> AsyncIterator[StoredEvent]: ...
-
-    def follow(self, from_seq: int = 1, subject: str | None = None) -> AsyncIterator[StoredEvent]: ...
 
 
 def subject_matches(pattern: str | None, subject: str) -> bool:

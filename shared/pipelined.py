@@ -4,7 +4,6 @@ as an error (the message may still have been stored: callers publish idempotentl
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
 import time
@@ -76,9 +75,3 @@ def parse_ack(data: bytes, headers: dict | None = None) -> tuple[int, int, str]:
     if error:
         return 0, int(error.get("err_code") or error.get("code") or NO_ANSWER), str(error.get("description", error))
     return int(reply.get("seq", 0)), 0, ""
-
-
-async def expire_forever(publisher: PipelinedPublisher, every_s: float = 1.0) -> None:
-    while True:
-        await asyncio.sleep(every_s)
-        publisher.expire()

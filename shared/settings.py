@@ -80,6 +80,10 @@ class Settings:
     # the image every live endpoint's workers run (the seed's TETRA_GPU_IMAGE); no client can change it
     live_image: str = field(default_factory=lambda: os.environ.get("GPULEDGER_LIVE_IMAGE",
                                                                    "runpod/tetra-rp:latest"))
+    # Helix model slots: the operator's models (YAML), the clean-up timer, when an idle slot is stale
+    models_file: str = field(default_factory=lambda: os.environ.get("GPULEDGER_MODELS", ""))
+    slot_tick_s: float = field(default_factory=lambda: _float("GPULEDGER_SLOT_TICK_S", 30.0))
+    slot_stale_s: float = field(default_factory=lambda: _float("GPULEDGER_SLOT_STALE_S", 300.0))
     # Prometheus /metrics of this process: 0 = not served (`gpuledger up` assigns one per child).
     metrics_port: int = field(default_factory=lambda: int(_float("GPULEDGER_METRICS_PORT", 0)))
     metrics_host: str = field(default_factory=lambda: os.environ.get("GPULEDGER_METRICS_HOST", "127.0.0.1"))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,7 +111,3 @@ def run_all(nodes: str | Path, pods: str | Path, policies: list[str], seeds: lis
     results = run_jobs({"": read_trace(nodes, pods)}, jobs, workers,
                        progress and (lambda job: progress(job[1:])))
     return [summarise(p, [results[("", p, s)] for s in seeds]) for p in policies]
-
-
-def default_workers() -> int:
-    return max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1, 16))

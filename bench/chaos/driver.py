@@ -85,7 +85,7 @@ class Watcher:
     release_errors: dict[str, str] = field(default_factory=dict)
     read_errors: int = 0
     last_seq: int = 0
-    last_decision_at: float = 0.0  # monotonic time the last DecisionBatch was read
+    last_decision_at: float = 0.0  # the writer's time (`at`, unix) of the newest DecisionBatch read
     _tasks: set = field(default_factory=set)
 
     async def watch(self, start_seq: int) -> None:
@@ -112,7 +112,7 @@ class Watcher:
             return
         if not isinstance(batch, ev.DecisionBatch):
             return
-        self.last_decision_at = time.monotonic()
+        self.last_decision_at = max(self.last_decision_at, batch.at)
         for decision in batch.decisions:
             claim_id = getattr(decision, "claim_id", "")
             if isinstance(decision, ev.ClaimAllocated) and claim_id not in self.allocated:
@@ -141,7 +141,8 @@ class Watcher:
         self.release_errors[claim_id] = error
 
     async def decided_since(self, moment: float, timeout: float) -> bool:
-        """Wait until a decision is read after `moment` (monotonic), or the timeout."""
+        """Wait until a decision stamped after `moment` (unix time) is read, or the timeout: one
+        read late, after an outage, may be older than the fault."""
         deadline = time.monotonic() + timeout
         while self.last_decision_at <= moment and time.monotonic() < deadline:
             await asyncio.sleep(0.1)

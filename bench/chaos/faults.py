@@ -90,8 +90,11 @@ class NatsRestarts:
         """Start the same server again, unless its port already answers."""
         if listening(proc.client_port):
             return False
+        from bench.e2e.stack import _stop_with_parent  # if the benchmark dies, the server goes too
+
         child = subprocess.Popen(list(proc.argv), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.DEVNULL, start_new_session=True)
+                                 stderr=subprocess.DEVNULL, start_new_session=True,
+                                 preexec_fn=_stop_with_parent)
         self.started.append(child)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and not listening(proc.client_port):

@@ -5,7 +5,9 @@ the whole log. Returns one dict of figures (`bench chaos --json` prints it)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import random
+import signal
 import subprocess
 import tempfile
 import time
@@ -27,6 +29,7 @@ from shared.jetstream import JetStreamEventLog
 from shared.natscluster import server_urls
 
 
+UP_RESTART_GRACE_S = 5.0  # after the outage, how long `up` gets to restart nats-server itself
 RECOVERY_WAIT_S = 180.0  # the longest a run waits for decisions after a fault before going on
 
 
@@ -89,7 +92,7 @@ async def _on_stack(stack, options: Options, restarts: fx.NatsRestarts, say) -> 
             await asyncio.sleep(len(burst) / options.rate / 2)
             if fault:
                 done_faults.append(await _inject(stack, fault, restarts, options.cluster, ops))
-            injected = time.monotonic()
+            injected = time.time()
             await _hostile(submitter, watcher, claims, bursts[:i], run_id, rng, options, fuzz_report, i)
             await publishing
             if fault:  # one fault at a time: the next burst's waits for decisions to resume
@@ -123,19 +126,37 @@ async def _inject(stack, fault: str, restarts: fx.NatsRestarts, cluster: int, op
 
 
 async def _nats_outage(stack, outage: float, restarts: fx.NatsRestarts, cluster: int, ops) -> Fault:
-    servers = fx.find(stack.pid, "nats-server") or [p for p in _restarted(restarts)]
+    """kill -9 a nats-server (on a cluster, the one leading the log) for `outage` seconds. `up` is
+    paused meanwhile (SIGSTOP) so its supervisor cannot start the server again before the outage
+    is over; once it runs again it restarts the server itself, else (an `up` that does not
+    supervise nats-server) this run does, with the same command line."""
+    servers = fx.find(stack.pid, "nats-server") or _restarted(restarts)
     victim = servers[0] if servers else None
     if cluster and servers:
         victim = await _log_leader(ops, servers) or victim
+    what = "the log's leader of 3" if cluster else "the only server"
     if victim is None:
         at = time.time()
         return Fault(f"nats-server {outage:g}s outage (not found)", at, at)
-    at = time.time()
-    fx.kill9(victim)
-    await asyncio.sleep(outage)
-    await asyncio.to_thread(restarts.restart, victim)
-    what = "the log's leader of 3" if cluster else "the only server"
+    os.kill(stack.pid, signal.SIGSTOP)
+    try:
+        at = time.time()
+        fx.kill9(victim)
+        await asyncio.sleep(outage)
+    finally:
+        os.kill(stack.pid, signal.SIGCONT)
+    if not await _listening_within(victim.client_port, UP_RESTART_GRACE_S):
+        await asyncio.to_thread(restarts.restart, victim)
     return Fault(f"kill -9 nats-server ({what}), {outage:g}s outage", at, time.time())
+
+
+async def _listening_within(port: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if fx.listening(port):
+            return True
+        await asyncio.sleep(0.1)
+    return False
 
 
 def _restarted(restarts: fx.NatsRestarts) -> list[fx.Proc]:

@@ -262,6 +262,9 @@ async def build(ctx: ServiceContext) -> None:
         register_endpoints = None
     if register_endpoints is not None:
         await register_endpoints(ctx)
+        from services.claim.slots import register_slots
+
+        await register_slots(ctx)
     writer = OutcomeWriter(ctx.nc, service)
     service.follower.listeners.append(writer.note)
     ctx.claim_outcomes = writer  # type: ignore[attr-defined]  # for in-process tests

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 
 import pytest
 
@@ -19,6 +18,7 @@ from shared import rpc
 from shared.jetstream import JetStreamEventLog, connect, ensure_streams
 from shared.service import start_service, stop_service
 from shared.settings import Settings
+from tests.cli import run_cli
 
 
 class Clock:
@@ -186,8 +186,7 @@ async def test_the_loop_scales_on_its_own(fresh_nats):
 
 
 async def _cli(url: str, *args: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "gpuledger_cli.main", *args, "--nats-url", url]
-    return await asyncio.to_thread(subprocess.run, cmd, capture_output=True, text=True, timeout=60)
+    return await run_cli(*args, "--nats-url", url)
 
 
 async def test_the_cli_drives_an_endpoint(service, fresh_nats):

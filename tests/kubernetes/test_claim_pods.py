@@ -3,7 +3,6 @@ to the claim's node and gets its devices (env and annotations), or is refused wi
 
 from __future__ import annotations
 
-import copy
 
 import pytest
 

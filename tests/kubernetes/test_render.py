@@ -10,7 +10,7 @@ import pytest
 from schemas import events as ev
 from schemas import subjects
 from schemas.commands import IgnoreDevice, RenderPool
-from schemas.types import DeviceInfo, DeviceSelector, PoolSpec
+from schemas.types import DeviceSelector, PoolSpec
 from services.pool_controller.render import max_instances
 from services.pool_controller.render_dra import dra_api_version
 from services.pool_controller.rendering import RenderRequest, render_pool

@@ -6,7 +6,6 @@ import asyncio
 import json
 import ssl
 import subprocess
-import sys
 
 import pytest
 
@@ -25,6 +24,7 @@ from shared.settings import Settings
 
 from tests.pool_controller.fixtures import allocation, node_registered
 from tests.pool_controller.test_admission import admission_review, pod
+from tests.cli import run_cli
 
 
 @pytest.fixture
@@ -166,9 +166,7 @@ async def test_the_webhook_mutates_and_validates_over_https(service, certificate
 
 
 async def _cli(url: str, *args: str, stdin: str = "") -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "gpuledger_cli.main", *args, "--nats-url", url]
-    return await asyncio.to_thread(subprocess.run, cmd, input=stdin, capture_output=True, text=True,
-                                   timeout=60)
+    return await run_cli(*args, "--nats-url", url, stdin=stdin)
 
 
 async def test_the_cli_creates_a_pool_from_a_manifest_and_reports_errors(service, fresh_nats, tmp_path):

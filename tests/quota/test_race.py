@@ -84,7 +84,10 @@ async def test_a_released_unit_goes_to_exactly_one_waiting_claim(stack):
         if sum(v["status"] == "allocated" for v in views) == 2:
             break
         await asyncio.sleep(0.05)
-    await asyncio.sleep(0.5)  # a second grant would have to come in a later pass: give it the chance
+    # a claim submitted after the release is decided in a pass that saw the release: a second
+    # grant to team-b would have been made by then
+    await submit_all(nc, [{"claim_id": "after", "namespace": "team-z", "gpus": 0, "cpu_milli": 100}])
+    assert (await settled(nc, ["after"]))[0]["status"] == "allocated"
     views = await settled(nc, ids)
     assert [v["status"] for v in views].count("allocated") == 2
     assert [v["status"] for v in views].count("released") == 1

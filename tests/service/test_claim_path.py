@@ -7,7 +7,7 @@ import nats
 import pytest
 
 from schemas import subjects
-from shared.jetstream import JetStreamEventLog, ensure_streams
+from shared.jetstream import JetStreamEventLog
 from tests.service.helpers import h100_node, register_nodes, request, running
 
 

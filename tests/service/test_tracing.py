@@ -4,13 +4,12 @@ allocator's decision share a trace id (the context travels in NATS headers and i
 from __future__ import annotations
 
 import nats
-from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from schemas import subjects
 from shared.jetstream import JetStreamEventLog
 from shared.telemetry import inject_headers, setup_tracing
-from tests.service.helpers import h100_node, register_nodes, request, running
+from tests.service.helpers import h100_node, register_nodes, running
 
 import msgspec
 

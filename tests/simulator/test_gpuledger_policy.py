@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from services.allocator.core.demand import Need
 from ledger.shapes import TypicalShape, typical_shapes
 from services.allocator.core.policy import PlacementContext
+from services.allocator.core.model_mismatch import bound_shape_weights
 from services.allocator.core.scorers import (STRAND_CARDS, cpu_stranded, get_policy,
                                              gpu_pods_cpu_per_milli)
 from ledger.state import FREE
@@ -116,3 +117,23 @@ def test_mig_instances_score_as_fgd_scores_them():
         need = Need(1, FREE, "1g.10gb", cpu, 0, "", None, "")
         picks, score = get_policy("gpuledger").pick_scored(view, need, ctx)
         assert picks is not None and (picks, score) == get_policy("fgd").pick_scored(view, need, ctx)
+
+
+def test_an_unbound_pod_is_not_pushed_to_the_models_that_bound_shapes_exclude():
+    # Two nodes alike but for the model. FGD counts a card's whole idle as fragment for a shape
+    # bound to another model, so it sends an unbound pod to whichever model the bound shape
+    # excludes; gpuledger leaves that mismatch out, and the first node in rank takes it both times.
+    nodes = (node("t4", 2, 64000, "T4"), node("g2", 2, 64000, "G2"))
+    for bound, fgd_node in (("T4", "g2"), ("G2", "t4")):
+        shapes = typical_shapes({TypicalShape(1000, 1000, 1, None): 1,
+                                 TypicalShape(1000, 1000, 1, frozenset([bound])): 1})
+        assert place(cluster_state(nodes), pod(), "fgd", 1, shapes)[0] == fgd_node
+        assert place(cluster_state(nodes), pod(), "gpuledger", 1, shapes)[0] == "t4"
+
+
+def test_without_bound_shapes_the_mismatch_is_zero_and_bound_weights_add_up():
+    assert bound_shape_weights(SHAPES) == (0.0, {})
+    shapes = typical_shapes({TypicalShape(1000, 1000, 1, None): 2, TypicalShape(1000, 500, 1, frozenset(["T4"])): 1,
+                             TypicalShape(1000, 1000, 1, frozenset(["T4", "G2"])): 1})
+    total, allowed = bound_shape_weights(shapes)
+    assert total == 0.5 and allowed == {"T4": 0.5, "G2": 0.25}

@@ -137,10 +137,15 @@ async def test_a_record_written_further_along_the_log_is_never_moved_back(js, wr
     await js.jetstream().publish(subjects.node_grants("n0"), encode_grants(ahead))
     writer = writing(state)
     assert await records_are(js, "n1", ["b"])
+    writes = writer.writes
     writer.mark(["n0"])
     writer.flush()
-    await asyncio.sleep(0.5)  # give a wrong write every chance to land
-    assert (await stored(js, "n0")).through_seq == 50
+    for _ in range(1000):  # until the writer has handled the mark (and any write it made is acked)
+        if not writer.dirty and not writer.writing:
+            break
+        await asyncio.sleep(0.005)
+    assert not writer.dirty and not writer.writing
+    assert writer.writes == writes and (await stored(js, "n0")).through_seq == 50
 
 
 async def test_two_writers_on_one_node_end_with_the_record_folded_furthest(js, writing):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import msgspec
 import nats
-import pytest
 
 from schemas import events as ev
 from schemas import subjects

@@ -10,6 +10,7 @@ from services.allocator.core.baselines import BinPack
 from services.allocator.core.demand import Need
 from services.allocator.core.frag_cache import FragCache
 from services.allocator.core.fragmentation import max_shape_cpu, stats_after, stats_total, view_fragmentation
+from services.allocator.core.model_mismatch import model_mismatch_drop
 from services.allocator.core.picks import default_pick, fitting_units
 from services.allocator.core.policy import PlacementContext
 from ledger.state import FREE, NodeView
@@ -128,8 +129,10 @@ class GpuLedger(FGD):
     CPU-only needs keep FGD's score: with the term they fill the CPU slack of empty nodes that
     8-GPU pods need (0.6 points worse on a mix with 4x the CPU-only pods, docs/benchmarks.md;
     openb: 4.22 against FGD's 4.74 Unallocated GPU % at 100 % arrived). The score stays FGD's
-    integer sigmoid: finer scores spread load and lose 1 to 2 points on openb. Among cards of equal
-    score a share takes the one with least room left. Whole-card claims keep NVLink-contiguous
+    integer sigmoid: finer scores spread load and lose 1 to 2 points on openb. FGD's drop is taken
+    without its model mismatch (model_mismatch.py): with half the openb pods bound to models it
+    sent unbound pods to the scarce models (5.2 % unallocated at 100 %, now 4.2); without bound
+    shapes nothing changes. Among cards of equal score a share takes the one with least room left. Whole-card claims keep NVLink-contiguous
     picks (`default_pick`); typical shapes come from the caller, or from the claims the allocator
     has seen (`DecideContext.typical_shapes`).
     """
@@ -145,10 +148,10 @@ class GpuLedger(FGD):
             return picks, self._int_score(view, need, picks, ctx)
         strand = self._strand_drop(view, need, ctx)
         if need.count != 1 or need.milli >= FREE:
-            return picks, _to_int(frag_drop(view, need, picks, ctx) + strand)
+            return picks, self._gpu_score(view, need, picks, ctx, strand)
         best, best_score, best_int = None, None, 0
         for i, drop in _share_drops(view, need, ctx):
-            score = _to_int(drop + strand)
+            score = _to_int(drop - model_mismatch_drop(view, need, (i,), ctx) + strand)
             ranked = score - self.TIE * view.units[i].milli_free / FREE
             if best_score is None or ranked > best_score:
                 best, best_score, best_int = (i,), ranked, score
@@ -157,7 +160,12 @@ class GpuLedger(FGD):
     def score(self, view: NodeView, need: Need, picks, ctx: PlacementContext) -> int:
         if need.count == 0:
             return self._int_score(view, need, picks, ctx)
-        return _to_int(frag_drop(view, need, picks, ctx) + self._strand_drop(view, need, ctx))
+        return self._gpu_score(view, need, picks, ctx, self._strand_drop(view, need, ctx))
+
+    @staticmethod
+    def _gpu_score(view: NodeView, need: Need, picks, ctx: PlacementContext, strand: float) -> int:
+        drop = frag_drop(view, need, picks, ctx) - model_mismatch_drop(view, need, picks, ctx)
+        return _to_int(drop + strand)
 
     @staticmethod
     def _strand_drop(view: NodeView, need: Need, ctx: PlacementContext) -> float:

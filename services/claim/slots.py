@@ -1,0 +1,177 @@
+"""Model slots in the claim service (Helix seed 002): requests to warm slots, new slots as claims,
+stale slots released on a timer and on demand.
+
+A slot's GPUs are an ordinary claim (workload `helix-slot`, labels naming model, runtime, adapter
+and concurrency; `gpus` = the slot's GPU count, `gpu_memory_gib` = its even share per GPU), so the
+allocator places it and quota counts it. The slots are rebuilt from those claims on restart;
+the requests running on each (concurrency) are counted here in memory, as Helix counts them in
+its scheduler, so a restarted service sees every slot idle until requests come back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from schemas import subjects
+from schemas.commands import AcquireSlot, CleanupSlots, FinishSlotRequest, ListSlots, Reply, fail, ok
+from schemas.reasons import never_satisfiable_here
+from schemas.types import ClaimSpec
+from ledger.state import State
+from services.claim.availability import availability
+from services.claim.slot_core import Slot, SlotKey, acquire, plan_slot, release, stale_slots, warm_slot
+from services.claim.slot_models import load_models
+from shared.commands import DomainError, command
+from shared.service import ServiceContext
+
+log = logging.getLogger("gpuledger.slots")
+WORKLOAD = "helix-slot"
+LIVE = ("pending", "allocated", "bound")
+QUEUE = "claim-slots"
+
+
+class Slots:
+    def __init__(self, claims, models: dict, stale_after_s: float, clock=time.time):
+        self.claims = claims  # the claim service: submits and releases the slots' claims
+        self.models = models
+        self.stale_after_s = stale_after_s
+        self.clock = clock
+        self.slots: dict[str, Slot] = {}
+        self._lock = asyncio.Lock()
+
+    @property
+    def state(self) -> State:
+        return self.claims.state
+
+    def _sync(self) -> None:
+        """Slots from the fold: one per helix-slot claim; ended when its claim ended."""
+        for claim_id, claim in self.state.claims.items():
+            if claim.spec.workload != WORKLOAD:
+                continue
+            slot = self.slots.get(claim_id)
+            if slot is None and claim.status in LIVE:
+                labels = claim.spec.labels
+                slot = self.slots[claim_id] = Slot(
+                    claim_id, SlotKey(labels.get("model", ""), labels.get("runtime", ""), labels.get("lora", "")),
+                    max(claim.spec.gpus, 1), claim.spec.gpu_memory_gib, int(labels.get("concurrency", "1")),
+                    max(claim.submitted_at, claim.last_activity))
+            if slot is not None:
+                slot.ended = claim.status not in LIVE
+
+    def _live(self) -> list[Slot]:
+        return [s for s in self.slots.values() if not s.ended]
+
+    async def acquire(self, c: AcquireSlot) -> Reply:
+        model = self.models.get(c.model)
+        if model is None:
+            return fail("not-found", f"unknown model {c.model!r}; known: {', '.join(self.models) or 'none'} "
+                        "(GPULEDGER_MODELS)", "model")
+        async with self._lock:
+            await self.claims.follower.wait_for_seq(await self.claims.log.last_seq())
+            self._sync()
+            key = SlotKey(model.name, model.runtime, c.lora)
+            slot = warm_slot(self._live(), key)
+            warm = slot is not None
+            if slot is None:
+                slot = await self._new_slot(model, key, c.namespace)
+                if isinstance(slot, Reply):
+                    return slot
+            acquire(slot, self.clock())
+        return ok(self._describe(slot) | {"warm": warm})
+
+    async def _new_slot(self, model, key: SlotKey, namespace: str) -> Slot | Reply:
+        fleet = {name: (card_gib, row["max_per_node"]) for name, row in availability(self.state).items()
+                 if row["max_per_node"] and (card_gib := self._card_gib(name))}
+        plan = plan_slot(model, fleet)
+        if plan is None:
+            return fail("never-satisfiable", f"no node of the fleet can host {model.name} ({model.memory_gib:g} GiB, "
+                        f"{model.runtime}) on any GPU count it allows", "model")
+        slot_id = f"slot-{model.name}-{sum(1 for s in self.slots.values() if s.key.model == model.name) + 1}"
+        labels = {"model": model.name, "runtime": model.runtime, "concurrency": str(model.max_concurrency),
+                  **({"lora": key.lora} if key.lora else {})}
+        spec = ClaimSpec(claim_id=slot_id, namespace=namespace, gpus=plan.gpus,
+                         gpu_memory_gib=plan.memory_per_gpu_gib, models=list(plan.models), workload=WORKLOAD,
+                         labels=labels)
+        try:
+            await self.claims.submit(spec)
+        except DomainError as err:
+            return fail(err.code, err.message, err.field)
+        slot = self.slots[slot_id] = Slot(slot_id, key, plan.gpus, plan.memory_per_gpu_gib,
+                                          model.max_concurrency, self.clock())
+        return slot
+
+    def _card_gib(self, model: str) -> float:
+        memory = [u.memory_mib for u in self.state.units.values() if u.model == model and u.mig_index < 0]
+        return max(memory) / 1024 if memory else 0.0
+
+    async def finish(self, c: FinishSlotRequest) -> Reply:
+        slot = self.slots.get(c.slot_id)
+        if slot is None:
+            return fail("not-found", f"no slot {c.slot_id!r}", "slot_id")
+        release(slot, self.clock())
+        return ok(self._describe(slot))
+
+    async def list(self, c: ListSlots) -> Reply:
+        self._sync()
+        return ok([self._describe(s) for s in self._live() if not c.model or s.key.model == c.model])
+
+    async def cleanup(self, c: CleanupSlots) -> Reply:
+        released = await self.reap(c.stale_after_s if c.stale_after_s > 0 else self.stale_after_s)
+        return ok({"released": released})
+
+    async def reap(self, stale_after_s: float) -> list[str]:
+        """Release every stale slot (the timer), and, while a new slot's claim waits for room that
+        waiting can free, the longest-idle slot at all (on demand, Helix's eviction of stale slots)."""
+        async with self._lock:
+            self._sync()
+            now = self.clock()
+            doomed = stale_slots(self._live(), now, stale_after_s)
+            if self._a_slot_waits_for_room():
+                doomed += [s for s in stale_slots(self._live(), now, 0.0) if s not in doomed][:1]
+            for slot in doomed:
+                await self.claims.release(slot.slot_id, f"stale slot: idle since {slot.last_activity:.0f}")
+                slot.ended = True
+        return [s.slot_id for s in doomed]
+
+    def _a_slot_waits_for_room(self) -> bool:
+        for slot in self._live():
+            claim = self.state.claims.get(slot.slot_id)
+            if claim is not None and claim.status == "pending" and claim.reasons and \
+                    not never_satisfiable_here([r.code for r in claim.reasons]):
+                return True
+        return False
+
+    def _describe(self, slot: Slot) -> dict:
+        claim = self.state.claims.get(slot.slot_id)
+        view = {"slot_id": slot.slot_id, "model": slot.key.model, "runtime": slot.key.runtime,
+                "lora": slot.key.lora, "gpus": slot.gpus, "memory_per_gpu_gib": slot.memory_per_gpu_gib,
+                "active": slot.active, "max_concurrency": slot.max_concurrency,
+                "last_activity": slot.last_activity, "status": claim.status if claim else "pending"}
+        if claim is not None and claim.node:
+            view["node"] = claim.node
+        return view
+
+    async def run_reaper(self, tick_s: float) -> None:
+        while True:
+            await asyncio.sleep(tick_s)
+            try:
+                released = await self.reap(self.stale_after_s)
+                if released:
+                    log.info("released stale slots %s", ", ".join(released))
+            except Exception:  # an infrastructure hiccup: log it, try again next tick
+                log.exception("slot clean-up failed")
+
+
+async def register_slots(ctx: ServiceContext) -> Slots:
+    """Add the slot handlers and the clean-up timer to a claim service being built."""
+    slots = Slots(ctx.claims, load_models(ctx.settings.models_file), ctx.settings.slot_stale_s)  # type: ignore[attr-defined]
+    ctx.slots = slots  # type: ignore[attr-defined]  # for in-process tests
+    b = ctx.broker
+    command(b, subjects.command("slot.acquire"), AcquireSlot, slots.acquire, queue=QUEUE)
+    command(b, subjects.command("slot.finish"), FinishSlotRequest, slots.finish, queue=QUEUE)
+    command(b, subjects.command("slot.cleanup"), CleanupSlots, slots.cleanup, queue=QUEUE)
+    command(b, subjects.query("slot.list"), ListSlots, slots.list, queue=QUEUE)
+    if ctx.settings.slot_tick_s > 0:
+        ctx.spawn(slots.run_reaper(ctx.settings.slot_tick_s), "slot-reaper")
+    return slots
