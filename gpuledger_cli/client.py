@@ -67,7 +67,7 @@ def die(message: str, code: int = 1) -> None:
 async def connect_or_die(url: str):
     import nats
 
-    from shared.natscluster import server_urls
+    from shared.natscluster import connect_args
 
     async def quiet(_err) -> None:  # nats-py prints tracebacks by default; we print one clear line
         pass
@@ -75,7 +75,7 @@ async def connect_or_die(url: str):
     try:
         # nats-py keeps retrying an unreachable server whatever the options: bound the attempt
         return await asyncio.wait_for(
-            nats.connect(server_urls(url), connect_timeout=2, max_reconnect_attempts=0, allow_reconnect=False,
+            nats.connect(**connect_args(url), connect_timeout=2, max_reconnect_attempts=0, allow_reconnect=False,
                          error_cb=quiet), timeout=5)
     except (Exception, asyncio.TimeoutError) as err:
         why = "no answer within 5s" if isinstance(err, asyncio.TimeoutError) else f"{type(err).__name__}: {err}"
