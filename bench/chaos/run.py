@@ -24,6 +24,7 @@ from bench.chaos.fuzz import bad_intake_payloads, forged_events
 from bench.chaos.timeline import Fault, stall_figures
 from bench.e2e.load import claim_mix
 from bench.e2e.stack import start_stack
+from gpuledger_cli.up_supervise import restarted
 from shared.jetstream import JetStreamEventLog
 from shared.natscluster import connect_args
 
@@ -229,15 +230,10 @@ def _restarts(data_dir: Path) -> dict[str, int]:
         text = (data_dir / "up.log").read_text(errors="replace")
     except OSError:
         return counts
-    for line in text.splitlines():  # "<name> exited with code 1; restarting ..." or "... was killed"
-        if "restarting" not in line:
-            continue
-        said = line.split("gpuledger: ", 1)[-1]
-        for verb in (" exited", " was killed"):
-            if verb in said:
-                name = said.split(verb, 1)[0]
-                counts[name] = counts.get(name, 0) + 1
-                break
+    for line in text.splitlines():
+        name = restarted(line)
+        if name is not None:
+            counts[name] = counts.get(name, 0) + 1
     return counts
 
 
