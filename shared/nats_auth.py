@@ -77,7 +77,7 @@ def service_roles() -> list[Role]:
         _service("claim", ["gpu.evt.claim.>", subjects.INTAKE_BATCHES, f"{subjects.DEAD_LETTER}.>",
                            "gpu.evt.endpoint.>", subjects.OUTCOMES],
                  ["gpu.cmd.claim.>", "gpu.qry.claim.>", "gpu.qry.cluster.>", "gpu.cmd.endpoint.>",
-                  "gpu.qry.endpoint.>", "gpu.qry.gpus.>"],
+                  "gpu.qry.endpoint.>", "gpu.qry.gpus.>", "gpu.cmd.slot.>", "gpu.qry.slot.>"],
                  (subjects.STREAM, subjects.INTAKE_STREAM, subjects.OUTCOMES_STREAM),
                  "claims, intake batches, dead letters, endpoints, outcomes"),
         _service("allocator", [subjects.DECISIONS, subjects.NODE_GRANTS, f"$O.{subjects.SNAPSHOT_BUCKET}.>",

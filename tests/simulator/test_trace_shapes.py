@@ -14,7 +14,8 @@ from simulator.variants import write_pods
 from tests.simulator.conftest import NODE_HEADER, POD_HEADER, pod_line
 
 FIVE = "name,cpu_milli,memory_mib,num_gpu,gpu_milli"
-NODES = ["n0,32000,131072,4,V100M16", "n1,32000,131072,4,V100M32", "n2,16000,65536,2,T4"]
+NODES = ["n0,32000,131072,4,V100M16", "n1,32000,131072,4,V100M32", "n2,16000,65536,2,T4",
+         "cpu0,64000,262144,0,"]  # a node without GPUs, as in the published all-node list
 
 
 def test_a_five_column_pod_list_reads_as_unconstrained_pods_without_times(write):
