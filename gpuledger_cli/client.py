@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import sys
 from datetime import datetime
 from typing import Any
@@ -22,6 +23,11 @@ DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
 NatsUrl = typer.Option(None, "--nats-url", envvar="GPULEDGER_NATS_URL",
                        help="NATS server URL (default: env GPULEDGER_NATS_URL, else the URL the last "
                             "`gpuledger up` wrote to .gpuledger/env, else nats://127.0.0.1:4222)")
+
+
+def redacted(url: str) -> str:
+    """The URL with any password masked, for messages (the ops user's URL carries its secret)."""
+    return re.sub(r"(://[^:/@,]+):[^@,]*@", r"\1:***@", url)
 
 
 def nats_url(value: str | None) -> str:
@@ -61,7 +67,7 @@ def die(message: str, code: int = 1) -> None:
 async def connect_or_die(url: str):
     import nats
 
-    from shared.natscluster import server_urls
+    from shared.natscluster import connect_args
 
     async def quiet(_err) -> None:  # nats-py prints tracebacks by default; we print one clear line
         pass
@@ -69,11 +75,11 @@ async def connect_or_die(url: str):
     try:
         # nats-py keeps retrying an unreachable server whatever the options: bound the attempt
         return await asyncio.wait_for(
-            nats.connect(server_urls(url), connect_timeout=2, max_reconnect_attempts=0, allow_reconnect=False,
+            nats.connect(**connect_args(url), connect_timeout=2, max_reconnect_attempts=0, allow_reconnect=False,
                          error_cb=quiet), timeout=5)
     except (Exception, asyncio.TimeoutError) as err:
         why = "no answer within 5s" if isinstance(err, asyncio.TimeoutError) else f"{type(err).__name__}: {err}"
-        die(f"cannot reach NATS at {url} ({why}). Is `gpuledger up` running? "
+        die(f"cannot reach NATS at {redacted(url)} ({why}). Is `gpuledger up` running? "
             "Set --nats-url or GPULEDGER_NATS_URL.")
 
 
@@ -98,10 +104,10 @@ async def open_requester(url: str):
     except Unsupported:
         return _NatsPy(await connect_or_die(url))
     except NatsError as err:
-        die(f"NATS at {url} refused the connection ({err}). Use the GPULEDGER_NATS_URL line "
+        die(f"NATS at {redacted(url)} refused the connection ({err}). Use the GPULEDGER_NATS_URL line "
             "`gpuledger up` printed, or your deployment's ops user.")
     except (ConnectionError, OSError) as err:
-        die(f"cannot reach NATS at {url} ({err}). Is `gpuledger up` running? "
+        die(f"cannot reach NATS at {redacted(url)} ({err}). Is `gpuledger up` running? "
             "Set --nats-url or GPULEDGER_NATS_URL.")
 
 

@@ -33,11 +33,15 @@ def config(data_dir: Path = DataDir,
            users_only: bool = typer.Option(False, "--users-only", help="only the authorization block "
                                            "(deploy/nats/gpuledger-users.conf is this with "
                                            "--env-passwords)"),
+           demo_fleet: str = typer.Option("", "--demo-fleet", help="add the `node-agents` user of a "
+                                          "simulated fleet run in one process (a fleet spec, as "
+                                          "`gpuledger up --fleet`); deploy/nats/compose-users.conf "
+                                          "has the default fleet's"),
            port: int = typer.Option(4222, "--port", help="client port of the whole configuration"),
            store_dir: Path = typer.Option(Path("jetstream"), "--store-dir",
                                           help="JetStream store of the whole configuration")) -> None:
     """Print a nats-server configuration with every gpuledger user and its permissions."""
-    roles = nats_auth.roles(agent_nodes=node)
+    roles = nats_auth.roles(agent_nodes=node, demo_fleet=_fleet_nodes(demo_fleet))
     passwords = None if env_passwords else nats_auth.load_secrets(data_dir, [r.user for r in roles])
     if users_only:
         typer.echo(nats_auth.users_block(roles, passwords), nl=False)
@@ -62,6 +66,18 @@ def creds(user: str = typer.Argument(..., help="ops, publisher, a service (claim
         _die(f"user {user!r} unknown in {path}; known: {', '.join(sorted(known))} (a node agent's "
              f"user comes with `gpuledger up --agent-node NAME`)")
     typer.echo(nats_auth.user_url(user, known[user], host, port or _up_port(data_dir)))
+
+
+def _fleet_nodes(spec: str) -> list[str]:
+    if not spec:
+        return []
+    from gpuledger_cli.up_auth import fleet_nodes
+    from services.node_agent.fleet import FleetSpecError
+
+    try:
+        return fleet_nodes(spec)
+    except FleetSpecError as err:
+        _die(f"--demo-fleet: {err}")
 
 
 def _up_port(data_dir: Path) -> int:

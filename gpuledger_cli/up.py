@@ -28,7 +28,7 @@ from gpuledger_cli.services_cmd import SERVICES
 from gpuledger_cli.stack_env import write_env
 from gpuledger_cli.up_supervise import Supervisor, Unit
 from shared import nats_auth
-from shared.natscluster import server_urls, start_nats_cluster
+from shared.natscluster import connect_args, start_nats_cluster
 from shared.natsserver import NatsServerError, start_nats_server
 from shared.jetstream import ensure_streams
 from shared.service import READY_SUBJECT
@@ -101,7 +101,7 @@ async def _start_and_wait(children: list[Child], url: str, names: list[str], wan
     import msgspec
     import nats
 
-    nc = await nats.connect(server_urls(url))
+    nc = await nats.connect(**connect_args(url))
     ready: set[str] = set()
 
     async def on_ready(msg) -> None:

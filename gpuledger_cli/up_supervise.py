@@ -5,6 +5,7 @@ where its log is."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +31,16 @@ class Unit:
 
 def describe(code: int) -> str:
     return f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+
+
+_RESTART = re.compile(r"gpuledger: (.+?) (?:was killed by signal -?\d+|exited with code -?\d+); restarting")
+
+
+def restarted(line: str) -> str | None:
+    """The unit a line of `up`'s stderr says is being restarted, else None (for readers of the
+    log, e.g. bench chaos: the wording lives here only)."""
+    match = _RESTART.search(line)
+    return match.group(1) if match else None
 
 
 class Supervisor:

@@ -131,11 +131,14 @@ class Follower:
 
     def _fold_stored(self, batch) -> None:
         """A stored range: decoded in one loop, folded with `fold_batch`, then shown to listeners."""
-        decoded = read_batch(self.admission, batch)
-        fold_batch(self.state, decoded, self.admission.fold_failed)
-        for (seq, event), (_seq, subject, _data, _headers) in zip(decoded, batch):
-            if event is None and subject == subjects.DECISIONS:
-                self._skipped_decision(seq)
+        admission = self.admission
+        skipped = admission.refused + admission.undecodable
+        decoded = read_batch(admission, batch)
+        fold_batch(self.state, decoded, admission.fold_failed)
+        if admission.refused + admission.undecodable != skipped:  # rare: look for the decision subject
+            for (seq, event), (_seq, subject, _data, _headers) in zip(decoded, batch):
+                if event is None and subject == subjects.DECISIONS:
+                    self._skipped_decision(seq)
         if self.listeners:
             for (seq, event), (_seq, subject, _data, _headers) in zip(decoded, batch):
                 if event is not None:

@@ -21,6 +21,9 @@ a new event type needs one before any fold will believe it.
 
 from __future__ import annotations
 
+import functools
+import operator
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from schemas import events as ev
@@ -102,6 +105,10 @@ AUTHORITY: dict[type, Rule] = {
 }
 
 
+# Every fold checks every event: the token of an id is cached (node names and claim ids recur).
+_tok = functools.lru_cache(maxsize=1 << 16)(_token)
+
+
 def _field(event: Any, path: str) -> str:
     value = event
     for name in path.split("."):
@@ -109,30 +116,47 @@ def _field(event: Any, path: str) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _matches(pattern: Pattern, subject: str, event: Any) -> bool:
+def _checker(pattern: Pattern) -> Callable[[str, Any], bool]:
+    """A pattern as one function of (subject, event): built once per row."""
     prefix, key, suffix = pattern
+    start, tail = len(prefix), len(suffix)
     if not key:
-        return subject == prefix
-    if not subject.startswith(prefix) or not subject.endswith(suffix):
-        return False
-    token = subject[len(prefix):len(subject) - len(suffix)]
-    if not token or "." in token:
-        return False
+        return lambda subject, event: subject == prefix
+
+    def token_of(subject: str) -> str:
+        if not subject.startswith(prefix) or not subject.endswith(suffix):
+            return ""
+        token = subject[start:len(subject) - tail]
+        return "" if "." in token else token
+
     if key == "*":
-        return True
+        return lambda subject, event: bool(token_of(subject))
     if key == "node^":  # a fleet's token must be a prefix of the node's own
-        return _token(_field(event, "node")).startswith(token)
-    value = _field(event, key)
-    return bool(value) and _token(value) == token
+        def fleet(subject: str, event: Any) -> bool:
+            token = token_of(subject)
+            return token != "" and _tok(_field(event, "node")).startswith(token)
+        return fleet
+    field = operator.attrgetter(key)  # decoded events: the field is a str
+
+    def keyed(subject: str, event: Any) -> bool:
+        if not subject.startswith(prefix):
+            return False
+        value = field(event)
+        return bool(value) and subject == prefix + _tok(value) + suffix
+    return keyed
+
+
+_CHECKS: dict[type, tuple[Callable[[str, Any], bool], ...]] = {
+    kind: tuple(_checker(p) for p in rule.patterns) for kind, rule in AUTHORITY.items()}
 
 
 def admits(subject: str, event: Any) -> bool:
     """Whether a fold may believe `event`, stored on `subject`."""
-    rule = AUTHORITY.get(type(event))
-    if rule is None:
+    checks = _CHECKS.get(type(event))
+    if checks is None:
         return False
-    for pattern in rule.patterns:
-        if _matches(pattern, subject, event):
+    for check in checks:
+        if check(subject, event):
             if type(event) is ev.EventBatch:
                 return all(admits(subject, member) for member in event.events)
             return True
@@ -153,7 +177,7 @@ def home_subject(event: Any) -> str:
     if not rule.patterns:
         return subjects.DECISIONS
     prefix, key, suffix = rule.patterns[0]
-    return prefix + _token(_field(event, key)) + suffix if key else prefix
+    return prefix + _tok(_field(event, key)) + suffix if key else prefix
 
 
 def writer_of(event_type: type) -> str:

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal, Union
 import msgspec
 
 from schemas import events as ev
+from schemas import upcast as upcasts
 
 _lenient_of: dict[type, type] = {}  # strict Struct -> its lenient twin
 _strict_of: dict[type, type] = {}  # and back
@@ -63,14 +64,18 @@ def _lenient_struct(strict: type) -> type:
 
 
 _decoder: msgspec.json.Decoder | None = None
+_union: Any = None
 
 
 def decode_lenient(data: bytes) -> ev.Event:
     """A stored event, decoded without the contract's constraints; raises like `decode_event` for
     anything that is not one of the event types at all."""
-    global _decoder
+    global _decoder, _union
     if _decoder is None:  # built on first use: most processes never need it
-        _decoder = msgspec.json.Decoder(Union[tuple(_lenient_struct(m) for m in typing.get_args(ev.AnyEvent))])
+        _union = Union[tuple(_lenient_struct(m) for m in typing.get_args(ev.AnyEvent))]
+        _decoder = msgspec.json.Decoder(_union)
+    if upcasts.EVENT_KINDS:  # older versions upgraded first, as `decode_event` does
+        return _to_strict(msgspec.convert(ev._upcast_raw(msgspec.json.decode(data)), _union))
     return _to_strict(_decoder.decode(data))
 
 

@@ -14,7 +14,7 @@ from nats.js.errors import APIError, NotFoundError
 
 from schemas import subjects
 from schemas.events import Event, decode_event, encode_event
-from shared.natscluster import server_urls
+from shared.natscluster import connect_args
 from shared.fastread import RangeReadError, open_range_reader
 from shared.retry import TRANSIENT as TRANSIENT_ERRORS, quiet_error, until_done
 from shared.eventlog import (
@@ -36,7 +36,7 @@ async def connect(url: str, name: str = "gpuledger", **kwargs) -> Client:
     """Connect with reconnects forever: a service outlives a NATS restart. A cluster's URL lists
     its servers comma-separated: each is tried, and another is used when one goes away."""
     kwargs.setdefault("error_cb", quiet_error)
-    return await nats.connect(server_urls(url), name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
+    return await nats.connect(**connect_args(url), name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
                               **kwargs)
 
 

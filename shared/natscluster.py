@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+from urllib.parse import unquote, urlsplit, urlunsplit
 import subprocess
 import time
 import urllib.request
@@ -27,6 +28,37 @@ def server_urls(url: str) -> list[str]:
     if not urls:
         raise ValueError(f"NATS URL {url!r} names no server")
     return urls
+
+
+def connect_args(url: str) -> dict:
+    """`nats.connect` keyword arguments for a URL of one or more servers: the servers without
+    credentials, and the URL's credentials as options. A cluster announces its other servers to
+    each client without credentials, and nats-py only sends the options' ones to those: with the
+    credentials left in the URLs, a reconnect to an announced server is refused ('Authorization
+    Violation') and the client is stuck."""
+    servers: list[str] = []
+    args: dict = {}
+    for raw in server_urls(url):
+        parts = urlsplit(raw)
+        if parts.username is not None and parts.password is not None:
+            args.update(user=unquote(parts.username), password=unquote(parts.password))
+        elif parts.username is not None:
+            args.update(token=unquote(parts.username))
+        host = parts.hostname or ""
+        host = f"[{host}]" if ":" in host else host
+        netloc = f"{host}:{parts.port}" if parts.port else host
+        servers.append(urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment)))
+    return {"servers": servers, **args}
+
+
+def broker_args(url: str) -> dict:
+    """The same for faststream's NatsBroker, which takes credentials as `security`."""
+    from faststream.security import SASLPlaintext
+
+    args = connect_args(url)
+    if "user" in args:
+        args["security"] = SASLPlaintext(username=args.pop("user"), password=args.pop("password"))
+    return args
 
 
 @dataclass

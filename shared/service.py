@@ -16,7 +16,7 @@ from nats.aio.client import Client
 from shared.jetstream import JetStreamEventLog, ensure_streams
 from shared.metrics import Metrics
 from shared.retry import quiet_error
-from shared.natscluster import server_urls
+from shared.natscluster import broker_args
 from shared.settings import Settings
 
 log = logging.getLogger("gpuledger")
@@ -53,7 +53,7 @@ async def start_service(name: str, settings: Settings, build: Builder) -> Servic
         for hook in hooks:
             hook()
 
-    broker = NatsBroker(server_urls(settings.nats_url), name=f"gpuledger-{name}", max_reconnect_attempts=-1,
+    broker = NatsBroker(**broker_args(settings.nats_url), name=f"gpuledger-{name}", max_reconnect_attempts=-1,
                         reconnect_time_wait=0.5, logger=None, error_cb=quiet_error,
                         reconnected_cb=reconnected)
     ctx = ServiceContext(name, settings, broker, on_reconnect=hooks)

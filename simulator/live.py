@@ -25,6 +25,7 @@ from nats.js.errors import NoStreamResponseError, NotFoundError
 
 from schemas import events as ev
 from schemas import subjects
+from schemas.authority import admits
 from shared.jetstream import JetStreamEventLog
 from shared.settings import Settings
 from simulator.live_fleet import TraceFleet
@@ -217,6 +218,8 @@ class LiveRun:
                     event = ev.decode_event(data)
                 except (msgspec.DecodeError, msgspec.ValidationError):
                     continue  # a newer event type: not one this run depends on
+                if not admits(subject, event):  # what no fold believes (schemas/authority.py)
+                    continue
                 self.tracker.observe(event, now)
                 if isinstance(event, ev.DecisionBatch):
                     self.decisions.put_nowait(event)

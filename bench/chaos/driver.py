@@ -87,11 +87,14 @@ class Watcher:
     last_seq: int = 0
     last_decision_at: float = 0.0  # the writer's time (`at`, unix) of the newest DecisionBatch read
     _tasks: set = field(default_factory=set)
+    _stopped: bool = False
 
     async def watch(self, start_seq: int) -> None:
         self.last_seq = start_seq - 1
         js = self.nc.jetstream()
-        while True:
+        # nats-py's request turns a cancel into an error of its own, which the loop would swallow
+        # and ask again forever: a cancel is also seen here, and `stop` ends the loop outright.
+        while not self._stopped and not asyncio.current_task().cancelling():
             try:
                 msg = await js.get_msg(subjects.STREAM, seq=self.last_seq + 1, subject=subjects.DECISIONS,
                                        next=True)
@@ -149,5 +152,6 @@ class Watcher:
         return self.last_decision_at > moment
 
     def stop(self) -> None:
+        self._stopped = True
         for task in list(self._tasks):
             task.cancel()

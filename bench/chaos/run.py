@@ -24,8 +24,9 @@ from bench.chaos.fuzz import bad_intake_payloads, forged_events
 from bench.chaos.timeline import Fault, stall_figures
 from bench.e2e.load import claim_mix
 from bench.e2e.stack import start_stack
+from gpuledger_cli.up_supervise import restarted
 from shared.jetstream import JetStreamEventLog
-from shared.natscluster import server_urls
+from shared.natscluster import connect_args
 
 
 UP_RESTART_GRACE_S = 5.0  # after the outage, how long `up` gets to restart nats-server itself
@@ -66,7 +67,7 @@ async def _connect(url: str):
     async def quiet(_err) -> None:  # refused connections during an outage are the point of the run
         pass
 
-    return await nats.connect(server_urls(url), max_reconnect_attempts=-1, reconnect_time_wait=0.2,
+    return await nats.connect(**connect_args(url), max_reconnect_attempts=-1, reconnect_time_wait=0.2,
                               allow_reconnect=True, error_cb=quiet)
 
 
@@ -229,15 +230,10 @@ def _restarts(data_dir: Path) -> dict[str, int]:
         text = (data_dir / "up.log").read_text(errors="replace")
     except OSError:
         return counts
-    for line in text.splitlines():  # "<name> exited with code 1; restarting ..." or "... was killed"
-        if "restarting" not in line:
-            continue
-        said = line.split("gpuledger: ", 1)[-1]
-        for verb in (" exited", " was killed"):
-            if verb in said:
-                name = said.split(verb, 1)[0]
-                counts[name] = counts.get(name, 0) + 1
-                break
+    for line in text.splitlines():
+        name = restarted(line)
+        if name is not None:
+            counts[name] = counts.get(name, 0) + 1
     return counts
 
 

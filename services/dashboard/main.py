@@ -8,6 +8,7 @@ import os
 import signal
 
 from shared.jetstream import JetStreamEventLog
+from shared.natscluster import connect_args
 
 from services.dashboard.app import Dashboard, routes
 
@@ -34,7 +35,7 @@ async def connect(url: str):
     while True:
         nc = None
         try:
-            nc = await nats.connect(servers=url.split(","), max_reconnect_attempts=-1, reconnect_time_wait=0.5)
+            nc = await nats.connect(**connect_args(url), max_reconnect_attempts=-1, reconnect_time_wait=0.5)
             event_log = JetStreamEventLog(nc)
             await event_log.last_seq()
             return nc, event_log

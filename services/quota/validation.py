@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 import msgspec
 
+from schemas import subjects
 from schemas.commands import SetDefaultQuota, SetQuota
 from schemas.types import QuotaSingle, QuotaSpec, QuotaTotal, Resources
 
@@ -30,9 +31,19 @@ def check_name(value: str, field: str) -> str:
     return value
 
 
+def check_own_subject(namespace: str, quotas: Mapping[str, QuotaSpec]) -> None:
+    """`team.a` and `team_a` would share one quota subject ('.' is written '_'): refuse the second."""
+    subject = subjects.quota(namespace)
+    other = next((ns for ns in quotas if ns != namespace and subjects.quota(ns) == subject), None)
+    if other is not None:
+        raise QuantityError("namespace", f"{namespace!r} would share the subject {subject} with the quota "
+                                         f"of {other!r} ('.' is written as '_'): use another name")
+
+
 def spec_from_command(cmd: SetQuota, quotas: Mapping[str, QuotaSpec]) -> QuotaSpec:
     """The validated spec a SetQuota asks for, given the quotas that exist now."""
     check_name(cmd.namespace, "namespace")
+    check_own_subject(cmd.namespace, quotas)
     total = QuotaTotal(
         requests=Resources(optional_tflops(cmd.requests_tflops, "requests_tflops"),
                            optional_vram(cmd.requests_vram, "requests_vram")),

@@ -29,11 +29,11 @@ async def test_a_short_chaos_run_with_the_allocator_killed_loses_nothing(tmp_pat
     assert result["restarts"] == {"allocator": 1}, result
 
 
-# On main (2026-11-23, commit de02de6) this fails in about half the runs: the claim service dies
-# on the 503 its intake fetch gets while the stream elects a leader, and the instance `up`
-# restarts reports ready but handles no intake for the rest of the run (issue 16.7, services
-# riding out outages, is trust-edge's). Run it with GPULEDGER_CHAOS_STRICT=1; it joins the
-# default suite when that lands (docs/reliability.md).
+# Fails on main (2026-11-23, after the credentials fix): the claim service and the allocator die
+# on the 503 / timeout they get while the stream elects a leader; `up` restarts them and nothing
+# is lost, but decisions pause again (stalled 2.7 s). Services riding out an election is issue
+# 16.7 (trust-edge). Run it with GPULEDGER_CHAOS_STRICT=1; it joins the default suite when that
+# lands (docs/reliability.md).
 @pytest.mark.skipif(os.environ.get("GPULEDGER_CHAOS_STRICT") != "1",
                     reason="known gap, issue 16.7: set GPULEDGER_CHAOS_STRICT=1 to run it")
 @pytest.mark.e2e

@@ -98,3 +98,17 @@ async def test_a_killed_server_rejoins_and_catches_up(nats_cluster):
         assert count == 50
     finally:
         await only.close()
+
+
+def test_credentials_move_from_the_urls_to_the_options():
+    """nats-py sends only the options' credentials to the servers a cluster announces: left in
+    the URLs, a reconnect to an announced server is refused."""
+    from shared.natscluster import broker_args, connect_args
+
+    url = "nats://ops:s%40cret@127.0.0.1:4001,nats://ops:s%40cret@127.0.0.1:4002"
+    assert connect_args(url) == {"servers": ["nats://127.0.0.1:4001", "nats://127.0.0.1:4002"],
+                                 "user": "ops", "password": "s@cret"}
+    assert connect_args("nats://tok@[::1]:4222") == {"servers": ["nats://[::1]:4222"], "token": "tok"}
+    assert connect_args("nats://127.0.0.1:4222") == {"servers": ["nats://127.0.0.1:4222"]}
+    security = broker_args(url)["security"]
+    assert (security.username, security.password) == ("ops", "s@cret")

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from shared.nats_auth import env_password
+
 ROOT = Path(__file__).resolve().parents[2]
 OURS = ("claim", "allocator", "quota", "pool-controller", "projector", "node-agents", "dashboard")
 INFRA = ("nats", "postgres", "jaeger", "prometheus")
@@ -34,7 +36,10 @@ def test_each_service_gets_the_full_environment(compose, name):
     missing = [key for key in FULL_ENV if not env.get(key)]
     assert not missing, f"{name} lacks {missing}"
     assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://jaeger:4318"
-    assert env["GPULEDGER_NATS_URL"] == "nats://nats:4222" and "@postgres:5432/" in env["GPULEDGER_DB_URL"]
+    # its own NATS user (docs/security.md), its password from .env
+    user = name
+    assert env["GPULEDGER_NATS_URL"] == f"nats://{user}:${{{env_password(user)}}}@nats:4222"
+    assert "@postgres:5432/" in env["GPULEDGER_DB_URL"]
 
 
 def test_every_variable_set_is_one_the_code_reads(compose):

@@ -95,3 +95,21 @@ def test_a_node_that_joins_makes_it_satisfiable(ledger):
     assert pending(ledger.decide(1.0))["big"].reasons[0].code == "never-satisfiable"
     ledger.append(a100_mig_node("a0"))
     assert any(isinstance(d, ev.ClaimAllocated) for d in ledger.decide(2.0))
+
+
+def test_a_gang_with_a_member_no_node_could_take_is_never_satisfiable(ledger):
+    ledger.append(claim("g1", gpus=2, models=["H100"], gang_id="job", gang_size=2),
+                  claim("g2", gpus=12, models=["H100"], gang_id="job", gang_size=2))
+    decisions = pending(ledger.decide(1.0))
+    for member in ("g1", "g2"):
+        codes = [r.code for r in decisions[member].reasons]
+        assert codes[:2] == ["never-satisfiable", "gang-unplaceable"], codes
+
+
+def test_a_gang_that_only_waits_for_room_is_not_never_satisfiable(ledger):
+    ledger.append(claim("hold", gpus=8, models=["H100"]))
+    ledger.decide(1.0)
+    ledger.append(claim("g1", gpus=8, models=["H100"], gang_id="job", gang_size=2),
+                  claim("g2", gpus=8, models=["H100"], gang_id="job", gang_size=2))
+    codes = [r.code for r in pending(ledger.decide(2.0))["g1"].reasons]
+    assert codes[0] == "gang-unplaceable" and "never-satisfiable" not in codes

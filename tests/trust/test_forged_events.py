@@ -109,3 +109,39 @@ async def test_garbage_on_the_decision_subject_moves_the_fence_and_is_skipped(st
     await nc.jetstream().publish(subjects.DECISIONS, b"\xff\xfe")
     first = await submit(nc, "after-garbage", 1, wait=10.0)
     assert first["status"] == "allocated"
+
+
+async def test_a_binding_is_believed_only_from_its_own_nodes_binding_subject(stack):
+    nc, log = stack
+    held = await submit(nc, "to-bind", 1)
+    node = held["node"]
+    other = "n1" if node == "n0" else "n0"
+    env = {"CUDA_VISIBLE_DEVICES": "7"}
+    forged = [(subjects.node_bindings(other), ev.ClaimBound(claim_id="to-bind", node=node, env=env)),
+              (subjects.node_bindings(other), ev.ClaimBound(claim_id="to-bind", node=other, env=env)),
+              (subjects.claim("to-bind"), ev.ClaimBound(claim_id="to-bind", node=node, env=env)),
+              (subjects.node(node), ev.ClaimBound(claim_id="to-bind", node=node, env=env))]
+    for i, (subject, event) in enumerate(forged):  # the first with the id an old agent used
+        await log.append(subject, event, msg_id="bound-to-bind" if i == 0 else None)
+    assert (await fold_all(log)).state.claims["to-bind"].status == "allocated"
+    real = ev.ClaimBound(claim_id="to-bind", node=node, env={"CUDA_VISIBLE_DEVICES": "0"})
+    await log.append(subjects.node_bindings(node), real)
+    state = (await fold_all(log)).state
+    assert state.claims["to-bind"].status == "bound" and state.claims["to-bind"].env == real.env
+
+
+async def test_a_catch_up_moves_the_fence_past_garbage_on_the_decision_subject(fresh_nats):
+    from shared.jetstream import FAST_READ_MIN, ensure_streams
+
+    nc = await nats.connect(fresh_nats.url)
+    await ensure_streams(nc.jetstream())
+    log = JetStreamEventLog(nc)
+    for i in range(FAST_READ_MIN):  # enough stored to be caught up on as a range
+        await log.append(subjects.node(f"n{i % 3}"), ev.NodeHeartbeat(node=f"n{i % 3}"))
+    await log.append(subjects.DECISIONS, ev.DecisionBatch(decisions=[]))
+    garbage = (await nc.jetstream().publish(subjects.DECISIONS, b"\xff not an event")).seq
+    await log.append("gpu.evt.claim.x", ev.DecisionBatch(decisions=[]))  # refused: not the fence
+    follower = await fold_all(log)
+    assert follower.state.last_decision_seq == garbage
+    assert follower.admission.undecodable == 1 and follower.admission.refused == 1
+    await nc.close()

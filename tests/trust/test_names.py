@@ -72,3 +72,14 @@ async def test_ids_that_would_share_a_subject_are_refused(fresh_nats):
         stored = await js.get_last_msg(subjects.STREAM, subjects.claim("col_a"))
         assert b"ClaimSubmitted" in stored.data and b"col.a" in stored.data
         await nc.close()
+
+
+def test_a_quota_whose_subject_another_namespaces_quota_has_is_refused():
+    from schemas.commands import SetQuota
+    from schemas.types import QuotaSpec
+    from services.quota.validation import spec_from_command
+
+    spec_from_command(SetQuota(namespace="team.a", requests_vram="10Gi"), {"team-a": QuotaSpec()})
+    with pytest.raises(QuantityError, match="gpu.evt.quota.team_a"):
+        spec_from_command(SetQuota(namespace="team.a", requests_vram="10Gi"), {"team_a": QuotaSpec()})
+    spec_from_command(SetQuota(namespace="team_a", requests_vram="20Gi"), {"team_a": QuotaSpec()})  # itself

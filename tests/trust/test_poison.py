@@ -131,3 +131,45 @@ def test_the_core_does_not_crash_on_extreme_numbers_already_in_the_log(fields):
     assert ledger.state.claims["fine"].status == "allocated"
     batch = ev.DecisionBatch(decisions=decisions)  # what is stored reads back (no infinite limits)
     assert ev.decode_event(ev.encode_event(batch)) == batch
+
+
+class _Drained:
+    """An intake message as a pull fetch hands it over: payload, sequence, ack and term."""
+
+    def __init__(self, seq: int, payload: dict):
+        self.data, self.headers, self.done = json.dumps(payload).encode(), {}, ""
+        self.metadata = type("Meta", (), {"sequence": type("Seq", (), {"stream": seq})()})()
+
+    async def ack(self):
+        self.done = "ack"
+
+    async def term(self):
+        self.done = "term"
+
+
+async def test_a_message_whose_handling_fails_is_dead_lettered_terminated_and_the_rest_go_through():
+    from services.claim.app import ClaimService
+    from services.claim.intake import handle_fetched
+    from shared.eventlog import InMemoryEventLog
+
+    class Failing(ClaimService):  # a bug that only this claim reaches
+        def prepare(self, spec, trace=None, pending=None):
+            if spec.claim_id == "boom":
+                raise KeyError("a bug")
+            return super().prepare(spec, trace, pending)
+
+    log = InMemoryEventLog()
+    service = Failing(log, clock=lambda: 5.0)
+    follower = asyncio.create_task(service.follower.run())
+    try:
+        msgs = [_Drained(i, {"claim_id": cid, "namespace": "a"}) for i, cid in enumerate(("ok-1", "boom", "ok-2"), 1)]
+        await handle_fetched(service, msgs)
+        await handle_fetched(service, [_Drained(2, {"claim_id": "boom", "namespace": "a"})])  # redelivered
+        assert [m.done for m in msgs] == ["ack", "term", "ack"]
+        stored = [s async for s in log.read()]
+        dead = [s.event for s in stored if s.subject.startswith(subjects.DEAD_LETTER)]
+        assert [(d.claim_id, d.code) for d in dead] == [("boom", "unprocessable")]
+        assert "KeyError" in dead[0].reasons[0].message
+        assert {"ok-1", "ok-2"} <= set(service.state.claims) and "boom" not in service.state.claims
+    finally:
+        follower.cancel()

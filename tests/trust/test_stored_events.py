@@ -70,3 +70,11 @@ async def test_a_claim_stored_before_the_bounds_is_folded_and_allocated(fresh_na
         assert follower.state.claims["old-1"].status == "allocated"
         assert follower.admission.lenient == 1
         await nc.close()
+
+
+def test_the_lenient_reading_upgrades_older_versions_like_the_strict_one(monkeypatch):
+    from schemas import upcast
+
+    monkeypatch.setitem(upcast.EVENT_KINDS, "NoSuchKind", 2)  # the upcasting path, nothing to upgrade
+    event = decode_lenient(stored(OLD_CLAIM))
+    assert type(event) is ev.ClaimSubmitted and event.claim.limit_vram_gib == 1e307

@@ -86,3 +86,32 @@ def test_wildcards_match_as_nats_does():
     assert nats_auth.matches("gpu.qry.>", "gpu.qry.claim.get")
     assert not nats_auth.matches("gpu.qry.>", "gpu.qry")
     assert nats_auth.matches("gpu.*.claim", "gpu.qry.claim") and not nats_auth.matches("gpu.*", "gpu.qry.claim")
+
+
+def test_compose_runs_nats_with_the_users_of_its_fleet():
+    import yaml
+
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    command = compose["services"]["node-agents"]["command"]
+    fleet = command[command.index("--fleet") + 1]
+    from gpuledger_cli.up_auth import fleet_nodes
+
+    wanted = nats_auth.users_block(nats_auth.roles(demo_fleet=fleet_nodes(fleet)))
+    assert (ROOT / "deploy" / "nats" / "compose-users.conf").read_text() == wanted, (
+        "deploy/nats/compose-users.conf is stale: `gpuledger nats config --users-only --env-passwords "
+        f"--demo-fleet '{fleet}' > deploy/nats/compose-users.conf`")
+    nats = compose["services"]["nats"]
+    assert "/etc/nats/gpuledger-users.conf" in nats["command"]
+    for role in nats_auth.roles(demo_fleet=fleet_nodes(fleet)):
+        assert nats_auth.env_password(role.user) in nats["environment"], role.user
+    env = {nats_auth.env_password(r.user): "x" for r in nats_auth.roles(demo_fleet=fleet_nodes(fleet))}
+    conf = ROOT / "deploy" / "nats" / "compose-users.conf"
+    assert _valid(conf, env).returncode == 0
+
+
+def test_the_cli_says_a_refused_login_without_echoing_the_password(auth_server):
+    done = subprocess.run([str(BIN), "claim", "list", "--nats-url",
+                           f"nats://ops:not-the-secret@127.0.0.1:{auth_server.port}"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "refused" in done.stderr
+    assert "not-the-secret" not in done.stderr and "ops:***@" in done.stderr

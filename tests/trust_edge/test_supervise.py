@@ -77,3 +77,15 @@ def test_up_restarts_a_killed_service_and_a_killed_nats_server(tmp_path):
         assert stack.proc.poll() is None
     finally:
         stack.stop()
+
+
+def test_the_restart_line_is_read_back_by_name():
+    from gpuledger_cli.up_supervise import describe, restarted
+
+    fake = Fake()
+    sup = fake.supervisor()
+    fake.code = -9
+    sup.step()
+    assert restarted("gpuledger: " + fake.said[-1]) == "svc"
+    assert restarted(f"gpuledger: nats-server n1 {describe(1)}; restarting it in 1 s") == "nats-server n1"
+    assert restarted("gpuledger: stopping") is None

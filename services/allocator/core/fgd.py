@@ -94,7 +94,8 @@ def gpu_pods_cpu_per_milli(shapes, cache: FragCache | None = None) -> float:
     0.0 when no typical shape asks for a GPU (then nothing is stranded for lack of CPU).
     Memoised with the mix in the caller's cache."""
     cache = cache if cache is not None else FragCache()
-    cache.sync(shapes)
+    if shapes is not cache.shapes:  # a new mix: the memos start again
+        cache.sync(shapes)
     rate = cache.compiled.get("cpu_per_milli")
     if rate is None:
         cpu = sum(weight * shape.cpu for weight, shape in shapes if shape.milli)

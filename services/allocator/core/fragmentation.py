@@ -54,7 +54,8 @@ def card_fragmentation(card: Card, shapes: tuple[tuple[float, TypicalShape], ...
     of shapes: the fitting count and the small lefts are the same for all shapes of a group.
     """
     cache = cache if cache is not None else FragCache()
-    cache.sync(shapes)
+    if shapes is not cache.shapes:  # a new mix: the memos start again
+        cache.sync(shapes)
     key = (card.cpu_free, tuple(sorted(zip(card.lefts, card.models))))  # the measure ignores order
     memo = cache.cards
     value = memo.get(key)
@@ -140,7 +141,8 @@ def _fragmentation(card: Card, groups) -> float:
 def view_fragmentation(view: NodeView, shapes, cache: FragCache) -> tuple[Card, Stats, float, list]:
     """(card, stats, F_n, compiled groups) of a node view, memoised per view object: needs of
     every shape score against the same view, and only the cards they take change."""
-    cache.sync(shapes)
+    if shapes is not cache.shapes:  # a new mix: the memos start again
+        cache.sync(shapes)
     views = cache.views
     hit = views.get(id(view))
     if hit is None or hit[0] is not view:
@@ -155,7 +157,8 @@ def view_fragmentation(view: NodeView, shapes, cache: FragCache) -> tuple[Card, 
 
 def max_shape_cpu(shapes, cache: FragCache) -> int:
     """The most CPU any typical shape asks for (memoised with the mix)."""
-    cache.sync(shapes)
+    if shapes is not cache.shapes:  # a new mix: the memos start again
+        cache.sync(shapes)
     most = cache.compiled.get("max_cpu")
     if most is None:
         most = cache.compiled["max_cpu"] = max((shape.cpu for _, shape in shapes), default=0)

@@ -34,5 +34,8 @@ def place_gang(state: State, run: Pass, gang_id: str) -> None:
     run.journal.rollback(state, mark)
     del run.decisions[decisions_before:]
     head = Reason("gang-unplaceable", f"gang {gang_id}: {placed} of {len(members)} placeable", placed)
+    reasons = [head, *failure[:4]]
+    if failure and failure[0].code == "never-satisfiable":  # a member no node could take even empty
+        reasons = [failure[0], head, *failure[1:4]]
     for m in members:
-        pend(state, run, m, [head, *failure[:4]])
+        pend(state, run, m, reasons)
