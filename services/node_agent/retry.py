@@ -9,24 +9,13 @@ from collections.abc import Awaitable, Callable
 
 import nats.errors
 
+from shared.retry import Backoff
+
 log = logging.getLogger("gpuledger.node_agent")
-TRANSIENT = (nats.errors.Error, asyncio.TimeoutError, OSError)  # nats.js errors derive from the first
-DELAYS_S = (0.2, 0.5, 1.0, 2.0, 5.0)
-
-
-class Backoff:
-    """0.2 s, 0.5 s, 1 s, 2 s, then 5 s between attempts; `reset` after one that worked."""
-
-    def __init__(self, delays: tuple[float, ...] = DELAYS_S):
-        self.delays, self.failures = delays, 0
-
-    def reset(self) -> None:
-        self.failures = 0
-
-    def next(self) -> float:
-        delay = self.delays[min(self.failures, len(self.delays) - 1)]
-        self.failures += 1
-        return delay
+# Broader than shared.retry.TRANSIENT on purpose: an agent outlives any NATS error (nats.js errors
+# derive from nats.errors.Error), since dying takes every workload binding of its node down with it.
+TRANSIENT = (nats.errors.Error, asyncio.TimeoutError, OSError)
+__all__ = ["TRANSIENT", "Backoff", "every"]
 
 
 async def every(interval_s: Callable[[], float], step: Callable[[], Awaitable[None]], what: str,
