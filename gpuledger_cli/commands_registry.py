@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 
 import typer
-from typer import _click as click  # typer 0.29 vendors click; its groups are these classes
+import click  # typer 0.24 builds on click; later ones vendor it and coerce through pydantic (0.3 s a command)
 from typer.core import TyperCommand, TyperGroup
 
 AREAS = (
