@@ -14,8 +14,9 @@ from pathlib import Path
 
 import nats
 import nats.errors
-import nkeys
 import pytest
+
+nkeys = pytest.importorskip("nkeys", reason="nkeys (pyproject dependency) not installed: run make install")
 
 from shared import nats_auth
 from shared.natscluster import connect_args
