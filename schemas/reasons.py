@@ -57,6 +57,9 @@ REASONS: tuple[ReasonCode, ...] = (
                                     "untouched; the refusal is only on the dead-letter subject)"),
     ReasonCode("unprocessable", "never", "the claim service could not handle the message at all; "
                                          "dead-lettered once with the error"),
+    ReasonCode("undeliverable", "never", "the intake delivered the message many times and the claim "
+                                         "service never finished it (it stopped on it each time): "
+                                         "dead-lettered once and not delivered again"),
     # why an allocated claim ended (ClaimOutcome.code)
     ReasonCode("released", "end", "released by its holder (or the endpoint autoscaler)"),
     ReasonCode("stale", "end", "evicted: no activity for longer than the stale limit"),

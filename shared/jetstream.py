@@ -19,6 +19,7 @@ from shared.fastread import RangeReadError, open_range_reader
 from shared.retry import TRANSIENT as TRANSIENT_ERRORS, quiet_error, until_done
 from shared.eventlog import (
     EXPECTED_LAST_SUBJECT_SEQ,
+    EXPECTED_LAST_SUBJECT_SEQ_SUBJECT,
     MSG_ID,
     AppendConflict,
     Appended,
@@ -115,20 +116,24 @@ class JetStreamEventLog:
         self.stream = stream
 
     async def append(self, subject: str, event: Event, *, msg_id: str | None = None,
-                     expected_last_subject_seq: int | None = None,
+                     expected_last_subject_seq: int | None = None, expected_subject: str | None = None,
                      headers: dict[str, str] | None = None) -> Appended:
         return await self.append_raw(subject, encode_event(event), msg_id=msg_id,
                                      expected_last_subject_seq=expected_last_subject_seq,
-                                     headers=headers)
+                                     expected_subject=expected_subject, headers=headers)
 
     async def append_raw(self, subject: str, payload: bytes, *, msg_id: str | None = None,
-                         expected_last_subject_seq: int | None = None,
+                         expected_last_subject_seq: int | None = None, expected_subject: str | None = None,
                          headers: dict[str, str] | None = None) -> Appended:
+        """`expected_subject`: check `expected_last_subject_seq` against that subject's last
+        sequence instead of `subject`'s (nats-server 2.11+; an exact subject here)."""
         hdrs = dict(headers or {})
         if msg_id is not None:
             hdrs[MSG_ID] = msg_id
         if expected_last_subject_seq is not None:
             hdrs[EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_subject_seq)
+            if expected_subject is not None:
+                hdrs[EXPECTED_LAST_SUBJECT_SEQ_SUBJECT] = expected_subject
         # An append outlives a NATS outage: retried with backoff until stored. A retry of one that
         # was stored after all is harmless: fenced, it comes back as the conflict its caller already
         # handles; with a msg id, JetStream drops the copy; neither (heartbeats, usage, activity):
@@ -140,7 +145,7 @@ class JetStreamEventLog:
             ack = await until_done(publish, f"append to {subject}")
         except APIError as err:
             if err.err_code in WRONG_LAST_SEQUENCE:
-                raise AppendConflict(subject, expected_last_subject_seq or 0,
+                raise AppendConflict(expected_subject or subject, expected_last_subject_seq or 0,
                                      _actual_seq(err.description)) from err
             raise
         return Appended(ack.seq, bool(ack.duplicate))

@@ -28,6 +28,8 @@ SERVICES = ("claim", "allocator", "quota", "pool-controller", "projector", "dash
 OPS, PUBLISHER = "ops", "publisher"
 DEMO_AGENTS = "node-agents"  # the simulated fleet of `up --demo`: one process for every node
 SECRETS_FILE = "nats-users.json"
+NKEYS_FILE = "nats-nkeys.json"  # each user's nkey seed (private: mode 0600)
+NKEY_SEED_ENV = "GPULEDGER_NATS_NKEY_SEED_FILE"  # a client's seed file (shared.natscluster)
 READY = "gpu.sys.ready"  # shared.service.READY_SUBJECT (kept here: shared.service imports faststream)
 
 
@@ -175,6 +177,32 @@ def _write_private(path: Path, text: str) -> None:
         out.write(text)
 
 
+def load_nkeys(data_dir: Path, users: list[str]) -> dict[str, str]:
+    """Each user's nkey seed (`SU...`), made once and kept in DATA_DIR/nats-nkeys.json (mode
+    0600). The server's configuration holds only the public keys (`public_nkey`): no secret."""
+    import nkeys
+
+    path = Path(data_dir) / NKEYS_FILE
+    try:
+        known = json.loads(path.read_text())
+    except (OSError, ValueError):
+        known = {}
+    missing = [u for u in users if u not in known]
+    if missing or not path.exists():
+        known.update({u: nkeys.encode_seed(secrets.token_bytes(32), nkeys.PREFIX_BYTE_USER).decode()
+                      for u in missing})
+        _write_private(path, json.dumps(known, indent=1, sort_keys=True) + "\n")
+    os.chmod(path, 0o600)
+    return {u: known[u] for u in users}
+
+
+def public_nkey(seed: str) -> str:
+    """The public key (`U...`) of a user's seed: what nats-server's configuration lists."""
+    import nkeys
+
+    return nkeys.from_seed(bytearray(seed.encode())).public_key.decode()
+
+
 def user_url(user: str, password: str, host: str, port: int) -> str:
     return f"nats://{user}:{password}@{host}:{port}"
 
@@ -187,14 +215,20 @@ def env_password(user: str) -> str:
     return "GPULEDGER_NATS_" + "".join(c if c.isalnum() else "_" for c in user).upper() + "_PASSWORD"
 
 
-def users_block(all_roles: list[Role], passwords: dict[str, str] | None = None) -> str:
+def users_block(all_roles: list[Role], passwords: dict[str, str] | None = None,
+                public_keys: dict[str, str] | None = None) -> str:
     """The `authorization { users = [...] }` block; without `passwords` each password is the
-    environment variable `env_password(user)` (how deploy/nats keeps secrets out of the file)."""
+    environment variable `env_password(user)` (how deploy/nats keeps secrets out of the file).
+    With `public_keys` (user -> `U...` public nkey) the users are nkey users instead: the
+    configuration then holds no secret at all (production: `gpuledger nats config --nkeys`)."""
     lines = ["authorization {", "  users = ["]
     for role in all_roles:
-        secret = json.dumps(passwords[role.user]) if passwords else "$" + env_password(role.user)
         lines.append(f"    # {role.user}: {role.notes}" if role.notes else f"    # {role.user}")
-        lines.append(f"    {{user: {json.dumps(role.user)}, password: {secret}, permissions: {{")
+        if public_keys is not None:
+            lines.append(f"    {{nkey: {json.dumps(public_keys[role.user])}, permissions: {{")
+        else:
+            secret = json.dumps(passwords[role.user]) if passwords else "$" + env_password(role.user)
+            lines.append(f"    {{user: {json.dumps(role.user)}, password: {secret}, permissions: {{")
         lines.append(f"      publish: {{allow: {_subject_list(role.publish)}}}")
         lines.append(f"      subscribe: {{allow: {_subject_list(role.subscribe)}}}")
         if role.allow_responses:
@@ -210,8 +244,8 @@ def _subject_list(items: tuple[str, ...]) -> str:
 
 
 def server_config(all_roles: list[Role], passwords: dict[str, str] | None, store_dir: Path, port: int,
-                  host: str = "127.0.0.1") -> str:
+                  host: str = "127.0.0.1", public_keys: dict[str, str] | None = None) -> str:
     """A whole single-server configuration, as `gpuledger up` runs it."""
     head = [f"host: {json.dumps(host)}", f"port: {port}",
             f"jetstream {{ store_dir: {json.dumps(str(store_dir))} }}", ""]
-    return "\n".join(head) + users_block(all_roles, passwords)
+    return "\n".join(head) + users_block(all_roles, passwords, public_keys)

@@ -14,14 +14,16 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import nats.errors
-from nats.js.errors import ServiceUnavailableError
+from nats.js.errors import NoStreamResponseError, ServiceUnavailableError
 
 log = logging.getLogger("gpuledger.retry")
 T = TypeVar("T")
 
 TRANSIENT = (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.errors.ConnectionClosedError,
              nats.errors.ConnectionReconnectingError, nats.errors.OutboundBufferLimitError,
-             nats.errors.StaleConnectionError, ServiceUnavailableError, asyncio.TimeoutError, OSError)
+             nats.errors.StaleConnectionError, ServiceUnavailableError, asyncio.TimeoutError, OSError,
+             # a publish while a cluster elects its stream's leader: "no responders" on the stream
+             NoStreamResponseError)
 DELAYS_S = (0.2, 0.5, 1.0, 2.0, 5.0)
 
 
