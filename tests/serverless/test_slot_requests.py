@@ -105,3 +105,21 @@ async def test_a_retried_acquire_counts_once_and_unknown_requests_are_named(fres
         await ask(nc, "finish", slot_id=one["slot_id"])
         idle = await request(nc, subjects.command("slot.finish"), {"slot_id": one["slot_id"]})
         assert idle["error"]["code"] == "not-found" and "no request is running on it" in idle["error"]["message"]
+
+
+async def test_the_cli_acquires_lists_and_finishes_a_request(fresh_nats, nc, models_file):
+    from tests.cli import run_cli
+
+    async with running(fresh_nats.url, "claim", "allocator", models_file=str(models_file), **SETTINGS):
+        await with_node(nc)
+        url = ["--nats-url", fresh_nats.url]
+        got = await run_cli("slot", "acquire", "chat-8b", "--request-id", "cli-1", *url)
+        assert got.returncode == 0 and "request cli-1 on new slot slot-chat-8b-1: chat-8b (vllm)" in got.stdout, got
+        listed = await run_cli("slot", "list", *url)
+        assert "1/2 requests" in listed.stdout, listed
+        done = await run_cli("slot", "finish", "slot-chat-8b-1", *url)
+        assert done.returncode == 0 and "request cli-1 finished" in done.stdout and "0/2" in done.stdout, done
+        again = await run_cli("slot", "finish", "slot-chat-8b-1", *url)
+        assert again.returncode == 1 and "no request is running on it" in again.stderr, again
+        unknown = await run_cli("slot", "acquire", "gpt-9", *url)
+        assert unknown.returncode == 1 and "unknown model 'gpt-9'" in unknown.stderr, unknown
