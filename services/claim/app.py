@@ -3,7 +3,7 @@ and the claim queries (get, list, explain), answered from its own fold of the lo
 
 from __future__ import annotations
 
-import hashlib
+import asyncio
 import itertools
 import logging
 import time
@@ -54,6 +54,7 @@ class ClaimService:
         self.follower.listeners.append(self._remember_token)
         self.intake_drained = None  # async () -> None: set where the durable intake is consumed
         self.on_intake_batch = None  # (size) -> None: the intake batch size histogram, when served
+        self.release_batches = 0  # release_many calls: a burst of release commands is one
 
     def _remember_rejections(self, seq: int, subject: str, event: ev.Event) -> None:
         if isinstance(event, ev.ClaimRejected) and event.claim_id:
@@ -141,9 +142,10 @@ class ClaimService:
         return answer
 
     async def release_many(self, releases: list[tuple[str, str]]) -> list[dict | DomainError]:
-        """Release each (claim, reason): the live ones with one append for all (an EventBatch on
-        the claim service's batch subject when there are several), answered once it is folded.
-        One answer per release, in order: the claim's view, or the DomainError for it."""
+        """Release each (claim, reason): the live ones appended together (pipelined, each on its
+        claim's own subject, where a node agent's fenced binding looks for it) and answered once
+        the last is folded. One answer per release, in order: the claim's view, or its DomainError."""
+        self.release_batches += 1
         for claim_id, _reason in releases:
             await self.catch_up_to(claim_id)
         events: dict[str, ev.ClaimReleased] = {}
@@ -152,17 +154,11 @@ class ClaimService:
             if claim is not None and claim.status in ("pending", "allocated", "bound") and claim_id not in events:
                 events[claim_id] = ev.ClaimReleased(claim_id=claim_id, reason=reason, at=self.clock())
         if events:
-            appended = await self._append_releases(list(events.values()))
-            await self.follower.wait_for_seq(appended.seq)
+            appended = await asyncio.gather(*(
+                self.log.append(subjects.claim(claim_id), event, msg_id=f"release-{claim_id}")
+                for claim_id, event in events.items()))
+            await self.follower.wait_for_seq(max(a.seq for a in appended))
         return [self._released_view(claim_id, claim_id in events) for claim_id, _reason in releases]
-
-    async def _append_releases(self, events: list[ev.ClaimReleased]):
-        if len(events) == 1:
-            claim_id = events[0].claim_id
-            return await self.log.append(subjects.claim(claim_id), events[0], msg_id=f"release-{claim_id}")
-        ids = "\n".join(e.claim_id for e in events)
-        return await self.log.append(subjects.INTAKE_BATCHES, ev.EventBatch(events=events, at=self.clock()),
-                                     msg_id="release-" + hashlib.sha256(ids.encode()).hexdigest()[:32])
 
     def _released_view(self, claim_id: str, released_now: bool) -> dict | DomainError:
         try:
@@ -269,7 +265,7 @@ async def register_handlers(ctx: ServiceContext, service: ClaimService) -> None:
     command(b, subjects.query("claim.list"), cmd.ListClaims, list_claims)
     command(b, subjects.query("claim.resolve"), cmd.GetClaim, resolve)
     command(b, subjects.query("cluster.summary"), cmd.Query, lambda _: _summary(service))
-    # releases come one per claim at the claims' rate: answered a batch at a time, one append each
+    # releases come one per claim at the claims' rate: answered a batch at a time, appends pipelined
     await batched_command(ctx.nc, subjects.command("claim.release"), cmd.ReleaseClaim, release_many, ctx.spawn)
 
 
