@@ -96,14 +96,30 @@ def service_roles() -> list[Role]:
     ]
 
 
+def _own_records(nodes: list[str]) -> list[str]:
+    """Read only these nodes' records of live claims: a consumer whose create request names the
+    node's key (shared.latest names its one filter in the request subject), a direct get of that
+    key; never an unfiltered consumer, a get by sequence or another node's key."""
+    grants = subjects.NODE_GRANTS_STREAM
+    out = [f"$JS.API.STREAM.INFO.{grants}", f"$JS.API.CONSUMER.INFO.{grants}.*",
+           f"$JS.API.CONSUMER.DELETE.{grants}.*", f"$JS.FC.{grants}.>"]
+    for node in nodes:
+        key = subjects.node_grants(node)
+        out += [f"$JS.API.CONSUMER.CREATE.{grants}.*.{key}", f"$JS.API.DIRECT.GET.{grants}.{key}"]
+    return out
+
+
 def node_role(user: str, nodes: list[str], simulated: bool = False) -> Role:
     """A node agent (or the one process of a simulated fleet): its nodes' own subjects, bindings
-    and drift reports included, and nothing else; it reads the ledger and the node-grant records."""
+    and drift reports included, and nothing else; it reads the ledger and its own nodes' records
+    of live claims only (a simulated fleet, which watches all its nodes through one consumer of
+    several filters, reads every record)."""
     pub = [f"{READY}.node-agent", *_info()]
     for node in nodes:
         own = subjects.node(node)
         pub += [own, f"{own}.>", subjects.drift(node)]
-    pub += _read(subjects.STREAM) + _read(subjects.NODE_GRANTS_STREAM)
+    pub += _read(subjects.STREAM)
+    pub += _read(subjects.NODE_GRANTS_STREAM) if simulated or len(nodes) > 1 else _own_records(nodes)
     serves = ["gpu.cmd.node.fault", "gpu.cmd.node.process"] if simulated else []
     return Role(user, tuple(dict.fromkeys(pub)), (*serves, "_INBOX.>"),
                 notes=f"node agent of {', '.join(nodes)}")
