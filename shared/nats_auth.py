@@ -119,9 +119,13 @@ def node_role(user: str, nodes: list[str], simulated: bool = False) -> Role:
         own = subjects.node(node)
         pub += [own, f"{own}.>", subjects.drift(node)]
     pub += _read(subjects.STREAM)
-    pub += _read(subjects.NODE_GRANTS_STREAM) if simulated or len(nodes) > 1 else _own_records(nodes)
+    shared_reads = simulated or len(nodes) != 1
+    pub += _read(subjects.NODE_GRANTS_STREAM) if shared_reads else _own_records(nodes)
     serves = ["gpu.cmd.node.fault", "gpu.cmd.node.process"] if simulated else []
-    return Role(user, tuple(dict.fromkeys(pub)), (*serves, "_INBOX.>"),
+    # one node's agent: its replies and deliveries on its own inbox prefix, so it cannot listen
+    # in on another consumer's deliveries (another node's record) on the shared `_INBOX.>`
+    inbox = "_INBOX" if shared_reads else node_inbox(nodes[0])
+    return Role(user, tuple(dict.fromkeys(pub)), (*serves, f"{inbox}.>"),
                 notes=f"node agent of {', '.join(nodes)}")
 
 
@@ -165,6 +169,12 @@ def matches(pattern: str, subject: str) -> bool:
 
 def node_user_name(node: str) -> str:
     return "node-" + subjects.node(node).rsplit(".", 1)[-1]
+
+
+def node_inbox(node: str) -> str:
+    """The inbox prefix of one node's agent (nats-py's `inbox_prefix`; the agent sets it itself,
+    shared.natscluster.INBOX_PREFIX_ENV): only that agent may subscribe under it."""
+    return "_INBOX_" + node_user_name(node)
 
 
 # --- secrets ----------------------------------------------------------------------------------
