@@ -75,6 +75,11 @@ def endpoint(name: str) -> str:
     return f"gpu.evt.endpoint.{_token(name)}"
 
 
+def slot(slot_id: str) -> str:
+    """A model slot's requests (claim service), fenced per slot."""
+    return f"gpu.evt.slot.{_token(slot_id)}"
+
+
 def drift(node_name: str) -> str:
     return f"gpu.evt.drift.{_token(node_name)}"
 

@@ -77,7 +77,7 @@ def _service(user: str, publish: list[str], serves: list[str], reads: tuple[str,
 def service_roles() -> list[Role]:
     return [
         _service("claim", ["gpu.evt.claim.>", subjects.INTAKE_BATCHES, f"{subjects.DEAD_LETTER}.>",
-                           "gpu.evt.endpoint.>", subjects.OUTCOMES],
+                           "gpu.evt.endpoint.>", "gpu.evt.slot.>", subjects.OUTCOMES],
                  ["gpu.cmd.claim.>", "gpu.qry.claim.>", "gpu.qry.cluster.>", "gpu.cmd.endpoint.>",
                   "gpu.qry.endpoint.>", "gpu.qry.gpus.>", "gpu.cmd.slot.>", "gpu.qry.slot.>"],
                  (subjects.STREAM, subjects.INTAKE_STREAM, subjects.OUTCOMES_STREAM),
