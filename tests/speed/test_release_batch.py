@@ -37,9 +37,27 @@ async def _allocated(nc, count: int) -> list[str]:
     return ids
 
 
+async def _bound(nc, log, ids: list[str]) -> None:
+    """Bind the claims as their node agents would, and wait until the claim service folded it:
+    a claim allocated and not yet bound has its release on its own subject instead (where its
+    agent's binding append is conditioned: tests/trust/test_release_before_binding.py)."""
+    nodes = {d.claim_id: d.node async for s in log.read(subject=subjects.DECISIONS)
+             for d in getattr(s.event, "decisions", []) if isinstance(d, ev.ClaimAllocated)}
+    for claim_id in ids:
+        await log.append(subjects.node_bindings(nodes[claim_id]),
+                         ev.ClaimBound(claim_id=claim_id, node=nodes[claim_id], env={}))
+    for claim_id in ids:
+        for _ in range(500):
+            reply = await request(nc, subjects.query("claim.get"), {"claim_id": claim_id})
+            if reply["ok"] and reply["data"]["status"] == "bound":
+                break
+            await asyncio.sleep(0.01)
+
+
 async def test_concurrent_releases_are_stored_together_and_each_answered(stack):
     nc, log = stack
     ids = await _allocated(nc, 12)
+    await _bound(nc, log, ids)
     before = await log.last_seq()
     bad = nc.request(RELEASE, b'{"claim_id": 7}', timeout=10)  # malformed, in the same burst
     unknown = request(nc, RELEASE, {"claim_id": "no-such-claim"})
