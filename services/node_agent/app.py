@@ -251,10 +251,20 @@ def main(argv: list[str] | None = None) -> int:
         build = builder_for(args, settings)
         if not args.fleet:  # one node's agent: its own inbox prefix, as its NATS user allows
             os.environ.setdefault(INBOX_PREFIX_ENV, node_inbox(args.node or local_node_name()))
-        asyncio.run(serve(SERVICE, settings, build))
+        _run_loop()(serve(SERVICE, settings, build))
     except (FleetSpecError, AgentSetupError) as err:
         print(f"node-agent: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         pass
     return 0
+
+
+def _run_loop():
+    """uvloop where it is installed, as for the other services (services_cmd.run_service): a
+    simulated fleet's process is all awaited appends and requests, where uvloop costs less."""
+    try:
+        from uvloop import run
+    except ImportError:
+        return asyncio.run
+    return run
