@@ -35,8 +35,9 @@ def node(name: str) -> str:
 
 
 def node_bindings(name: str) -> str:
-    """Where a node's agent records its bindings (ClaimBound): its own subject, fenced by its
-    last sequence, so a retried append is never stored twice and no one else's id can shadow it."""
+    """Where a node's agent records its bindings (ClaimBound): its own subject, each append on
+    condition that the claim's own subject has not moved (services/node_agent/binder.py), with a
+    message id nobody else can guess, so a retried append is stored once."""
     return f"gpu.evt.node.{_token(name)}.bound"
 
 
