@@ -37,16 +37,43 @@ def config(data_dir: Path = DataDir,
                                           "simulated fleet run in one process (a fleet spec, as "
                                           "`gpuledger up --fleet`); deploy/nats/compose-users.conf "
                                           "has the default fleet's"),
+           use_nkeys: bool = typer.Option(False, "--nkeys", help="nkey users (public keys only in the "
+                                          "configuration; each user's seed in DATA_DIR/nats-nkeys.json, "
+                                          "printed by `gpuledger nats nkey USER`) instead of passwords"),
            port: int = typer.Option(4222, "--port", help="client port of the whole configuration"),
            store_dir: Path = typer.Option(Path("jetstream"), "--store-dir",
                                           help="JetStream store of the whole configuration")) -> None:
     """Print a nats-server configuration with every gpuledger user and its permissions."""
     roles = nats_auth.roles(agent_nodes=node, demo_fleet=_fleet_nodes(demo_fleet))
-    passwords = None if env_passwords else nats_auth.load_secrets(data_dir, [r.user for r in roles])
+    if use_nkeys and env_passwords:
+        _die("--nkeys and --env-passwords exclude each other: nkey users have no password")
+    passwords = public_keys = None
+    if use_nkeys:
+        seeds = nats_auth.load_nkeys(data_dir, [r.user for r in roles])
+        public_keys = {user: nats_auth.public_nkey(seed) for user, seed in seeds.items()}
+    elif not env_passwords:
+        passwords = nats_auth.load_secrets(data_dir, [r.user for r in roles])
     if users_only:
-        typer.echo(nats_auth.users_block(roles, passwords), nl=False)
+        typer.echo(nats_auth.users_block(roles, passwords, public_keys), nl=False)
     else:
-        typer.echo(nats_auth.server_config(roles, passwords, store_dir, port), nl=False)
+        typer.echo(nats_auth.server_config(roles, passwords, store_dir, port, public_keys=public_keys), nl=False)
+
+
+@nats_app.command("nkey")
+def nkey(user: str = typer.Argument(..., help="ops, publisher, a service (claim, allocator, ...), "
+                                     "node-agents or node-NAME"),
+         data_dir: Path = DataDir,
+         public: bool = typer.Option(False, "--public", help="print the public key instead of the seed")) -> None:
+    """Print one user's nkey seed (secret: give it to that client only, as a file named by
+    GPULEDGER_NATS_NKEY_SEED_FILE), made by `gpuledger nats config --nkeys`."""
+    path = data_dir / nats_auth.NKEYS_FILE
+    try:
+        known = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        _die(f"no nkeys in {path} ({err}): run `gpuledger nats config --nkeys --data-dir {data_dir}` first")
+    if user not in known:
+        _die(f"user {user!r} unknown in {path}; known: {', '.join(sorted(known))}")
+    typer.echo(nats_auth.public_nkey(known[user]) if public else known[user])
 
 
 @nats_app.command("creds")

@@ -206,3 +206,11 @@ class Subtrees:
         if worst <= EPS:
             return 0.0
         return worst / weight if weight > 0 else math.inf
+
+
+class IdleSubtrees(Subtrees):
+    """The same tree with nothing in use anywhere: what no amount of waiting gets beyond (others'
+    guarantees, held back by lending limits, still count: they hold even while idle)."""
+
+    def own_use(self, node: str) -> Usage:
+        return _NO_USE

@@ -20,14 +20,14 @@ from typing import NamedTuple
 
 from schemas.types import QuotaSpec, Reason
 
-from ledger.cohorts import EPS, Subtrees, books_of, quota_of, quota_source, tree_of
+from ledger.cohorts import EPS, IdleSubtrees, Subtrees, books_of, quota_of, quota_source, tree_of
 from ledger.state import State, Usage
 
 GI = 1024
 _NO_USE = Usage()
 
 __all__ = ["EPS", "GI", "Cost", "Dim", "DIMS", "SHARED_DIMS", "QuotaCheck", "quota_check",
-           "total_violation", "single_violation", "own_used", "children_of", "over_nominal",
+           "total_violation", "single_violation", "idle_violation", "own_used", "children_of", "over_nominal",
            "within_nominal", "reclaims", "usage_of", "fmt_vram", "fmt_tflops"]
 
 
@@ -113,13 +113,20 @@ def total_violation(state: State, namespace: str, cost: Cost) -> Reason | None:
     return quota_check(state, namespace, cost).refusal
 
 
-def quota_check(state: State, namespace: str, cost: Cost) -> QuotaCheck:
-    """Whether the namespace can take this cost now, at every node of its tree up to the root."""
+def idle_violation(state: State, namespace: str, cost: Cost) -> Reason | None:
+    """A total this claim would break even with nothing in use anywhere: waiting cannot help, only
+    a quota change can (the claim is then `never-satisfiable`, not `quota-exceeded`)."""
+    return quota_check(state, namespace, cost, idle=True).refusal
+
+
+def quota_check(state: State, namespace: str, cost: Cost, idle: bool = False) -> QuotaCheck:
+    """Whether the namespace can take this cost now, at every node of its tree up to the root
+    (`idle`: were nothing in use anywhere)."""
     tree = tree_of(state)
     if namespace not in tree:
         quota = quota_of(state, namespace)
-        return QuotaCheck(None if quota is None else _standalone(state, namespace, quota, cost))
-    books = books_of(state)
+        return QuotaCheck(None if quota is None else _standalone(state, namespace, quota, cost, idle))
+    books = IdleSubtrees(state, tree) if idle else books_of(state)
     path = tree.ancestors(namespace)
     dims = [d for d in DIMS if any(books.capacity(n, d) is not None for n in path)]  # others: no limit
     within = within_nominal(books, namespace, cost)
@@ -134,9 +141,9 @@ def quota_check(state: State, namespace: str, cost: Cost) -> QuotaCheck:
     return QuotaCheck(None, borrowed_from)
 
 
-def _standalone(state: State, namespace: str, quota: QuotaSpec, cost: Cost) -> Reason | None:
+def _standalone(state: State, namespace: str, quota: QuotaSpec, cost: Cost, idle: bool = False) -> Reason | None:
     """A namespace outside every tree: its own quota (or the default), nothing to borrow."""
-    usage = usage_of(state, namespace)
+    usage = _NO_USE if idle else usage_of(state, namespace)
     default = " (the default quota)" if quota_source(state, namespace) == "default" else ""
     for dim in DIMS:
         limit = dim.nominal(quota)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import msgspec
 
+from schemas.lenient import convert_lenient
 from schemas.types import PoolSpec, QuotaSpec
 from schemas.upcast import current, upcast
 
@@ -77,7 +78,9 @@ def to_snapshot(state: State, compact: bool = False) -> bytes:
 
 def decode_snapshot(data: bytes) -> Snapshot:
     """The snapshot in the current version: an older one is upgraded by its registered steps
-    (schemas.upcast), not refused; one newer than this code, or not a snapshot, raises ValueError."""
+    (schemas.upcast), not refused; one newer than this code, or not a snapshot, raises ValueError.
+    A snapshot holding a claim accepted before today's bounds is read without them
+    (schemas.lenient), as the stored events it was folded from are."""
     try:
         snap = _decoder.decode(data)
         if snap.version == SNAPSHOT_VERSION:
@@ -87,7 +90,11 @@ def decode_snapshot(data: bytes) -> Snapshot:
     raw = msgspec.msgpack.decode(data)
     if not isinstance(raw, dict) or not isinstance(raw.get("version"), int):
         raise ValueError("not a gpuledger snapshot (no integer `version`)")
-    return msgspec.convert(upcast("snapshot", raw, raw["version"], field="version"), Snapshot)
+    raw = upcast("snapshot", raw, raw["version"], field="version")
+    try:
+        return msgspec.convert(raw, Snapshot)
+    except msgspec.ValidationError:
+        return convert_lenient(raw, Snapshot)
 
 
 def from_snapshot(data: bytes) -> State:

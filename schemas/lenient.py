@@ -12,6 +12,7 @@ it always did. The intake never uses this: what comes in now is held to the stri
 
 from __future__ import annotations
 
+import dataclasses
 import types
 import typing
 from typing import Annotated, Any, Literal, Union
@@ -35,6 +36,8 @@ def _loose(tp: Any) -> Any:
         return kinds.pop() if len(kinds) == 1 else Any
     if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
         return _lenient_struct(tp)
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):  # the fold's state, in a snapshot
+        return _lenient_dataclass(tp)
     if origin in (Union, types.UnionType):
         return Union[tuple(_loose(a) for a in typing.get_args(tp))]
     if origin in (list, dict, tuple, set, frozenset):
@@ -63,6 +66,23 @@ def _lenient_struct(strict: type) -> type:
     return lenient
 
 
+def _lenient_dataclass(strict: type) -> type:
+    found = _lenient_of.get(strict)
+    if found is not None:
+        return found
+    hints, fields = typing.get_type_hints(strict, include_extras=True), []
+    for f in dataclasses.fields(strict):
+        if f.default is not dataclasses.MISSING:
+            fields.append((f.name, _loose(hints[f.name]), f.default))
+        elif f.default_factory is not dataclasses.MISSING:
+            fields.append((f.name, _loose(hints[f.name]), msgspec.field(default_factory=f.default_factory)))
+        else:
+            fields.append((f.name, _loose(hints[f.name])))
+    lenient = msgspec.defstruct("Lenient" + strict.__name__, fields, kw_only=True)
+    _lenient_of[strict], _strict_of[lenient] = lenient, strict
+    return lenient
+
+
 _decoder: msgspec.json.Decoder | None = None
 _union: Any = None
 
@@ -79,8 +99,21 @@ def decode_lenient(data: bytes) -> ev.Event:
     return _to_strict(_decoder.decode(data))
 
 
+def convert_lenient(raw: Any, strict: type) -> Any:
+    """`raw` (decoded builtins: a stored snapshot's msgpack) as the Struct type `strict`, read
+    without the contract's constraints, like a stored event."""
+    return _to_strict(msgspec.convert(raw, _lenient_struct(strict)))
+
+
 def _to_strict(value: Any) -> Any:
     strict = _strict_of.get(type(value))
+    if strict is not None and dataclasses.is_dataclass(strict):  # as msgspec builds one: no __init__
+        out = strict.__new__(strict)
+        for name in value.__struct_fields__:
+            object.__setattr__(out, name, _to_strict(getattr(value, name)))
+        if hasattr(out, "__post_init__"):
+            out.__post_init__()
+        return out
     if strict is not None:
         return strict(**{name: _to_strict(getattr(value, name)) for name in value.__struct_fields__})
     if isinstance(value, list):

@@ -42,8 +42,9 @@ REASONS: tuple[ReasonCode, ...] = (
     ReasonCode("node-selector", "fleet", "nodes do not match the node selector"),
     ReasonCode("never-satisfiable", "fleet", "no node of the fleet could take the claim even with "
                "nothing allocated and every device healthy (more GPUs, CPU or memory than any node "
-               "has, or a model, driver or label none has): first of its reasons; it waits only "
-               "for the fleet to change"),
+               "has, or a model, driver or label none has), a gang could never fit at once, or the "
+               "namespace's total quota could not take it even with nothing in use: first of its "
+               "reasons; it waits only for the fleet or the quota to change"),
     # rejected by the allocator (AllocationRejected)
     ReasonCode("quota-single-exceeded", "never", "a per-workload quota limit is smaller than the claim"),
     ReasonCode("pool-not-found", "never", "the pool named does not exist"),
@@ -56,6 +57,9 @@ REASONS: tuple[ReasonCode, ...] = (
                                     "untouched; the refusal is only on the dead-letter subject)"),
     ReasonCode("unprocessable", "never", "the claim service could not handle the message at all; "
                                          "dead-lettered once with the error"),
+    ReasonCode("undeliverable", "never", "the intake delivered the message many times and the claim "
+                                         "service never finished it (it stopped on it each time): "
+                                         "dead-lettered once and not delivered again"),
     # why an allocated claim ended (ClaimOutcome.code)
     ReasonCode("released", "end", "released by its holder (or the endpoint autoscaler)"),
     ReasonCode("stale", "end", "evicted: no activity for longer than the stale limit"),

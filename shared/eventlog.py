@@ -17,6 +17,9 @@ from schemas.events import Event, decode_event, encode_event
 
 MSG_ID = "Nats-Msg-Id"
 EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
+# nats-server 2.11+: the expected last sequence is that of this subject (filter), not of the one
+# published to: an append conditional on another subject (a binding on its claim's subject).
+EXPECTED_LAST_SUBJECT_SEQ_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
 
 
 class AppendConflict(Exception):
@@ -66,12 +69,14 @@ class InMemoryEventLog:
         self._grew = asyncio.Condition()
 
     async def append(self, subject, event, *, msg_id=None, expected_last_subject_seq=None,
-                     headers=None) -> Appended:
+                     expected_subject=None, headers=None) -> Appended:
+        fenced = expected_subject or subject
+        actual = self._subject_last.get(fenced, 0)
+        # JetStream checks the expected sequence before it drops a duplicate message id
+        if expected_last_subject_seq is not None and actual != expected_last_subject_seq:
+            raise AppendConflict(fenced, expected_last_subject_seq, actual)
         if msg_id is not None and msg_id in self._msg_ids:
             return Appended(self._msg_ids[msg_id], duplicate=True)
-        actual = self._subject_last.get(subject, 0)
-        if expected_last_subject_seq is not None and actual != expected_last_subject_seq:
-            raise AppendConflict(subject, expected_last_subject_seq, actual)
         self._entries.append((subject, encode_event(event), dict(headers or {})))
         seq = len(self._entries)
         self._subject_last[subject] = seq

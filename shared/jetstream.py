@@ -19,6 +19,7 @@ from shared.fastread import RangeReadError, open_range_reader
 from shared.retry import TRANSIENT as TRANSIENT_ERRORS, quiet_error, until_done
 from shared.eventlog import (
     EXPECTED_LAST_SUBJECT_SEQ,
+    EXPECTED_LAST_SUBJECT_SEQ_SUBJECT,
     MSG_ID,
     AppendConflict,
     Appended,
@@ -115,20 +116,24 @@ class JetStreamEventLog:
         self.stream = stream
 
     async def append(self, subject: str, event: Event, *, msg_id: str | None = None,
-                     expected_last_subject_seq: int | None = None,
+                     expected_last_subject_seq: int | None = None, expected_subject: str | None = None,
                      headers: dict[str, str] | None = None) -> Appended:
         return await self.append_raw(subject, encode_event(event), msg_id=msg_id,
                                      expected_last_subject_seq=expected_last_subject_seq,
-                                     headers=headers)
+                                     expected_subject=expected_subject, headers=headers)
 
     async def append_raw(self, subject: str, payload: bytes, *, msg_id: str | None = None,
-                         expected_last_subject_seq: int | None = None,
+                         expected_last_subject_seq: int | None = None, expected_subject: str | None = None,
                          headers: dict[str, str] | None = None) -> Appended:
+        """`expected_subject`: check `expected_last_subject_seq` against that subject's last
+        sequence instead of `subject`'s (nats-server 2.11+; an exact subject here)."""
         hdrs = dict(headers or {})
         if msg_id is not None:
             hdrs[MSG_ID] = msg_id
         if expected_last_subject_seq is not None:
             hdrs[EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_subject_seq)
+            if expected_subject is not None:
+                hdrs[EXPECTED_LAST_SUBJECT_SEQ_SUBJECT] = expected_subject
         # An append outlives a NATS outage: retried with backoff until stored. A retry of one that
         # was stored after all is harmless: fenced, it comes back as the conflict its caller already
         # handles; with a msg id, JetStream drops the copy; neither (heartbeats, usage, activity):
@@ -140,7 +145,7 @@ class JetStreamEventLog:
             ack = await until_done(publish, f"append to {subject}")
         except APIError as err:
             if err.err_code in WRONG_LAST_SEQUENCE:
-                raise AppendConflict(subject, expected_last_subject_seq or 0,
+                raise AppendConflict(expected_subject or subject, expected_last_subject_seq or 0,
                                      _actual_seq(err.description)) from err
             raise
         return Appended(ack.seq, bool(ack.duplicate))
@@ -243,6 +248,8 @@ class JetStreamEventLog:
                     if now != reconnects and self.nc.is_connected:
                         sub, renewed = await _resubscribe(sub, subscribe)
                         reconnects = now if renewed else reconnects
+                    elif self.nc.is_connected and not await _consumer_alive(sub):
+                        sub, _ = await _resubscribe(sub, subscribe)
                     continue
                 batch, done = [], False
                 for msg in msgs:
@@ -300,6 +307,20 @@ async def _resubscribe(sub, subscribe):
     except TRANSIENT_ERRORS as err:
         log.warning("following again after a reconnect failed (%s); trying again", err)
         return sub, False
+
+
+async def _consumer_alive(sub) -> bool:
+    """False when the server no longer has our consumer: in a cluster it may have lived on a
+    server that died (the log's leader) while our own connection, to another server, never
+    dropped, so no reconnect tells us; nats-py would notice only after two missed heartbeats.
+    NATS trouble (an election still running) is not a verdict: asked again on the next quiet."""
+    try:
+        await sub.consumer_info()
+    except NotFoundError:
+        return False
+    except Exception:
+        return True
+    return True
 
 
 async def _nothing_pending(sub) -> bool:

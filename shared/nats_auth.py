@@ -28,6 +28,8 @@ SERVICES = ("claim", "allocator", "quota", "pool-controller", "projector", "dash
 OPS, PUBLISHER = "ops", "publisher"
 DEMO_AGENTS = "node-agents"  # the simulated fleet of `up --demo`: one process for every node
 SECRETS_FILE = "nats-users.json"
+NKEYS_FILE = "nats-nkeys.json"  # each user's nkey seed (private: mode 0600)
+NKEY_SEED_ENV = "GPULEDGER_NATS_NKEY_SEED_FILE"  # a client's seed file (shared.natscluster)
 READY = "gpu.sys.ready"  # shared.service.READY_SUBJECT (kept here: shared.service imports faststream)
 
 
@@ -75,7 +77,7 @@ def _service(user: str, publish: list[str], serves: list[str], reads: tuple[str,
 def service_roles() -> list[Role]:
     return [
         _service("claim", ["gpu.evt.claim.>", subjects.INTAKE_BATCHES, f"{subjects.DEAD_LETTER}.>",
-                           "gpu.evt.endpoint.>", subjects.OUTCOMES],
+                           "gpu.evt.endpoint.>", "gpu.evt.slot.>", subjects.OUTCOMES],
                  ["gpu.cmd.claim.>", "gpu.qry.claim.>", "gpu.qry.cluster.>", "gpu.cmd.endpoint.>",
                   "gpu.qry.endpoint.>", "gpu.qry.gpus.>", "gpu.cmd.slot.>", "gpu.qry.slot.>"],
                  (subjects.STREAM, subjects.INTAKE_STREAM, subjects.OUTCOMES_STREAM),
@@ -94,16 +96,36 @@ def service_roles() -> list[Role]:
     ]
 
 
+def _own_records(nodes: list[str]) -> list[str]:
+    """Read only these nodes' records of live claims: a consumer whose create request names the
+    node's key (shared.latest names its one filter in the request subject), a direct get of that
+    key; never an unfiltered consumer, a get by sequence or another node's key."""
+    grants = subjects.NODE_GRANTS_STREAM
+    out = [f"$JS.API.STREAM.INFO.{grants}", f"$JS.API.CONSUMER.INFO.{grants}.*",
+           f"$JS.API.CONSUMER.DELETE.{grants}.*", f"$JS.FC.{grants}.>"]
+    for node in nodes:
+        key = subjects.node_grants(node)
+        out += [f"$JS.API.CONSUMER.CREATE.{grants}.*.{key}", f"$JS.API.DIRECT.GET.{grants}.{key}"]
+    return out
+
+
 def node_role(user: str, nodes: list[str], simulated: bool = False) -> Role:
     """A node agent (or the one process of a simulated fleet): its nodes' own subjects, bindings
-    and drift reports included, and nothing else; it reads the ledger and the node-grant records."""
+    and drift reports included, and nothing else; it reads the ledger and its own nodes' records
+    of live claims only (a simulated fleet, which watches all its nodes through one consumer of
+    several filters, reads every record)."""
     pub = [f"{READY}.node-agent", *_info()]
     for node in nodes:
         own = subjects.node(node)
         pub += [own, f"{own}.>", subjects.drift(node)]
-    pub += _read(subjects.STREAM) + _read(subjects.NODE_GRANTS_STREAM)
+    pub += _read(subjects.STREAM)
+    shared_reads = simulated or len(nodes) != 1
+    pub += _read(subjects.NODE_GRANTS_STREAM) if shared_reads else _own_records(nodes)
     serves = ["gpu.cmd.node.fault", "gpu.cmd.node.process"] if simulated else []
-    return Role(user, tuple(dict.fromkeys(pub)), (*serves, "_INBOX.>"),
+    # one node's agent: its replies and deliveries on its own inbox prefix, so it cannot listen
+    # in on another consumer's deliveries (another node's record) on the shared `_INBOX.>`
+    inbox = "_INBOX" if shared_reads else node_inbox(nodes[0])
+    return Role(user, tuple(dict.fromkeys(pub)), (*serves, f"{inbox}.>"),
                 notes=f"node agent of {', '.join(nodes)}")
 
 
@@ -149,6 +171,12 @@ def node_user_name(node: str) -> str:
     return "node-" + subjects.node(node).rsplit(".", 1)[-1]
 
 
+def node_inbox(node: str) -> str:
+    """The inbox prefix of one node's agent (nats-py's `inbox_prefix`; the agent sets it itself,
+    shared.natscluster.INBOX_PREFIX_ENV): only that agent may subscribe under it."""
+    return "_INBOX_" + node_user_name(node)
+
+
 # --- secrets ----------------------------------------------------------------------------------
 
 
@@ -175,6 +203,32 @@ def _write_private(path: Path, text: str) -> None:
         out.write(text)
 
 
+def load_nkeys(data_dir: Path, users: list[str]) -> dict[str, str]:
+    """Each user's nkey seed (`SU...`), made once and kept in DATA_DIR/nats-nkeys.json (mode
+    0600). The server's configuration holds only the public keys (`public_nkey`): no secret."""
+    import nkeys
+
+    path = Path(data_dir) / NKEYS_FILE
+    try:
+        known = json.loads(path.read_text())
+    except (OSError, ValueError):
+        known = {}
+    missing = [u for u in users if u not in known]
+    if missing or not path.exists():
+        known.update({u: nkeys.encode_seed(secrets.token_bytes(32), nkeys.PREFIX_BYTE_USER).decode()
+                      for u in missing})
+        _write_private(path, json.dumps(known, indent=1, sort_keys=True) + "\n")
+    os.chmod(path, 0o600)
+    return {u: known[u] for u in users}
+
+
+def public_nkey(seed: str) -> str:
+    """The public key (`U...`) of a user's seed: what nats-server's configuration lists."""
+    import nkeys
+
+    return nkeys.from_seed(bytearray(seed.encode())).public_key.decode()
+
+
 def user_url(user: str, password: str, host: str, port: int) -> str:
     return f"nats://{user}:{password}@{host}:{port}"
 
@@ -187,14 +241,20 @@ def env_password(user: str) -> str:
     return "GPULEDGER_NATS_" + "".join(c if c.isalnum() else "_" for c in user).upper() + "_PASSWORD"
 
 
-def users_block(all_roles: list[Role], passwords: dict[str, str] | None = None) -> str:
+def users_block(all_roles: list[Role], passwords: dict[str, str] | None = None,
+                public_keys: dict[str, str] | None = None) -> str:
     """The `authorization { users = [...] }` block; without `passwords` each password is the
-    environment variable `env_password(user)` (how deploy/nats keeps secrets out of the file)."""
+    environment variable `env_password(user)` (how deploy/nats keeps secrets out of the file).
+    With `public_keys` (user -> `U...` public nkey) the users are nkey users instead: the
+    configuration then holds no secret at all (production: `gpuledger nats config --nkeys`)."""
     lines = ["authorization {", "  users = ["]
     for role in all_roles:
-        secret = json.dumps(passwords[role.user]) if passwords else "$" + env_password(role.user)
         lines.append(f"    # {role.user}: {role.notes}" if role.notes else f"    # {role.user}")
-        lines.append(f"    {{user: {json.dumps(role.user)}, password: {secret}, permissions: {{")
+        if public_keys is not None:
+            lines.append(f"    {{nkey: {json.dumps(public_keys[role.user])}, permissions: {{")
+        else:
+            secret = json.dumps(passwords[role.user]) if passwords else "$" + env_password(role.user)
+            lines.append(f"    {{user: {json.dumps(role.user)}, password: {secret}, permissions: {{")
         lines.append(f"      publish: {{allow: {_subject_list(role.publish)}}}")
         lines.append(f"      subscribe: {{allow: {_subject_list(role.subscribe)}}}")
         if role.allow_responses:
@@ -210,8 +270,8 @@ def _subject_list(items: tuple[str, ...]) -> str:
 
 
 def server_config(all_roles: list[Role], passwords: dict[str, str] | None, store_dir: Path, port: int,
-                  host: str = "127.0.0.1") -> str:
+                  host: str = "127.0.0.1", public_keys: dict[str, str] | None = None) -> str:
     """A whole single-server configuration, as `gpuledger up` runs it."""
     head = [f"host: {json.dumps(host)}", f"port: {port}",
             f"jetstream {{ store_dir: {json.dumps(str(store_dir))} }}", ""]
-    return "\n".join(head) + users_block(all_roles, passwords)
+    return "\n".join(head) + users_block(all_roles, passwords, public_keys)

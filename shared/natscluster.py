@@ -30,6 +30,10 @@ def server_urls(url: str) -> list[str]:
     return urls
 
 
+NKEY_SEED_ENV = "GPULEDGER_NATS_NKEY_SEED_FILE"  # shared.nats_auth.NKEY_SEED_ENV
+INBOX_PREFIX_ENV = "GPULEDGER_NATS_INBOX_PREFIX"  # a client's own reply/delivery subjects
+
+
 def connect_args(url: str) -> dict:
     """`nats.connect` keyword arguments for a URL of one or more servers: the servers without
     credentials, and the URL's credentials as options. A cluster announces its other servers to
@@ -48,6 +52,12 @@ def connect_args(url: str) -> dict:
         host = f"[{host}]" if ":" in host else host
         netloc = f"{host}:{parts.port}" if parts.port else host
         servers.append(urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment)))
+    seed_file = os.environ.get(NKEY_SEED_ENV)
+    if seed_file and not args:  # an nkey user (production): its seed from a file, e.g. a Secret
+        args["nkeys_seed"] = seed_file
+    inbox = os.environ.get(INBOX_PREFIX_ENV)
+    if inbox:  # replies and consumer deliveries on subjects only this user may subscribe to
+        args["inbox_prefix"] = inbox
     return {"servers": servers, **args}
 
 

@@ -15,7 +15,7 @@ from nats.aio.client import Client
 
 from shared.jetstream import JetStreamEventLog, ensure_streams
 from shared.metrics import Metrics
-from shared.retry import quiet_error
+from shared.retry import quiet_error, until_done
 from shared.natscluster import broker_args
 from shared.settings import Settings
 
@@ -59,7 +59,9 @@ async def start_service(name: str, settings: Settings, build: Builder) -> Servic
     ctx = ServiceContext(name, settings, broker, on_reconnect=hooks)
     await broker.connect()
     ctx.nc = broker.connection
-    await ensure_streams(ctx.nc.jetstream(), settings.stream_replicas)
+    # a start during an outage or a cluster's election waits it out instead of exiting
+    await until_done(lambda: ensure_streams(ctx.nc.jetstream(), settings.stream_replicas),
+                     f"{name}: checking the streams")
     ctx.log = JetStreamEventLog(ctx.nc)
     await build(ctx)
     await broker.start()

@@ -25,6 +25,7 @@ from schemas import subjects
 from schemas.seed import CLAIM_WIRE, SeedClaimSpec, convert_seed, from_seed_claim, is_seed_claim, seed_field
 from schemas.types import ClaimSpec, Reason
 from shared.commands import DomainError, field_of
+from shared.retry import TRANSIENT, Backoff
 from shared.telemetry import tracer
 
 log = logging.getLogger("gpuledger.claim")
@@ -32,6 +33,10 @@ DURABLE = "claim-intake"
 # A message handled without an answer this often (the service died on it each time) is not
 # delivered again; one that fails with an error is dead-lettered and terminated at once.
 MAX_DELIVER = 20
+# From this delivery on, a message is not handled any more but dead-lettered with that reason
+# and terminated: the deliveries left before MAX_DELIVER are for writing that dead letter through
+# NATS trouble, so a message is never dropped by the server without a word.
+GIVE_UP_AT = MAX_DELIVER - 5
 DEFAULT_MAX_PAYLOAD = 1 << 20  # NATS's default max_payload
 ENVELOPE_BYTES = 16 * 1024  # headers, the EventBatch's own fields
 # NATS trouble: nothing is acked and the messages come again. Not a message over the size limit,
@@ -45,15 +50,25 @@ _spec_decoder = msgspec.json.Decoder(ClaimSpec)
 async def consume_intake(js, service, batch: int = 256) -> None:
     sub = await js.pull_subscribe(subjects.INTAKE_CLAIMS, durable=DURABLE, stream=subjects.INTAKE_STREAM,
                                   config=api.ConsumerConfig(ack_wait=30, max_deliver=MAX_DELIVER))
+    backoff = Backoff()
     try:
         while True:
             try:
                 msgs = await sub.fetch(batch, timeout=1.0)
             except (NatsTimeout, asyncio.TimeoutError):
                 continue
+            except TRANSIENT as err:  # a cluster electing the intake's leader (503), an outage
+                await _pause(backoff, "fetching the intake", err)
+                continue
             if service.on_intake_batch is not None:
                 service.on_intake_batch(len(msgs))
-            await handle_fetched(service, msgs)
+            try:
+                await handle_fetched(service, msgs)
+            except _TRANSIENT + TRANSIENT as err:  # nothing acked: the messages come again
+                await _nak(msgs)
+                await _pause(backoff, "handling an intake batch", err)
+                continue
+            backoff.reset()
     finally:
         # an open fetch inbox would make the connection's drain wait its full timeout on stop
         try:
@@ -62,11 +77,30 @@ async def consume_intake(js, service, batch: int = 256) -> None:
             pass
 
 
+async def _nak(msgs) -> None:
+    """Ask for the messages again now rather than after `ack_wait` (best effort: NATS may be
+    the trouble, and then they come again after `ack_wait` anyway)."""
+    for msg in msgs:
+        try:
+            await msg.nak()
+        except Exception:
+            return
+
+
+async def _pause(backoff: Backoff, what: str, err: Exception) -> None:
+    delay = backoff.next()
+    log.warning("%s failed (%s: %s); again in %.1f s", what, type(err).__name__, err, delay)
+    await asyncio.sleep(delay)
+
+
 async def handle_fetched(service, msgs) -> None:
     """One fetch, all together; should that fail for any reason but NATS trouble, each message on
     its own: the one that cannot be handled is dead-lettered (once, with the error) and terminated,
     and every other message goes through. NATS trouble propagates: nothing is acked, so the
     messages come again."""
+    msgs = await _give_up_on_redelivered(service, msgs)
+    if not msgs:
+        return
     drained = [(m.data, dict(m.headers or {}), _stream_seq(m)) for m in msgs]
     try:
         await handle_intake_batch(service, drained)
@@ -94,6 +128,30 @@ async def _handle_alone(service, msg, one: tuple) -> None:
         await msg.term()
         return
     await msg.ack()
+
+
+async def _give_up_on_redelivered(service, msgs) -> list:
+    """Dead-letter and terminate the messages delivered GIVE_UP_AT times or more (each delivery
+    ended without an answer: the service died or hung on it); the others, to handle."""
+    keep = []
+    for msg in msgs:
+        delivered = _deliveries(msg)
+        if delivered < GIVE_UP_AT:
+            keep.append(msg)
+            continue
+        data, headers = msg.data, dict(msg.headers or {})
+        await _reject(service, _readable_id(data, headers), "undeliverable",
+                      f"delivered {delivered} times without being handled (the claim service stopped "
+                      "or failed on it each time): not tried again", "", data, {}, _stream_seq(msg))
+        await msg.term()
+    return keep
+
+
+def _deliveries(msg) -> int:
+    try:
+        return msg.metadata.num_delivered or 1
+    except Exception:  # not from JetStream (tests)
+        return 1
 
 
 def _stream_seq(msg) -> int:

@@ -2,23 +2,31 @@
 (schemas.grants, the allocator's fold of the log) lists, and stops what it no longer lists.
 
 Records are level-triggered: the agent keeps only the latest one it was offered, so a claim that
-was allocated and released before the agent got to it is never bound at all. Bindings of one
-record go out as one message (an EventBatch of ClaimBound when there are several) on the node's
-own binding subject, fenced by that subject's last sequence: a retried append after a lost
-acknowledgement is refused instead of stored twice, with no message id anyone else could reuse.
-After a restart the agent knows what it bound from the record's `bound` flags (as of the
-record's position in the log) and the bindings stored on its subject after that position.
+was allocated and released before the agent got to it is never bound at all. A record is as of a
+log position (`through_seq`); a claim can be released after it. So each binding is its own
+message, appended on the node's binding subject on condition that the claim's own subject (where
+its release goes) has not moved: `Nats-Expected-Last-Subject-Sequence` checked against the claim's
+subject (`expected_subject`, nats-server 2.11+), with the last sequence the agent saw there, no
+later than the record unless what came after is a renewal or activity. A release appended
+between the agent's look and its append makes the server refuse the binding: nothing is stored,
+no workload starts, and the next record drops the claim. (An eviction, lease expiry or lost node
+is a decision on the decision subject, not covered by this check: the next record stops it.)
+A retried append after a lost acknowledgement carries the same message id, one nobody else can
+guess (a per-process nonce), so it is stored once. After a restart the agent knows what it bound
+from the record's `bound` flags (as of the record's position in the log) and the bindings stored
+on its subject after that position.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 from schemas import subjects
-from schemas.events import ClaimBound, DriftDetected, EventBatch, flatten
+from schemas.events import ClaimActivity, ClaimBound, ClaimSubmitted, DriftDetected, LeaseRenewed, flatten
 from schemas.grants import LiveClaim, NodeGrants
 from shared.eventlog import AppendConflict
 from services.node_agent.binding import bind_env
@@ -27,6 +35,9 @@ from services.node_agent.retry import TRANSIENT, Backoff
 
 log = logging.getLogger("gpuledger.node_agent")
 
+# Events on a claim's subject after which it is still live (anything else, a release, ends it).
+_STILL_LIVE = (ClaimSubmitted, LeaseRenewed, ClaimActivity)
+
 
 class Binder:
     def __init__(self, node: str, event_log: Any, devices: Callable[[], dict], clock: Callable[[], float]):
@@ -34,7 +45,9 @@ class Binder:
         self.subject = subjects.node_bindings(node)
         self.live: dict[str, LiveClaim] = {}  # what this agent acts on: bound, workloads started
         self.bound: set[str] = set()  # claims whose binding is stored (learnt or appended)
-        self.bound_seq: int | None = None  # last sequence on the binding subject; None: not read yet
+        self.bound_seq: int | None = None  # the binding subject read up to; None: not read at start yet
+        self.ended: set[str] = set()  # listed claims whose subject says they ended: not bound
+        self.nonce = uuid.uuid4().hex[:16]  # makes binding message ids unguessable
         self.latest: NodeGrants | None = None
         self.refused: set[str] = set()  # claims reported as not bindable (once each)
         self.on_bound: list[Callable[[LiveClaim], None]] = []
@@ -61,7 +74,7 @@ class Binder:
             try:
                 await self.apply(self.latest)
                 backoff.reset()
-            except (AppendConflict, *TRANSIENT) as err:
+            except (AppendConflict, *TRANSIENT) as err:  # a conflict: a claim's subject moved
                 delay = 0.0 if isinstance(err, AppendConflict) else backoff.next()
                 log.warning("%s: binding again in %.1f s (%s: %s)", self.node, delay, type(err).__name__, err)
                 await asyncio.sleep(delay)
@@ -71,14 +84,16 @@ class Binder:
         if self.bound_seq is None:
             await self._learn_start(record)
         todo = plan(record, self.live, self.bound)
+        self.ended &= {claim.claim_id for claim in record.claims}  # forget what the record dropped
         for claim_id in todo.stop:
             self._ended(claim_id)
         for claim, device in todo.held:
             self._refuse(claim, f"device {device} is held by another live claim")
         for claim in todo.adopt:
             self._started(claim)
-        if todo.bind:
-            await self._bind(todo.bind)
+        bind = [claim for claim in todo.bind if claim.claim_id not in self.ended]
+        if bind:
+            await self._bind(bind, record.through_seq)
 
     async def _learn_start(self, record: NodeGrants) -> None:
         """Bound before this start: the record's flags, and what the subject holds after it."""
@@ -97,28 +112,43 @@ class Binder:
             last = stored.seq
         return last
 
-    async def _bind(self, claims: list[LiveClaim]) -> None:
-        devices, now, events, ready = self.devices(), self.clock(), [], []
+    async def _bind(self, claims: list[LiveClaim], through_seq: int) -> None:
+        devices, now, ready = self.devices(), self.clock(), []
         for claim in claims:
             binding = bind_env(claim, devices, self.node)
             if not binding.ok:
                 await self._report_missing(claim, binding.missing)
                 continue
-            events.append(ClaimBound(at=now, claim_id=claim.claim_id, node=self.node, env=binding.env))
-            ready.append(claim)
-        if not events:
-            return
-        message = events[0] if len(events) == 1 else EventBatch(events=events, at=now)
-        try:
-            appended = await self.log.append(self.subject, message, expected_last_subject_seq=self.bound_seq)
-        except AppendConflict:  # learn what is bound; the run loop plans again without it
-            self.bound_seq = await self._learn_bindings(self.bound_seq)
-            raise
-        self.bound_seq = appended.seq
+            ready.append((claim, ClaimBound(at=now, claim_id=claim.claim_id, node=self.node, env=binding.env)))
+        results = await asyncio.gather(*(self._bind_one(claim, event, through_seq) for claim, event in ready),
+                                       return_exceptions=True)
+        for (claim, _), result in zip(ready, results):
+            if result is True:
+                self.bound.add(claim.claim_id)
+                self._started(claim)
+        failed = [result for result in results if isinstance(result, BaseException)]
+        if failed:  # the run loop looks again: a conflict means the claim's subject moved
+            raise failed[0]
+
+    async def _bind_one(self, claim: LiveClaim, event: ClaimBound, through_seq: int) -> bool:
+        """Append one binding on condition that its claim's subject has not moved since the agent
+        looked; False (nothing appended) when that subject says the claim ended."""
+        claim_subject = subjects.claim(claim.claim_id)
+        last = await self.log.last_subject_seq(claim_subject)
+        if last > through_seq and await self._ended_after(claim_subject, through_seq):
+            self.ended.add(claim.claim_id)
+            log.info("%s: not binding claim %s: it ended after the record", self.node, claim.claim_id)
+            return False
+        await self.log.append(self.subject, event, msg_id=f"bind.{self.nonce}.{claim.claim_id}",
+                              expected_last_subject_seq=last, expected_subject=claim_subject)
         self.appends += 1
-        for claim in ready:
-            self.bound.add(claim.claim_id)
-            self._started(claim)
+        return True
+
+    async def _ended_after(self, claim_subject: str, after_seq: int) -> bool:
+        async for stored in self.log.subject_after(claim_subject, after_seq):
+            if not isinstance(stored.event, _STILL_LIVE):
+                return True
+        return False
 
     def _started(self, claim: LiveClaim) -> None:
         self.live[claim.claim_id] = claim

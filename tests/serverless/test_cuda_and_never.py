@@ -113,3 +113,46 @@ def test_a_gang_that_only_waits_for_room_is_not_never_satisfiable(ledger):
                   claim("g2", gpus=8, models=["H100"], gang_id="job", gang_size=2))
     codes = [r.code for r in pending(ledger.decide(2.0))["g1"].reasons]
     assert codes[0] == "gang-unplaceable" and "never-satisfiable" not in codes
+
+
+@pytest.mark.parametrize("members, words", [
+    ([8, 8, 8], "its members take 24 whole GPUs together; the nodes that could take any of them have 16"),
+    ([5, 5, 5], "3 members, and the nodes that could take them hold at most 2 at once"),
+    ([1] * 3, None),  # fits: only waits, if at all
+])
+def test_a_gang_whose_members_each_fit_but_never_all_at_once_is_never_satisfiable(ledger, members, words):
+    size = len(members)
+    ledger.append(*[claim(f"g{i}", gpus=n, models=["H100"], gang_id="job", gang_size=size)
+                    for i, n in enumerate(members)])
+    decisions = ledger.decide(1.0)
+    if words is None:
+        assert sum(isinstance(d, ev.ClaimAllocated) for d in decisions) == size
+        return
+    for i in range(size):
+        first = pending(decisions)[f"g{i}"].reasons[0]
+        assert first.code == "never-satisfiable" and words in first.message, first
+
+
+def test_a_gang_that_never_fits_waits_parked_until_the_fleet_grows(ledger):
+    ledger.append(*[claim(f"g{i}", gpus=8, models=["H100"], gang_id="job", gang_size=3) for i in range(3)])
+    ledger.decide(1.0)
+    assert set(ledger.state.parked) == {"g0", "g1", "g2"}
+    ledger.append(h100_node("h2"))
+    assert sum(isinstance(d, ev.ClaimAllocated) for d in ledger.decide(2.0)) == 3
+
+
+def test_a_gang_bounded_by_cpu_summed_over_its_nodes_is_never_satisfiable(ledger):
+    ledger.append(*[claim(f"g{i}", gpus=1, cpu_milli=70_000, gang_id="job", gang_size=3) for i in range(3)])
+    first = pending(ledger.decide(1.0))["g0"].reasons[0]
+    assert first.code == "never-satisfiable" and "hold at most 2 at once" in first.message, first
+
+
+@pytest.mark.parametrize("first, words", [
+    ("even with nothing in use: quota exceeded in namespace q for vram", "under its namespace's quota"),
+    ("gang job could never fit at once, even on an empty fleet: ...", "its gang could never fit at once"),
+    ("no node of the fleet could take it even empty: 2 nodes lack 16 x H100", "no node could take it even empty"),
+])
+def test_the_cli_says_what_a_never_satisfiable_claim_waits_for(first, words):
+    from gpuledger_cli.claims import _never_line
+
+    assert words in _never_line([{"message": first}])

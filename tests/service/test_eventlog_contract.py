@@ -54,6 +54,24 @@ async def test_fenced_append_conflicts_when_the_subject_moved(event_log):
     assert await event_log.last_subject_seq("gpu.evt.nothing") == 0
 
 
+async def test_an_append_conditional_on_another_subject(event_log):
+    """`expected_subject`: the expected last sequence is that subject's, checked before the
+    message id's duplicate (JetStream's order); the append goes to its own subject."""
+    claim, bound = "gpu.evt.claim.c1", "gpu.evt.node.n1.bound"
+    await event_log.append(bound, beat("n1"), expected_last_subject_seq=0, expected_subject=claim)
+    submitted = await event_log.append(claim, ClaimReleased(claim_id="c1", at=1.0))
+    with pytest.raises(AppendConflict) as err:
+        await event_log.append(bound, beat("n1"), msg_id="b1", expected_last_subject_seq=0,
+                               expected_subject=claim)
+    assert err.value.subject == claim and err.value.actual == submitted.seq
+    ok = await event_log.append(bound, beat("n1"), msg_id="b1", expected_last_subject_seq=submitted.seq,
+                                expected_subject=claim)
+    again = await event_log.append(bound, beat("n1"), msg_id="b1", expected_last_subject_seq=submitted.seq,
+                                   expected_subject=claim)
+    assert again.duplicate and again.seq == ok.seq
+    assert await event_log.last_subject_seq(bound) == ok.seq
+
+
 async def test_read_from_a_sequence_and_by_subject(event_log):
     for i in range(5):
         await event_log.append(f"gpu.evt.node.n{i % 2}", beat(f"n{i % 2}", at=i))

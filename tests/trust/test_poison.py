@@ -173,3 +173,36 @@ async def test_a_message_whose_handling_fails_is_dead_lettered_terminated_and_th
         assert {"ok-1", "ok-2"} <= set(service.state.claims) and "boom" not in service.state.claims
     finally:
         follower.cancel()
+
+
+class _Redelivered(_Drained):
+    def __init__(self, seq, payload, delivered):
+        super().__init__(seq, payload)
+        self.metadata.num_delivered = delivered
+
+
+async def test_a_message_delivered_too_often_is_dead_lettered_with_why_not_dropped():
+    """The service died on it each time (no error to catch): before the server's max_deliver
+    would drop it silently, it is dead-lettered with the reason and terminated."""
+    from services.claim.app import ClaimService
+    from services.claim.intake import GIVE_UP_AT, MAX_DELIVER, handle_fetched
+    from shared.eventlog import InMemoryEventLog
+
+    assert GIVE_UP_AT < MAX_DELIVER
+    log = InMemoryEventLog()
+    service = ClaimService(log, clock=lambda: 5.0)
+    follower = asyncio.create_task(service.follower.run())
+    try:
+        msgs = [_Redelivered(1, {"claim_id": "killer", "namespace": "a"}, GIVE_UP_AT),
+                _Redelivered(2, {"claim_id": "unlucky", "namespace": "a"}, GIVE_UP_AT - 1)]
+        await handle_fetched(service, msgs)
+        assert [m.done for m in msgs] == ["term", "ack"]
+        stored = [s async for s in log.read()]
+        dead = [s.event for s in stored if s.subject.startswith(subjects.DEAD_LETTER)]
+        assert [(d.claim_id, d.code) for d in dead] == [("killer", "undeliverable")]
+        assert f"delivered {GIVE_UP_AT} times" in dead[0].reasons[0].message
+        on_claim = [s.event for s in stored if s.subject == subjects.claim("killer")]
+        assert [e.code for e in on_claim] == ["undeliverable"]  # its sender can look it up
+        assert "unlucky" in service.state.claims and "killer" not in service.state.claims
+    finally:
+        follower.cancel()

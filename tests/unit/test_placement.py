@@ -228,7 +228,8 @@ def test_gang_is_all_or_nothing_in_one_batch(ledger):
         ledger.append(claim(f"g{i}", gpus=8, models=["H100"], gang_id="job", gang_size=3))
     decisions = ledger.decide(1.0)
     assert not allocated(decisions)
-    assert all("gang job: 2 of 3 placeable" in d.reasons[0].message for d in decisions)
+    assert all("gang job: 2 of 3 placeable" in d.reasons[1].message for d in decisions)
+    assert all(d.reasons[0].code == "never-satisfiable" for d in decisions)  # 24 GPUs on 16: ever
     assert all(c.status == "pending" for c in ledger.state.claims.values())
 
 

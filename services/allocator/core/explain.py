@@ -51,16 +51,27 @@ def why_never(state: State, need: Need, ctx: PlacementContext) -> Counter[str] |
     memo = _reason_memo(state, need, ctx, "ever")
     counts: Counter[str] = Counter()
     for group in state.all_groups():
-        view = group.view
-        hit = memo.get(id(view)) if memo is not None else None
-        if hit is None or hit[0] is not view:
-            hit = (view, rules.first_failing(_empty(view), need, ctx.args))
-            if memo is not None:
-                memo[id(view)] = hit
-        if hit[1] is None:
+        code = _fails_empty(memo, group.view, need, ctx)
+        if code is None:
             return None
-        counts[hit[1]] += len(group)
+        counts[code] += len(group)
     return counts or None  # no node at all: `no-nodes` says it, the fleet may yet register
+
+
+def empty_takers(state: State, need: Need, ctx: PlacementContext) -> list:
+    """The node groups that could take the need were they empty and healthy."""
+    memo = _reason_memo(state, need, ctx, "ever")
+    return [g for g in state.all_groups() if _fails_empty(memo, g.view, need, ctx) is None]
+
+
+def _fails_empty(memo: dict | None, view: NodeView, need: Need, ctx: PlacementContext) -> str | None:
+    """The first rule the node fails were it empty and healthy (None: it could take the need)."""
+    hit = memo.get(id(view)) if memo is not None else None
+    if hit is None or hit[0] is not view:
+        hit = (view, rules.first_failing(_empty(view), need, ctx.args))
+        if memo is not None:
+            memo[id(view)] = hit
+    return hit[1]
 
 
 def _empty(view: NodeView) -> NodeView:

@@ -7,7 +7,8 @@ from schemas.types import Reason
 
 from ledger.state import State
 from services.allocator.core.decision_pass import Pass, emit, pend
-from services.allocator.core.place import try_place
+from services.allocator.core.gang_never import gang_never_reason
+from services.allocator.core.place import member_needs, try_place
 
 
 def place_gang(state: State, run: Pass, gang_id: str) -> None:
@@ -37,5 +38,9 @@ def place_gang(state: State, run: Pass, gang_id: str) -> None:
     reasons = [head, *failure[:4]]
     if failure and failure[0].code == "never-satisfiable":  # a member no node could take even empty
         reasons = [failure[0], head, *failure[1:4]]
+    elif run.explain:  # each fits alone: could they all, on the empty fleet?
+        never = gang_never_reason(state, gang_id, [member_needs(state, run, m) for m in members])
+        if never is not None:
+            reasons = [never, *reasons]
     for m in members:
         pend(state, run, m, reasons)

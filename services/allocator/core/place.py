@@ -8,7 +8,7 @@ from schemas.types import MAX_TOTAL_GIB, MAX_TOTAL_TFLOPS, Grant, Reason
 
 from ledger.cohorts import quota_of
 from ledger.pools import has_access
-from ledger.quota import Cost, quota_check, single_violation, total_violation
+from ledger.quota import Cost, idle_violation, quota_check, single_violation, total_violation
 from ledger.state import FREE, Claim, State
 from services.allocator.core.decision_pass import POLICY_VERSION, Pass
 from services.allocator.core.demand import Need, cost, in_pool, needs_for
@@ -25,8 +25,7 @@ def try_place(state: State, run: Pass, claim: Claim):
     refusal = _refuse_pool(state, claim)
     if refusal is not None:
         return refusal
-    pool = state.pools.get(spec.pool) if spec.pool else None
-    needs = [in_pool(need, pool) for need in needs_for(spec, sorted(k for k in state.groups_by_model if k))]
+    needs = claim_needs(state, claim)
     if not needs:
         return _reject(claim, run, "no-such-shape",
                        f"no GPU model in the fleet can hold {_asked(spec)} on the devices the claim allows")
@@ -47,10 +46,23 @@ def try_place(state: State, run: Pass, claim: Claim):
                                      reasons=single_refusals[:1], at=run.ctx.now)
     ranked = rank_reasons(reasons)
     if run.explain:  # told apart from waiting: first, so a reader sees it before what waits
-        never = never_reason(state, needs, _placement_context(state, run, claim, args))
+        never = never_reason(state, needs, _placement_context(state, run, claim, args)) or \
+            _never_within_quota(state, claim, needs)
         if never is not None:
             return [never, *ranked[:7]]
     return ranked
+
+
+def claim_needs(state: State, claim: Claim) -> list[Need]:
+    """Every concrete way to take the claim on this fleet, in its pool, most preferred first."""
+    spec = claim.spec
+    pool = state.pools.get(spec.pool) if spec.pool else None
+    return [in_pool(need, pool) for need in needs_for(spec, sorted(k for k in state.groups_by_model if k))]
+
+
+def member_needs(state: State, run: Pass, claim: Claim) -> tuple[list[Need], PlacementContext]:
+    """A gang member's needs and the context its rules are judged in (gang_never)."""
+    return claim_needs(state, claim), _placement_context(state, run, claim, rule_args(claim.spec, state))
 
 
 def _asked(spec) -> str:
@@ -116,6 +128,26 @@ def _models_within_quota(state, claim, need, reasons, single_refusals):
             continue
         allowed.append(model)
     return allowed
+
+
+def _never_within_quota(state: State, claim: Claim, needs: list[Need]) -> Reason | None:
+    """`never-satisfiable` when every way of taking the claim breaks a namespace (or cohort) total
+    even with nothing in use anywhere: waiting cannot help, only a quota change (which unparks it)."""
+    namespace, first = claim.spec.namespace, None
+    if quota_of(state, namespace) is None:
+        return None
+    for need in needs:
+        if need.count == 0:
+            return None
+        for model in sorted(need.models or frozenset(m for m in state.groups_by_model if m)):
+            refusal = idle_violation(state, namespace, _cost(claim, need, model, _model_memory(state, model, need)))
+            if refusal is None:
+                return None
+            first = first or refusal
+    if first is None:
+        return None
+    return Reason("never-satisfiable", f"even with nothing in use: {first.message}; only a quota change can "
+                  "let it in", 1, first.detail)
 
 
 def _model_memory(state: State, model: str, need: Need) -> int:
