@@ -5,6 +5,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ARGS ?=
 PYTEST_ARGS ?=
+# pytest-xdist workers for `make test`: most tests wait on nats-server or on a stack's processes,
+# so 3 workers on 2 cores finish sooner than 2; TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 3
 
 # The Node.js side of the contract tests (ajv, @asyncapi/parser, nats): installed when npm is here;
 # without it those tests skip, saying what is missing.
@@ -35,7 +38,7 @@ run: $(STAMP)
 	@$(VENV)/bin/gpuledger up --demo $(ARGS)
 
 test: $(STAMP) $(NODE_STAMP) browser
-	@$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	@$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # Debian's chromium for the dashboard's browser tests: installed when missing, as root, with
 # apt-get; anything else (not root, no apt-get, a failed install) only means those tests skip.

@@ -190,8 +190,7 @@ def _show(data: dict, as_json: bool) -> None:
     for key, value in data.get("env", {}).items():
         typer.echo(f"  {key}={value}")
     if data.get("verdict") == "never-satisfiable":
-        typer.echo("  never satisfiable on this fleet: no node could take it even empty; it waits only "
-                   "for the fleet to change (release it, or change the claim)")
+        typer.echo(f"  {_never_line(data.get('reasons', []))}")
     for reason in data.get("reasons", []):
         typer.echo(f"  - {reason['message']}")
     if data.get("end_reason"):
@@ -205,3 +204,16 @@ def _device(d: dict) -> str:
 
 def register(app: typer.Typer) -> None:
     app.add_typer(claim_app, name="claim")
+
+
+def _never_line(reasons: list[dict]) -> str:
+    """What a never-satisfiable claim waits for: the quota, or the fleet."""
+    first = reasons[0]["message"] if reasons else ""
+    if first.startswith("even with nothing in use"):
+        return ("never satisfiable under its namespace's quota, even with nothing in use; it waits only for "
+                "a quota change (release it, or change the claim)")
+    if first.startswith("gang "):
+        return ("never satisfiable on this fleet: its gang could never fit at once, even empty; it waits "
+                "only for the fleet to change (release it, or change the claim)")
+    return ("never satisfiable on this fleet: no node could take it even empty; it waits only for the "
+            "fleet to change (release it, or change the claim)")

@@ -26,6 +26,7 @@ AREAS = (
     "gpuledger_cli.pools",
     "gpuledger_cli.webhook",
     "gpuledger_cli.endpoints",
+    "gpuledger_cli.slots",
     "gpuledger_cli.gpus",
     "gpuledger_cli.nodes",
     "gpuledger_cli.projection",
@@ -52,6 +53,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                                    "--budget or --model-size."),
     "endpoint": ("gpuledger_cli.endpoints", "Serverless endpoints: workers are claims the autoscaler "
                                             "adds and releases."),
+    "slot": ("gpuledger_cli.slots", "Model slots (Helix): requests go to a warm slot of the same model, "
+                                    "runtime and LoRA adapter with room, else to a new slot."),
     "node": ("gpuledger_cli.nodes", "Node agents: GPU discovery (NVML), the agent process, simulated "
                                     "faults."),
     "projection": ("gpuledger_cli.projection", "The SQL read models: status and rebuilds."),

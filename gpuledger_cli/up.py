@@ -22,6 +22,7 @@ from typing import Optional
 
 import typer
 
+import schemas
 from gpuledger_cli import up_auth, up_web
 from gpuledger_cli.ports import PortBook
 from gpuledger_cli.services_cmd import SERVICES
@@ -35,6 +36,7 @@ from shared.service import READY_SUBJECT
 from shared.settings import Settings
 
 DEFAULT_FLEET = "4xH100x8:islands=2,1xA100x4:mig"
+DEMO_MODELS = Path(schemas.__file__).parent / "data" / "demo_models.yaml"  # slots offered by --demo
 
 
 def _say(message: str) -> None:
@@ -224,6 +226,8 @@ def _run_up(demo: bool, data_dir: Path, nats_url: str | None, fleet: str, port: 
     nats_url = urls.get(nats_auth.OPS, nats_url)
     env = dict(os.environ, GPULEDGER_NATS_URL=nats_url, GPULEDGER_DATA_DIR=str(data_dir),
                PYTHONUNBUFFERED="1", **replicas)
+    if demo and not os.environ.get("GPULEDGER_MODELS"):  # slots to try: `gpuledger slot acquire llama3-8b`
+        env["GPULEDGER_MODELS"] = str(DEMO_MODELS)
     services = _available_services()
     children = _children(services, env, log_dir, fleet if demo else None, book, dashboard, urls)
     book.save()

@@ -55,6 +55,9 @@ EVENT_CHANNELS = {
                        ["EndpointCreated", "EndpointUpdated", "EndpointDeleted", "EndpointLoadReported",
                         "EndpointScaled"],
                        "appended", {"endpoint": "the endpoint name"}),
+    "slotEvents": ("gpu.evt.slot.{slot}", "Requests running on a model slot (claim service), "
+                   "appended with the slot subject's last sequence as the fence.",
+                   ["SlotRequestStarted", "SlotRequestFinished"], "fenced", {"slot": "the slot id"}),
     "deadLetters": ("gpu.evt.deadletter.{source}", "Refused input, recorded once: a copy of each "
                     "ClaimRejected of the intake (source `intake`), also those whose claim id was "
                     "unreadable.", ["ClaimRejected"], "appended", {"source": "where it was refused"}),

@@ -97,6 +97,8 @@ AUTHORITY: dict[type, Rule] = {
     ev.EndpointDeleted: _rule(CLAIM, _ROOT + "endpoint.{name}"),
     ev.EndpointLoadReported: _rule(CLAIM, _ROOT + "endpoint.{name}"),
     ev.EndpointScaled: _rule(CLAIM, _ROOT + "endpoint.{name}"),
+    ev.SlotRequestStarted: _rule(CLAIM, _ROOT + "slot.{slot_id}"),
+    ev.SlotRequestFinished: _rule(CLAIM, _ROOT + "slot.{slot_id}"),
     ev.DecisionBatch: _rule(ALLOCATOR, subjects.DECISIONS),
     # members are checked one by one against the same subject
     ev.EventBatch: _rule(CLAIM + "|" + NODE_AGENT, subjects.INTAKE_BATCHES, _ROOT + "node.*.bound",

@@ -185,18 +185,26 @@ class ReportEndpointLoad(Command):
     requests_per_min: float = 0.0
 
 
+REQUEST_ID = r"^([A-Za-z0-9][A-Za-z0-9_-]*)?$"  # a subject-safe token (it names a msg id)
+
+
 class AcquireSlot(Command):
     """A request for a model (Helix seed 002): a warm slot with room, else a new slot."""
 
     model: Annotated[str, msgspec.Meta(min_length=1, max_length=253)]
     lora: Annotated[str, msgspec.Meta(max_length=1024)] = ""  # LoRA adapter; "" for the base model
     namespace: Annotated[str, msgspec.Meta(min_length=1, max_length=63)] = "default"
+    # the caller's id for this request (idempotent: a retried acquire with the same id counts once);
+    # empty: the service makes one and returns it
+    request_id: Annotated[str, msgspec.Meta(max_length=128, pattern=REQUEST_ID)] = ""
 
 
 class FinishSlotRequest(Command):
-    """A request on a slot finished: its concurrency is free again."""
+    """A request on a slot finished: its concurrency is free again. Without `request_id`, the
+    oldest request running on the slot."""
 
-    slot_id: str
+    slot_id: Annotated[str, msgspec.Meta(min_length=1, max_length=253)]
+    request_id: Annotated[str, msgspec.Meta(max_length=128, pattern=REQUEST_ID)] = ""
 
 
 class ListSlots(Command):

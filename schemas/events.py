@@ -269,6 +269,26 @@ class EndpointScaled(Event, tag=True):
     released: list[str] = []  # worker claim ids this step releases
 
 
+# --- model slots (claim service): the requests running on each slot -----------------------------
+
+
+class SlotRequestStarted(Event, tag=True):
+    """A request went to a model slot (Helix seed 002): it takes one of the slot's concurrency.
+    Appended fenced on the slot's subject, so two claim-service replicas never overfill a slot."""
+
+    slot_id: str
+    request_id: str
+
+
+class SlotRequestFinished(Event, tag=True):
+    """The request's concurrency is free again: it finished, or ran past the request timeout
+    (`timeout`), or its slot ended (`slot-ended`)."""
+
+    slot_id: str
+    request_id: str
+    reason: str = "finished"
+
+
 # --- allocator decisions (always inside a DecisionBatch on the fenced decision subject) ----------
 
 
@@ -399,6 +419,8 @@ AnyEvent = (
     | EndpointDeleted
     | EndpointLoadReported
     | EndpointScaled
+    | SlotRequestStarted
+    | SlotRequestFinished
     | DecisionBatch
     | EventBatch
     | ClaimAllocated

@@ -35,8 +35,9 @@ def node(name: str) -> str:
 
 
 def node_bindings(name: str) -> str:
-    """Where a node's agent records its bindings (ClaimBound): its own subject, fenced by its
-    last sequence, so a retried append is never stored twice and no one else's id can shadow it."""
+    """Where a node's agent records its bindings (ClaimBound): its own subject, each append on
+    condition that the claim's own subject has not moved (services/node_agent/binder.py), with a
+    message id nobody else can guess, so a retried append is stored once."""
     return f"gpu.evt.node.{_token(name)}.bound"
 
 
@@ -73,6 +74,11 @@ DEFAULT_QUOTA = "gpu.evt.quota._default"
 
 def endpoint(name: str) -> str:
     return f"gpu.evt.endpoint.{_token(name)}"
+
+
+def slot(slot_id: str) -> str:
+    """A model slot's requests (claim service), fenced per slot."""
+    return f"gpu.evt.slot.{_token(slot_id)}"
 
 
 def drift(node_name: str) -> str:

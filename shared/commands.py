@@ -6,6 +6,7 @@ command gets `Reply(ok=False, error={code: invalid, field, message})` naming the
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import Awaitable, Callable
@@ -93,3 +94,63 @@ def command(broker, subject: str, command_type: type,
 class _Decode:
     def __init__(self, decode: Callable[[bytes], Any]):
         self.decode = decode
+
+
+# --- commands answered a batch at a time (nats-py directly) ---------------------------------------
+
+BATCH_MAX = 1000  # requests handled together at most
+
+
+async def batched_command(nc, subject: str, command_type: type,
+                    handle_many: Callable[[list[Any]], Awaitable[list[Reply]]],
+                    spawn: Callable[[Any, str], Any]) -> Any:
+    """Answer the requests on `subject` a batch at a time: whatever arrived while the previous
+    batch was being handled goes to `handle_many` together (one reply per command, in order), so
+    a handler that appends can append once per batch instead of once per request. A malformed
+    request is answered on its own (invalid, naming the field) and never reaches `handle_many`.
+    Subscribed through nats-py, not faststream: faststream's per-message dispatch cost more CPU
+    than the command itself (DESIGN.md). `spawn(coro, name)` runs the worker (ServiceContext.spawn).
+    Returns the subscription."""
+    decoder = msgspec.json.Decoder(command_type)
+    queue: asyncio.Queue = asyncio.Queue()
+
+    async def arrived(msg) -> None:
+        queue.put_nowait(msg)
+
+    async def work() -> None:
+        while True:
+            msgs = [await queue.get()]
+            while not queue.empty() and len(msgs) < BATCH_MAX:
+                msgs.append(queue.get_nowait())
+            await _answer_batch(msgs)
+
+    async def _answer_batch(msgs: list) -> None:
+        commands, answered = [], []
+        for msg in msgs:
+            try:
+                commands.append(decoder.decode(msg.data))
+                answered.append(msg)
+            except Exception as err:  # msgspec's errors, invalid UTF-8, nesting
+                await _respond(msg, encode_reply(invalid_reply(err)))
+        if not commands:
+            return
+        with tracer().start_as_current_span(subject) as span:  # one span per batch
+            span.set_attribute("gpuledger.commands", len(commands))
+            try:
+                replies = await handle_many(commands)
+            except Exception as err:  # a bug must not kill the worker; every client gets an answer
+                log.exception("commands on %s failed", subject)
+                replies = [fail("internal", f"{type(err).__name__}: {err}")] * len(commands)
+        for msg, reply in zip(answered, replies):
+            await _respond(msg, encode_reply(reply))
+
+    spawn(work(), f"batched {subject}")
+    return await nc.subscribe(subject, cb=arrived)
+
+
+async def _respond(msg, data: bytes) -> None:
+    if msg.reply:
+        try:
+            await msg.respond(data)
+        except Exception as err:  # the connection is going: the client times out and asks again
+            log.warning("could not answer on %s: %s", msg.subject, err)

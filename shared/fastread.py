@@ -86,7 +86,8 @@ class RangeReader:
                  until_seq: int):
         self.js, self.stream, self.consumer = js, stream, consumer
         self.host, self.port, self.auth, self.until_seq = host, port, auth, until_seq
-        self.inbox = f"_INBOX.gpuledger_range.{consumer}"
+        prefix = bytes(getattr(getattr(js, "_nc", None), "_inbox_prefix", b"_INBOX")).decode()
+        self.inbox = f"{prefix}.gpuledger_range.{consumer}"  # the connection's own inbox prefix
         self.next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}"
         self.writer: asyncio.StreamWriter | None = None
         self.empty = False

@@ -248,6 +248,8 @@ class JetStreamEventLog:
                     if now != reconnects and self.nc.is_connected:
                         sub, renewed = await _resubscribe(sub, subscribe)
                         reconnects = now if renewed else reconnects
+                    elif self.nc.is_connected and not await _consumer_alive(sub):
+                        sub, _ = await _resubscribe(sub, subscribe)
                     continue
                 batch, done = [], False
                 for msg in msgs:
@@ -305,6 +307,20 @@ async def _resubscribe(sub, subscribe):
     except TRANSIENT_ERRORS as err:
         log.warning("following again after a reconnect failed (%s); trying again", err)
         return sub, False
+
+
+async def _consumer_alive(sub) -> bool:
+    """False when the server no longer has our consumer: in a cluster it may have lived on a
+    server that died (the log's leader) while our own connection, to another server, never
+    dropped, so no reconnect tells us; nats-py would notice only after two missed heartbeats.
+    NATS trouble (an election still running) is not a verdict: asked again on the next quiet."""
+    try:
+        await sub.consumer_info()
+    except NotFoundError:
+        return False
+    except Exception:
+        return True
+    return True
 
 
 async def _nothing_pending(sub) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 from collections.abc import Awaitable, Callable
 
 from nats.js import api
@@ -14,16 +15,50 @@ CHECK_EVERY_S = 5.0
 
 
 def _latest_config(filter_subjects: list[str]) -> api.ConsumerConfig:
+    if len(filter_subjects) == 1:
+        # one filter: a named consumer, so its create request names the filter in its subject
+        # ($JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>) and a user's permissions can allow
+        # watching its own key only (a node agent: shared.nats_auth.node_role)
+        return api.ConsumerConfig(name=_fresh_name(), deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT,
+                                  filter_subject=filter_subjects[0])
     # several filters: one consumer for the keys of every node a process hosts
     return api.ConsumerConfig(deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT,
                               filter_subjects=list(filter_subjects))
 
 
+def _fresh_name() -> str:
+    return "latest-" + secrets.token_hex(8)
+
+
+async def _subscribe_ordered(js, stream: str, config: api.ConsumerConfig, on_msg):
+    subject = config.filter_subject or ""  # nats-py sets the filter to the subject given here
+    sub = await js.subscribe(subject, cb=on_msg, ordered_consumer=True, stream=stream, config=config,
+                             idle_heartbeat=5.0)
+    if config.name:
+        _fresh_name_on_reset(sub)
+    return sub
+
+
+def _fresh_name_on_reset(sub) -> None:
+    """nats-py's ordered consumer makes its consumer again after a gap with the same config; a
+    named one would clash with the old consumer (still there until it has been idle a while), so
+    each remake gets a new name."""
+    jsi = getattr(getattr(sub, "_sub", None), "_jsi", None)
+    if jsi is None or not hasattr(jsi, "recreate_consumer"):
+        return
+    recreate = jsi.recreate_consumer
+
+    async def recreate_named() -> None:
+        jsi._ccreq.name = _fresh_name()
+        await recreate()
+
+    jsi.recreate_consumer = recreate_named
+
+
 async def watch_latest(js, stream: str, filter_subjects: list[str],
                        on_msg: Callable[[object], Awaitable[None]]):
     """An ordered consumer: the last message of each matching subject, then each new one."""
-    return await js.subscribe("", cb=on_msg, ordered_consumer=True, stream=stream,
-                              config=_latest_config(filter_subjects), idle_heartbeat=5.0)
+    return await _subscribe_ordered(js, stream, _latest_config(filter_subjects), on_msg)
 
 
 class LatestWatch:
@@ -48,8 +83,7 @@ class LatestWatch:
         if self.last_seq:  # the latest per subject was seen: everything after it, in order
             config.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
             config.opt_start_seq = self.last_seq + 1
-        self._sub = await self.js.subscribe("", cb=self._seen, ordered_consumer=True, stream=self.stream,
-                                            config=config, idle_heartbeat=5.0)
+        self._sub = await _subscribe_ordered(self.js, self.stream, config, self._seen)
 
     async def run(self) -> None:
         try:

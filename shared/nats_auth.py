@@ -77,7 +77,7 @@ def _service(user: str, publish: list[str], serves: list[str], reads: tuple[str,
 def service_roles() -> list[Role]:
     return [
         _service("claim", ["gpu.evt.claim.>", subjects.INTAKE_BATCHES, f"{subjects.DEAD_LETTER}.>",
-                           "gpu.evt.endpoint.>", subjects.OUTCOMES],
+                           "gpu.evt.endpoint.>", "gpu.evt.slot.>", subjects.OUTCOMES],
                  ["gpu.cmd.claim.>", "gpu.qry.claim.>", "gpu.qry.cluster.>", "gpu.cmd.endpoint.>",
                   "gpu.qry.endpoint.>", "gpu.qry.gpus.>", "gpu.cmd.slot.>", "gpu.qry.slot.>"],
                  (subjects.STREAM, subjects.INTAKE_STREAM, subjects.OUTCOMES_STREAM),
@@ -96,16 +96,36 @@ def service_roles() -> list[Role]:
     ]
 
 
+def _own_records(nodes: list[str]) -> list[str]:
+    """Read only these nodes' records of live claims: a consumer whose create request names the
+    node's key (shared.latest names its one filter in the request subject), a direct get of that
+    key; never an unfiltered consumer, a get by sequence or another node's key."""
+    grants = subjects.NODE_GRANTS_STREAM
+    out = [f"$JS.API.STREAM.INFO.{grants}", f"$JS.API.CONSUMER.INFO.{grants}.*",
+           f"$JS.API.CONSUMER.DELETE.{grants}.*", f"$JS.FC.{grants}.>"]
+    for node in nodes:
+        key = subjects.node_grants(node)
+        out += [f"$JS.API.CONSUMER.CREATE.{grants}.*.{key}", f"$JS.API.DIRECT.GET.{grants}.{key}"]
+    return out
+
+
 def node_role(user: str, nodes: list[str], simulated: bool = False) -> Role:
     """A node agent (or the one process of a simulated fleet): its nodes' own subjects, bindings
-    and drift reports included, and nothing else; it reads the ledger and the node-grant records."""
+    and drift reports included, and nothing else; it reads the ledger and its own nodes' records
+    of live claims only (a simulated fleet, which watches all its nodes through one consumer of
+    several filters, reads every record)."""
     pub = [f"{READY}.node-agent", *_info()]
     for node in nodes:
         own = subjects.node(node)
         pub += [own, f"{own}.>", subjects.drift(node)]
-    pub += _read(subjects.STREAM) + _read(subjects.NODE_GRANTS_STREAM)
+    pub += _read(subjects.STREAM)
+    shared_reads = simulated or len(nodes) != 1
+    pub += _read(subjects.NODE_GRANTS_STREAM) if shared_reads else _own_records(nodes)
     serves = ["gpu.cmd.node.fault", "gpu.cmd.node.process"] if simulated else []
-    return Role(user, tuple(dict.fromkeys(pub)), (*serves, "_INBOX.>"),
+    # one node's agent: its replies and deliveries on its own inbox prefix, so it cannot listen
+    # in on another consumer's deliveries (another node's record) on the shared `_INBOX.>`
+    inbox = "_INBOX" if shared_reads else node_inbox(nodes[0])
+    return Role(user, tuple(dict.fromkeys(pub)), (*serves, f"{inbox}.>"),
                 notes=f"node agent of {', '.join(nodes)}")
 
 
@@ -149,6 +169,12 @@ def matches(pattern: str, subject: str) -> bool:
 
 def node_user_name(node: str) -> str:
     return "node-" + subjects.node(node).rsplit(".", 1)[-1]
+
+
+def node_inbox(node: str) -> str:
+    """The inbox prefix of one node's agent (nats-py's `inbox_prefix`; the agent sets it itself,
+    shared.natscluster.INBOX_PREFIX_ENV): only that agent may subscribe under it."""
+    return "_INBOX_" + node_user_name(node)
 
 
 # --- secrets ----------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ def server_urls(url: str) -> list[str]:
 
 
 NKEY_SEED_ENV = "GPULEDGER_NATS_NKEY_SEED_FILE"  # shared.nats_auth.NKEY_SEED_ENV
+INBOX_PREFIX_ENV = "GPULEDGER_NATS_INBOX_PREFIX"  # a client's own reply/delivery subjects
 
 
 def connect_args(url: str) -> dict:
@@ -54,6 +55,9 @@ def connect_args(url: str) -> dict:
     seed_file = os.environ.get(NKEY_SEED_ENV)
     if seed_file and not args:  # an nkey user (production): its seed from a file, e.g. a Secret
         args["nkeys_seed"] = seed_file
+    inbox = os.environ.get(INBOX_PREFIX_ENV)
+    if inbox:  # replies and consumer deliveries on subjects only this user may subscribe to
+        args["inbox_prefix"] = inbox
     return {"servers": servers, **args}
 
 

@@ -84,6 +84,8 @@ class Settings:
     models_file: str = field(default_factory=lambda: os.environ.get("GPULEDGER_MODELS", ""))
     slot_tick_s: float = field(default_factory=lambda: _float("GPULEDGER_SLOT_TICK_S", 30.0))
     slot_stale_s: float = field(default_factory=lambda: _float("GPULEDGER_SLOT_STALE_S", 300.0))
+    # a request on a slot not finished within this long gives its concurrency back (a client died)
+    slot_request_timeout_s: float = field(default_factory=lambda: _float("GPULEDGER_SLOT_REQUEST_TIMEOUT_S", 900.0))
     # Prometheus /metrics of this process: 0 = not served (`gpuledger up` assigns one per child).
     metrics_port: int = field(default_factory=lambda: int(_float("GPULEDGER_METRICS_PORT", 0)))
     metrics_host: str = field(default_factory=lambda: os.environ.get("GPULEDGER_METRICS_HOST", "127.0.0.1"))

@@ -2,13 +2,60 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import uuid
+from pathlib import Path
 
 import pytest
 
 from shared.natscluster import start_nats_cluster
 from shared.natsserver import start_nats_server
+
+
+# Session fixtures behind which a whole `gpuledger up --demo` stack runs (tests/ops_ux/conftest.py).
+SHARED_STACKS = {"demo"}
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadgroup` (as `make test` runs pytest-xdist): every test that takes one of the
+    SHARED_STACKS fixtures runs in one worker, so its stack starts once per session, not once per
+    worker; every other test goes out on its own, as with `--dist load`. (xdist's own loadgroup
+    marks node ids, which pytest 9.2 no longer lets a plugin change: the grouping never happened.)
+    The controller sees only node ids, so the modules are found by reading the test files."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    grouped = _modules_taking(SHARED_STACKS, config.rootpath)
+
+    class SharedStackScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "shared-stack" if nodeid.split("::", 1)[0] in grouped else nodeid
+
+    return SharedStackScheduling(config, log)
+
+
+def _modules_taking(fixtures: set[str], root: Path) -> set[str]:
+    """Test files (as node ids name them) with a test function that takes one of `fixtures`."""
+    found = set()
+    for path in (root / "tests").rglob("test_*.py"):
+        if "node_modules" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test")
+                    and fixtures & {arg.arg for arg in node.args.args}):
+                found.add(path.relative_to(root).as_posix())
+                break
+    return found
+
+
+def pytest_collection_modifyitems(items):
+    """Under pytest-xdist, the tests that start a whole stack (marked e2e: tens of seconds each,
+    mostly waiting) go out first, so the short ones fill the workers around them instead of one
+    worker finishing with a long test alone. The sort is stable, the same in every worker."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=lambda item: item.get_closest_marker("e2e") is None)
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,8 @@ and the claim queries (get, list, explain), answered from its own fold of the lo
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import itertools
 import logging
 import time
@@ -12,7 +14,7 @@ from schemas import events as ev
 from schemas import subjects
 from schemas.seed import CLAIM_WIRE
 from schemas.types import ClaimSpec
-from shared.commands import DomainError, command
+from shared.commands import DomainError, batched_command, command
 from shared.service import ServiceContext
 from shared.telemetry import inject_headers
 
@@ -134,14 +136,59 @@ class ClaimService:
         await self.follower.wait_for_seq(await self.log.last_seq(), timeout=5.0)
 
     async def release(self, claim_id: str, reason: str) -> dict:
-        await self.catch_up_to(claim_id)
-        claim = self._claim(claim_id)
-        if claim.status not in ("pending", "allocated", "bound"):
-            return self.view(claim_id) | {"already": claim.status}
-        appended = await self.log.append(subjects.claim(claim_id), ev.ClaimReleased(
-            claim_id=claim_id, reason=reason, at=self.clock()), msg_id=f"release-{claim_id}")
-        await self.follower.wait_for_seq(appended.seq)
-        return self.view(claim_id)
+        [answer] = await self.release_many([(claim_id, reason)])
+        if isinstance(answer, DomainError):
+            raise answer
+        return answer
+
+    async def release_many(self, releases: list[tuple[str, str]]) -> list[dict | DomainError]:
+        """Release each (claim, reason): the live ones with one append for all (an EventBatch on
+        the claim service's batch subject when there are several), answered once it is folded.
+        One answer per release, in order: the claim's view, or the DomainError for it."""
+        for claim_id, _reason in releases:
+            await self.catch_up_to(claim_id)
+        events: dict[str, ev.ClaimReleased] = {}
+        for claim_id, reason in releases:
+            claim = self.state.claims.get(claim_id)
+            if claim is not None and claim.status in ("pending", "allocated", "bound") and claim_id not in events:
+                events[claim_id] = ev.ClaimReleased(claim_id=claim_id, reason=reason, at=self.clock())
+        if events:
+            appended = await self._append_releases(list(events.values()))
+            await self.follower.wait_for_seq(appended.seq)
+        return [self._released_view(claim_id, claim_id in events) for claim_id, _reason in releases]
+
+    async def _append_releases(self, events: list[ev.ClaimReleased]):
+        """One append for the batch; but a claim allocated and not bound yet has its release on
+        its own subject, alone: its node agent appends the binding on condition that this subject
+        has not moved (services/node_agent/binder.py), so no binding is stored after it. A
+        release in the batch could be overtaken by such a binding. Pending and bound claims
+        (most releases) stay batched."""
+        alone = [e for e in events if self._allocated_unbound(e.claim_id)]
+        batched = [e for e in events if not self._allocated_unbound(e.claim_id)]
+        appended = list(await asyncio.gather(*(self._append_release(e) for e in alone)))
+        if len(batched) == 1:
+            appended.append(await self._append_release(batched[0]))
+        elif batched:
+            ids = "\n".join(e.claim_id for e in batched)
+            appended.append(await self.log.append(
+                subjects.INTAKE_BATCHES, ev.EventBatch(events=batched, at=self.clock()),
+                msg_id="release-" + hashlib.sha256(ids.encode()).hexdigest()[:32]))
+        return max(appended, key=lambda a: a.seq)
+
+    async def _append_release(self, event: ev.ClaimReleased):
+        return await self.log.append(subjects.claim(event.claim_id), event, msg_id=f"release-{event.claim_id}")
+
+    def _allocated_unbound(self, claim_id: str) -> bool:
+        claim = self.state.claims.get(claim_id)
+        return claim is not None and claim.status == "allocated"
+
+    def _released_view(self, claim_id: str, released_now: bool) -> dict | DomainError:
+        try:
+            claim = self._claim(claim_id)
+        except DomainError as err:
+            return err
+        view = self.view(claim_id)
+        return view if released_now else view | {"already": claim.status}
 
     async def renew(self, claim_id: str) -> dict:
         await self.catch_up_to(claim_id)
@@ -197,7 +244,7 @@ class ClaimService:
         return page(self.state.claims.values(), namespace, status, limit, cursor)
 
 
-def register_handlers(ctx: ServiceContext, service: ClaimService) -> None:
+async def register_handlers(ctx: ServiceContext, service: ClaimService) -> None:
     b = ctx.broker
 
     async def submit(c: cmd.SubmitClaim):
@@ -206,8 +253,10 @@ def register_handlers(ctx: ServiceContext, service: ClaimService) -> None:
         except DomainError as err:  # a seed-spelled claim hears its own field names
             raise in_seed_names(err, CLAIM_WIRE, "claim") if isinstance(c, SeedSubmitClaim) else err
 
-    async def release(c: cmd.ReleaseClaim):
-        return cmd.ok(await service.release(c.claim_id, c.reason))
+    async def release_many(commands: list[cmd.ReleaseClaim]) -> list[cmd.Reply]:
+        answers = await service.release_many([(c.claim_id, c.reason) for c in commands])
+        return [cmd.fail(a.code, a.message, a.field) if isinstance(a, DomainError) else cmd.ok(a)
+                for a in answers]
 
     async def renew(c: cmd.RenewLease):
         return cmd.ok(await service.renew(c.claim_id))
@@ -231,7 +280,6 @@ def register_handlers(ctx: ServiceContext, service: ClaimService) -> None:
         return cmd.Reply(ok=True, data=claims, next=more)
 
     command(b, subjects.command("claim.submit"), cmd.SubmitClaim, submit, decode=decode_submit_claim)
-    command(b, subjects.command("claim.release"), cmd.ReleaseClaim, release)
     command(b, subjects.command("claim.renew"), cmd.RenewLease, renew)
     command(b, subjects.command("claim.activity"), cmd.ReportActivity, activity)
     command(b, subjects.query("claim.get"), cmd.GetClaim, get)
@@ -239,6 +287,8 @@ def register_handlers(ctx: ServiceContext, service: ClaimService) -> None:
     command(b, subjects.query("claim.list"), cmd.ListClaims, list_claims)
     command(b, subjects.query("claim.resolve"), cmd.GetClaim, resolve)
     command(b, subjects.query("cluster.summary"), cmd.Query, lambda _: _summary(service))
+    # releases come one per claim at the claims' rate: answered a batch at a time, one append each
+    await batched_command(ctx.nc, subjects.command("claim.release"), cmd.ReleaseClaim, release_many, ctx.spawn)
 
 
 async def _summary(service: ClaimService):
@@ -254,7 +304,7 @@ async def _summary(service: ClaimService):
 async def build(ctx: ServiceContext) -> None:
     service = ClaimService(ctx.log)
     ctx.claims = service  # type: ignore[attr-defined]  # for in-process tests
-    register_handlers(ctx, service)
+    await register_handlers(ctx, service)
     instrument(ctx.metrics, service, ctx.log.last_seq)
     try:
         from services.claim.endpoints import register_endpoints

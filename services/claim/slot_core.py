@@ -101,16 +101,3 @@ def plan_slot(model: ModelSpec, fleet: dict[str, tuple[float, int]]) -> SlotPlan
 def stale_slots(slots: list[Slot], now: float, stale_after_s: float) -> list[Slot]:
     """Slots idle for at least `stale_after_s`, the longest idle first (evicted in that order)."""
     return sorted((s for s in slots if s.is_stale(now, stale_after_s)), key=lambda s: (s.last_activity, s.slot_id))
-
-
-def acquire(slot: Slot, now: float) -> None:
-    if slot.free <= 0:
-        raise ValueError(f"slot {slot.slot_id} has no free concurrency ({slot.active}/{slot.max_concurrency})")
-    slot.active += 1
-    slot.last_activity = now
-
-
-def release(slot: Slot, now: float) -> None:
-    """A request finished: its concurrency is free again, and the slot was active until now."""
-    slot.active = max(0, slot.active - 1)
-    slot.last_activity = now

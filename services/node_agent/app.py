@@ -17,6 +17,8 @@ import socket
 import sys
 from typing import Any
 
+from shared.nats_auth import node_inbox
+from shared.natscluster import INBOX_PREFIX_ENV
 from shared.service import Builder, ServiceContext, serve
 from shared.settings import Settings
 from services.node_agent.agent import AgentConfig, NodeAgent
@@ -247,10 +249,22 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings(nats_url=args.nats_url) if args.nats_url else Settings()
     try:
         build = builder_for(args, settings)
-        asyncio.run(serve(SERVICE, settings, build))
+        if not args.fleet:  # one node's agent: its own inbox prefix, as its NATS user allows
+            os.environ.setdefault(INBOX_PREFIX_ENV, node_inbox(args.node or local_node_name()))
+        _run_loop()(serve(SERVICE, settings, build))
     except (FleetSpecError, AgentSetupError) as err:
         print(f"node-agent: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         pass
     return 0
+
+
+def _run_loop():
+    """uvloop where it is installed, as for the other services (services_cmd.run_service): a
+    simulated fleet's process is all awaited appends and requests, where uvloop costs less."""
+    try:
+        from uvloop import run
+    except ImportError:
+        return asyncio.run
+    return run

@@ -45,7 +45,7 @@ class Binder:
         self.subject = subjects.node_bindings(node)
         self.live: dict[str, LiveClaim] = {}  # what this agent acts on: bound, workloads started
         self.bound: set[str] = set()  # claims whose binding is stored (learnt or appended)
-        self.bound_seq: int | None = None  # last sequence on the binding subject; None: not read yet
+        self.bound_seq: int | None = None  # the binding subject read up to; None: not read at start yet
         self.ended: set[str] = set()  # listed claims whose subject says they ended: not bound
         self.nonce = uuid.uuid4().hex[:16]  # makes binding message ids unguessable
         self.latest: NodeGrants | None = None

@@ -10,6 +10,8 @@ Two mismatches, each reported once by `DriftDetected` and closed by `DriftCleare
 
 from __future__ import annotations
 
+from collections.abc import Container
+
 from schemas import events as ev
 
 from ledger.state import State
@@ -17,12 +19,13 @@ from services.quota.view import DriftKey, Observations, QuotaView
 
 
 def mismatches(state: State, obs: Observations, node: str, stale_after_s: float,
-               release_after_s: float = 0.0) -> dict[DriftKey, ev.DriftDetected]:
-    """Every mismatch on one node as of its latest observation."""
+               release_after_s: float = 0.0, settling: Container[str] = ()) -> dict[DriftKey, ev.DriftDetected]:
+    """Every mismatch on one node as of its latest observation. A process brought by claims that
+    are all `settling` (ended a moment ago: their agent may not have stopped it yet) is not one."""
     found: dict[DriftKey, ev.DriftDetected] = {}
     at = obs.node_at.get(node, 0.0)
     for uuid in sorted(obs.node_devices.get(node, ())):
-        found.update(_unallocated(state, obs, node, uuid, at))
+        found.update(_unallocated(state, obs, node, uuid, at, settling))
     node_state = state.nodes.get(node)
     for claim_id in sorted(node_state.claims if node_state else ()):
         drift = _idle(state.claims[claim_id], obs, node, at, stale_after_s, release_after_s)
@@ -31,7 +34,8 @@ def mismatches(state: State, obs: Observations, node: str, stale_after_s: float,
     return found
 
 
-def _unallocated(state: State, obs: Observations, node: str, uuid: str, at: float) -> dict:
+def _unallocated(state: State, obs: Observations, node: str, uuid: str, at: float,
+                 settling: Container[str] = ()) -> dict:
     """One report per process on the device that no allocation holding it brought."""
     usage, unit = obs.last[uuid], state.units.get(uuid)
     holders = unit.holders if unit is not None else {}
@@ -40,6 +44,8 @@ def _unallocated(state: State, obs: Observations, node: str, uuid: str, at: floa
         owners = obs.owners.get((uuid, pid), ())
         if any(owner in holders for owner in owners):
             continue  # its claim still holds the device
+        if owners and all(owner in settling for owner in owners):
+            continue  # its claim ended a moment ago: judged once its agent had time to stop it
         former = owners[0] if owners else ""
         outlived = f" (it outlived claim {former})" if former else ""
         key = DriftKey("unallocated-process", node, uuid, former, pid)
@@ -67,11 +73,11 @@ def _idle(claim, obs: Observations, node: str, at: float, stale_after_s: float, 
 
 
 def drift_changes(view: QuotaView, nodes, stale_after_s: float, at: float,
-                  release_after_s: float = 0.0) -> list[ev.Event]:
+                  release_after_s: float = 0.0, settling: Container[str] = ()) -> list[ev.Event]:
     """Detected events for new mismatches on these nodes, Cleared for reports that no longer hold."""
     current: dict[DriftKey, ev.DriftDetected] = {}
     for node in sorted(nodes):
-        current.update(mismatches(view.state, view.observed, node, stale_after_s, release_after_s))
+        current.update(mismatches(view.state, view.observed, node, stale_after_s, release_after_s, settling))
     out: list[ev.Event] = [d for k, d in current.items() if k not in view.drifts]
     for key in sorted(view.drifts):
         if key in current:

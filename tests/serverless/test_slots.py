@@ -8,8 +8,12 @@ import gguf
 import numpy as np
 import pytest
 
+from schemas import events as ev
+from schemas import subjects
+
 from services.claim.model_memory import CUDA_OVERHEAD, ModelFileError, estimate_ollama, read_gguf
-from services.claim.slot_core import (ModelSpec, Slot, SlotKey, acquire, gpu_counts, plan_slot, release,
+from services.claim.slot_book import SlotBook
+from services.claim.slot_core import (ModelSpec, Slot, SlotKey, gpu_counts, plan_slot,
                                       stale_slots, warm_slot)
 
 
@@ -80,15 +84,19 @@ def test_a_request_goes_to_a_warm_slot_of_the_same_model_runtime_and_adapter_wit
     assert warm_slot(slots, SlotKey("llama3", "ollama", "adapters/chat")) is None
 
 
-def test_concurrency_is_counted_and_a_full_slot_takes_no_more():
-    s = slot("s", concurrency=2)
-    acquire(s, 1.0)
-    acquire(s, 2.0)
-    assert s.free == 0 and warm_slot([s], s.key) is None
-    with pytest.raises(ValueError, match="no free concurrency"):
-        acquire(s, 3.0)
-    release(s, 4.0)
-    assert s.free == 1 and s.last_activity == 4.0 and warm_slot([s], s.key) is s
+def test_the_book_counts_requests_from_the_log_and_a_full_slot_takes_no_more():
+    book = SlotBook()
+    book.on_event(5, subjects.slot("s"), ev.SlotRequestStarted(slot_id="s", request_id="r1", at=1.0))
+    book.on_event(6, subjects.slot("s"), ev.SlotRequestStarted(slot_id="s", request_id="r2", at=2.0))
+    s = slot("s", concurrency=2, active=book.active("s"))
+    assert s.free == 0 and warm_slot([s], s.key) is None and book.fence["s"] == 6
+    assert book.oldest("s") == "r1" and book.overdue(now=61.5, timeout_s=60.0) == [("s", "r1")]
+    book.on_event(9, subjects.slot("s"), ev.SlotRequestFinished(slot_id="s", request_id="r1", at=4.0))
+    assert book.active("s") == 1 and book.last_activity["s"] == 4.0 and book.fence["s"] == 9
+    book.on_event(10, subjects.claim("x"), ev.ClaimReleased(claim_id="x", at=5.0))  # not a slot's
+    assert book.fence == {"s": 9}
+    book.forget("s")
+    assert book.active("s") == 0 and book.oldest("s") is None
 
 
 def test_stale_slots_are_the_idle_ones_longest_idle_first():

@@ -7,6 +7,7 @@ import pytest
 from bench.e2e.run import Options, run_on_new_stack
 
 
+@pytest.mark.e2e
 @pytest.mark.timeout(300)
 async def test_claims_through_the_whole_stack_are_decided_once_and_bound_only_when_live():
     options = Options(claims=400, rate=200.0, nodes=4, drain_s=120.0, idle_s=0.0)

@@ -39,7 +39,10 @@ class AuthServer:
 
     async def connect(self, user: str) -> "Client":
         client = Client(self)
-        client.nc = await nats.connect(self.url(user), error_cb=client.on_error, allow_reconnect=False)
+        # a node's agent replies and is delivered on its own inbox prefix (its user allows no other)
+        inbox = {nats_auth.node_user_name(n): nats_auth.node_inbox(n) for n in AGENT_NODES}.get(user)
+        client.nc = await nats.connect(self.url(user), error_cb=client.on_error, allow_reconnect=False,
+                                       **({"inbox_prefix": inbox} if inbox else {}))
         self.clients.append(client)
         return client
 

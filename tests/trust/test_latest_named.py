@@ -1,0 +1,57 @@
+"""A watch of one key is a named consumer (its create request names the key, so permissions can
+narrow it: tests/trust/test_node_reads.py); when nats-py remakes its ordered consumer after a gap,
+the remade one gets a new name instead of clashing with the old one, and records keep coming."""
+
+from __future__ import annotations
+
+import asyncio
+
+import nats
+import pytest
+
+from schemas import subjects
+from shared.jetstream import ensure_streams
+from shared.latest import LatestWatch
+
+KEY = subjects.node_grants("n1")
+
+
+async def _until(predicate, timeout=10.0):
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate() and loop.time() < deadline:
+        await asyncio.sleep(0.02)
+    return predicate()
+
+
+@pytest.fixture
+async def nc(fresh_nats):
+    client = await nats.connect(fresh_nats.url)
+    await ensure_streams(client.jetstream())
+    yield client
+    await client.close()
+
+
+async def test_a_remade_consumer_gets_a_new_name_and_records_keep_coming(nc):
+    js = nc.jetstream()
+    seen: list[bytes] = []
+
+    async def on_msg(msg):
+        seen.append(msg.data)
+
+    await js.publish(KEY, b"one", stream=subjects.NODE_GRANTS_STREAM)
+    watch = LatestWatch(js, subjects.NODE_GRANTS_STREAM, [KEY], on_msg)
+    task = asyncio.ensure_future(watch.run())
+    try:
+        assert await _until(lambda: seen == [b"one"])
+        first = watch._sub._consumer
+        assert first.startswith("latest-")
+        jsi = watch._sub._sub._jsi
+        await jsi.reset_ordered_consumer(jsi._sseq + 1)  # what nats-py does on a gap
+        assert await _until(lambda: watch._sub._consumer != first)
+        await js.publish(KEY, b"two", stream=subjects.NODE_GRANTS_STREAM)
+        assert await _until(lambda: seen == [b"one", b"two"])
+        assert watch.restarts == 0  # nats-py's own remake worked: no fallback needed
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -1,0 +1,122 @@
+"""A node agent reads only its own node's record of live claims (issue 16), on a real
+nats-server with gpuledger's users: its watch (a consumer naming its key) and a direct get of its
+key work; another node's key, an unfiltered consumer, a get by sequence, and listening on the
+shared inbox (where other watches are delivered) are refused."""
+
+from __future__ import annotations
+
+import asyncio
+
+import nats
+import pytest
+from nats.js import api
+
+from schemas import subjects
+from schemas.grants import LiveClaim, NodeGrants, decode_grants, encode_grants
+from shared import nats_auth
+from shared.latest import latest_per_subject
+from services.node_agent.binder import Binder
+from services.node_agent.watch import watch_records
+from tests.trust_edge.conftest import Client, auth_server  # noqa: F401 (the fixture)
+
+GRANTS = subjects.NODE_GRANTS_STREAM
+MINE, OTHER = "gpu-1", "gpu-2"
+
+
+async def _write_records(server) -> None:
+    js = server.ops.jetstream()
+    for node in (MINE, OTHER):
+        record = NodeGrants(node=node, through_seq=1, claims=[LiveClaim(claim_id=f"c-{node}", namespace="ns")])
+        await js.publish(subjects.node_grants(node), encode_grants(record), stream=GRANTS)
+
+
+@pytest.fixture
+async def agent(auth_server):  # noqa: F811
+    """node-gpu-1, connected as its agent does: with its own inbox prefix."""
+    await _write_records(auth_server)
+    client = Client(auth_server)
+    client.nc = await nats.connect(auth_server.url(nats_auth.node_user_name(MINE)), error_cb=client.on_error,
+                                   allow_reconnect=False, inbox_prefix=nats_auth.node_inbox(MINE))
+    auth_server.clients.append(client)
+    return client
+
+
+async def test_its_own_record_is_read_by_its_watch_and_a_direct_get(agent):
+    js = agent.nc.jetstream()
+    found = await latest_per_subject(js, GRANTS, [subjects.node_grants(MINE)])
+    assert [decode_grants(data).node for _, data in found.values()] == [MINE]
+    reply = await agent.nc.request(f"$JS.API.DIRECT.GET.{GRANTS}.{subjects.node_grants(MINE)}", b"", timeout=5)
+    assert decode_grants(reply.data).claims[0].claim_id == f"c-{MINE}"
+    binder = Binder(MINE, event_log=None, devices=dict, clock=lambda: 0.0)
+    watch = asyncio.ensure_future(watch_records(agent.nc, [binder]).run())
+    try:
+        for _ in range(500):
+            if binder.latest is not None:
+                break
+            await asyncio.sleep(0.02)
+        assert binder.latest is not None and binder.latest.node == MINE
+    finally:
+        watch.cancel()
+        await asyncio.gather(watch, return_exceptions=True)
+
+
+async def test_another_node_s_record_is_refused_every_way(agent):
+    js = agent.nc.jetstream()
+    other = subjects.node_grants(OTHER)
+    with pytest.raises(Exception):  # its watch on the other key: the create is refused
+        await latest_per_subject(js, GRANTS, [other], timeout=5)
+    assert any("consumer.create" in e for e in agent.errors), agent.errors
+    with pytest.raises(Exception):  # a direct get of the other key
+        await agent.nc.request(f"$JS.API.DIRECT.GET.{GRANTS}.{other}", b"", timeout=3)
+    with pytest.raises(Exception):  # an unfiltered consumer that names the key in its body
+        await js.subscribe("", ordered_consumer=True, stream=GRANTS,
+                           config=api.ConsumerConfig(filter_subjects=[other, subjects.node_grants(MINE)]))
+    with pytest.raises(Exception):  # a get by subject or sequence (the API's, not direct)
+        await js.get_last_msg(GRANTS, other)
+    with pytest.raises(Exception):  # the direct get whose subject is in the body
+        await agent.nc.request(f"$JS.API.DIRECT.GET.{GRANTS}", b'{"last_by_subj": "%s"}' % other.encode(), timeout=3)
+
+
+async def test_it_cannot_listen_on_the_shared_inbox_where_other_watches_are_delivered(agent):
+    """Another watch's deliveries (the allocator's, another agent's) go to `_INBOX.<id>`."""
+    assert await agent.refused("_INBOX.>", publish=False)
+    assert await agent.refused(f"{nats_auth.node_inbox(OTHER)}.>", publish=False)
+
+
+async def test_a_real_node_agent_binds_under_its_narrowed_user(auth_server, monkeypatch):  # noqa: F811
+    """The agent process's own path (build_real, fake NVML): its user, its inbox prefix, its
+    watch of its own key, its conditional binding; the binding is stored."""
+    import msgspec
+
+    from schemas.types import Grant
+    from services.node_agent import app
+    from services.node_agent.fakenvml import FakeNvml
+    from services.node_agent.fleet import parse_fleet
+    from shared.natscluster import INBOX_PREFIX_ENV
+    from shared.service import start_service, stop_service
+    from shared.settings import Settings
+
+    fake = FakeNvml.from_node_spec(parse_fleet("1xH100x2")[0])
+    fake.nvmlInit()
+    uuid = fake.nvmlDeviceGetUUID(fake.nvmlDeviceGetHandleByIndex(0))
+    uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
+    monkeypatch.setattr(app, "real_nvml", lambda: fake)
+    monkeypatch.setenv(INBOX_PREFIX_ENV, nats_auth.node_inbox(MINE))
+    settings = Settings(nats_url=auth_server.url(nats_auth.node_user_name(MINE)))
+    ctx = await start_service("node-agent", settings, app.build_real(settings, MINE))
+    try:
+        record = NodeGrants(node=MINE, through_seq=0, claims=[
+            LiveClaim(claim_id="c-real", namespace="ns", grants=[Grant(node=MINE, uuid=uuid, index=0)])])
+        await auth_server.ops.jetstream().publish(subjects.node_grants(MINE), encode_grants(record), stream=GRANTS)
+        js = auth_server.ops.jetstream()
+        bound = None
+        for _ in range(500):
+            try:
+                bound = await js.get_last_msg(subjects.STREAM, subjects.node_bindings(MINE))
+                break
+            except Exception:
+                await asyncio.sleep(0.02)
+        assert bound is not None, "no binding stored"
+        assert msgspec.json.decode(bound.data)["claim_id"] == "c-real"
+    finally:
+        await stop_service(ctx)
