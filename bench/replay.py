@@ -12,15 +12,19 @@ against the live fold (`digest`). Figures are wall clock on this machine; nothin
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import sys
 import tempfile
 import time
+from pathlib import Path
 
 from schemas.events import encode_event
 from shared.jetstream import JetStreamEventLog, connect, ensure_streams
 from shared.natsserver import start_nats_server
 from shared.settings import Settings
 
+from bench.replay_child import peak_rss_mb, state_digest
 from bench.replay_log import SyntheticLog
 from ledger.digest import compact_digest
 from ledger.evolve import defer_dropping, drop_ended_claims, fold_batch
@@ -101,6 +105,20 @@ async def rebuild(log, settings: Settings, state: State | None = None) -> tuple[
     return allocator.state, ready - start, time.perf_counter() - ready
 
 
+async def rebuild_in_child(nats_url: str) -> dict:
+    """The full rebuild in a process of its own (`bench.replay_child`): its time, and its peak
+    memory apart from this process's (which holds the generator's fold and the log it wrote)."""
+    root = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    child = await asyncio.create_subprocess_exec(sys.executable, "-m", "bench.replay_child", nats_url,
+                                                 stdout=asyncio.subprocess.PIPE,
+                                                 stderr=asyncio.subprocess.PIPE, env=env, cwd=root)
+    out, err = await child.communicate()
+    if child.returncode != 0:
+        raise RuntimeError(f"the rebuild process failed ({child.returncode}): {err.decode()[-2000:]}")
+    return json.loads(out.decode().strip().splitlines()[-1])
+
+
 async def read_only(log, end: int) -> tuple[list, float]:
     """Read the stream back with no decoding: the transport's share. Returns the batches as read."""
     start, batches, gc_on = time.perf_counter(), [], pause_gc()  # as the allocator's catch-up
@@ -179,13 +197,16 @@ async def measure(nats_url: str, events: int, nodes: int, batched: bool, tail_fr
         end = await log.last_seq()
         settings = Settings(nats_url=nats_url)
 
-        state, full_s, freed_s = await rebuild(log, settings)
-        _check(state, synthetic.settled(), "full rebuild")
+        child = await rebuild_in_child(nats_url)
+        if child["digest"] != state_digest(synthetic.settled()):
+            raise RuntimeError("full rebuild: the rebuilt state differs from the live fold")
+        full_s, freed_s = child["seconds"], child["freed_s"]
         batches, read_s = await read_only(log, end)
         natspy_s = await read_only_natspy(log, end) if compare else None
         folded = decode_and_fold(batches, compare)
         _check(folded["state"], synthetic.settled(), "fold")
-        del batches, folded["state"]
+        state = folded.pop("state")  # the same fold as the rebuild's (digest checked): snapshot it
+        del batches
 
         start = time.perf_counter()
         snapshot_bytes = await save_snapshot(js, state)
@@ -201,6 +222,11 @@ async def measure(nats_url: str, events: int, nodes: int, batched: bool, tail_fr
     figures = _figures(wrote, tail, end, full_s, read_s, folded, snapshot_bytes, save_s, load_s,
                        tail_s, nodes, batched)
     figures["dropped_claims_freed_after_seconds"] = round(freed_s, 2)
+    # the rebuild's process: its peak, and what it held before reading an event (the interpreter)
+    figures["peak_rss_mb"] = child["peak_rss_mb"]
+    figures["rebuild_rss_before_mb"] = child["rss_before_mb"]
+    figures["claims_held_after_rebuild"] = child["claims_held"]
+    figures["bench_process_peak_rss_mb"] = round(peak_rss_mb(), 1)  # the generator's side
     if compare:
         figures["before_read_only_natspy_seconds"] = round(natspy_s, 2)
         figures["before_read_only_natspy_messages_per_s"] = round(end / natspy_s)

@@ -147,6 +147,17 @@ def drop_ended_claims(state: State, aside: list | None = None) -> State:
     return state
 
 
+def shed_ended_claims(state: State) -> int:
+    """Catch-up, `keep_ended` deferred: drop the ended claims folded so far and free them now, while
+    they are recent (a slice at a time keeps the catch-up's memory to the live claims plus one
+    slice, instead of every claim of the log). Returns how many claims the state still holds."""
+    claims, ended = state.claims, state.ended
+    for claim_id in [c for c, claim in claims.items() if claim.status not in _LIVE]:
+        del claims[claim_id]
+        ended[claim_id] = None
+    return len(claims)
+
+
 def defer_dropping(state: State) -> None:
     """Catch-up: keep ended claims until `drop_ended_claims`, once caught up, drops them together.
     Freeing a claim as it ends drags its spec, grants and history back from cold memory one claim
@@ -506,4 +517,5 @@ _HANDLERS = {
     ev.EventBatch: _event_batch,
 }
 
-__all__ = ["evolve", "fold", "fold_batch", "apply_decision", "drop_ended_claims", "defer_dropping"]
+__all__ = ["evolve", "fold", "fold_batch", "apply_decision", "drop_ended_claims", "defer_dropping",
+           "shed_ended_claims"]

@@ -14,7 +14,9 @@ Options:
   placement index (node views and their groups, rebuilt after every change of a node) is never
   built; `reindex_node` only notes the node.
 - `keep_ended=False` for the allocator, which decides on live claims only: ended claims leave the
-  state, all at once when caught up (`dropped`, for the caller to free a slice at a time).
+  state. During catch-up they go a slice at a time (`SHED_SLICE` more claims than were live at the
+  last slice), freed at once; the last slice when caught up (`dropped`, for the caller to free a
+  part at a time). So a catch-up holds the live claims and one slice, not every claim of the log.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from schemas import events as ev
 from schemas import subjects
 
 from ledger.admission import Admission, read_batch
-from ledger.evolve import defer_dropping, drop_ended_claims, evolve, fold_batch
+from ledger.evolve import defer_dropping, drop_ended_claims, evolve, fold_batch, shed_ended_claims
 from ledger.state import State, defer_index, flush_index
 
 log = logging.getLogger("gpuledger")
@@ -38,6 +40,10 @@ Hook = Callable[[int, str, ev.Event], None]
 # 5k-28k claims held). Cyclic garbage among objects older than that goes uncollected; the state's
 # objects form no cycles.
 REFREEZE_EVERY = 50_000
+# Catch-up with `keep_ended=False`: ended claims are shed once the state holds this many claims more
+# than it kept at the last shedding. Freeing each claim as it ends costs twice as much as freeing
+# them in a slice (their memory comes back cold one at a time); a slice bounds what is held.
+SHED_SLICE = 20_000
 
 
 def decode_or_none(seq: int, subject: str, data: bytes) -> ev.Event | None:
@@ -87,6 +93,7 @@ class Follower:
         self.admission = Admission()  # what was skipped: undecodable, or refused by authority
         self._advanced = asyncio.Condition()
         self._gc_was_on = False
+        self._shed_at = 0  # catch-up: shed ended claims once `claims` holds this many
         if not keep_ended:
             drop_ended_claims(self.state)
         if not places:
@@ -117,7 +124,8 @@ class Follower:
     def _start_catch_up(self) -> None:
         defer_index(self.state)
         if not self.keep_ended:
-            defer_dropping(self.state)  # ended claims go all at once when caught up
+            defer_dropping(self.state)  # ended claims go a slice at a time (`_fold_stored`)
+            self._shed_at = len(self.state.claims) + SHED_SLICE
         self._gc_was_on = pause_gc()
 
     def _end_catch_up(self) -> None:
@@ -125,6 +133,7 @@ class Follower:
             flush_index(self.state)
         if not self.keep_ended:
             drop_ended_claims(self.state, self.dropped)
+            self._shed_at = 0
         if not gc.isenabled():
             resume_gc(self._gc_was_on)
         self.caught_up.set()
@@ -135,6 +144,8 @@ class Follower:
         skipped = admission.refused + admission.undecodable
         decoded = read_batch(admission, batch)
         fold_batch(self.state, decoded, admission.fold_failed)
+        if self._shed_at and len(self.state.claims) >= self._shed_at:
+            self._shed_at = shed_ended_claims(self.state) + SHED_SLICE
         if admission.refused + admission.undecodable != skipped:  # rare: look for the decision subject
             for (seq, event), (_seq, subject, _data, _headers) in zip(decoded, batch):
                 if event is None and subject == subjects.DECISIONS:

@@ -10,7 +10,7 @@ from schemas import events as ev
 from schemas.types import Reason
 from services.allocator.core.decide import DecideContext, decide
 from ledger.digest import compact_digest, digest
-from ledger.evolve import defer_dropping, drop_ended_claims, evolve, fold, fold_batch
+from ledger.evolve import defer_dropping, drop_ended_claims, evolve, fold, fold_batch, shed_ended_claims
 from ledger.snapshot import from_snapshot, to_snapshot
 from ledger.state import State, defer_index, flush_index
 from ledger.follower import decode_batch
@@ -67,6 +67,19 @@ def test_a_state_that_drops_ended_claims_decides_and_folds_like_one_that_keeps_t
     assert all(c.status in ("pending", "allocated", "bound") for c in caught_up.claims.values())
     assert compact_digest(caught_up) == compact_digest(live)
     assert caught_up.last_seq == live.last_seq
+
+    # the same, shedding ended claims every few batches as the follower's catch-up does
+    shedding = drop_ended_claims(State())
+    defer_index(shedding)
+    defer_dropping(shedding)
+    for n, start in enumerate(range(0, len(events), 3)):
+        fold_batch(shedding, events[start:start + 3])
+        if n % 2:
+            assert shed_ended_claims(shedding) == len(shedding.claims)
+            assert all(c.status in ("pending", "allocated", "bound") for c in shedding.claims.values())
+    flush_index(shedding)
+    drop_ended_claims(shedding)
+    assert compact_digest(shedding) == compact_digest(live)
 
     if world.snapshot is not None:  # either snapshot, restored into a dropping state, plus the tail
         full, compact, upto = world.snapshot

@@ -107,6 +107,31 @@ async def test_for_the_allocator_ended_claims_leave_the_state_and_are_handed_ove
         await stop(task)
 
 
+async def test_the_allocator_catch_up_sheds_ended_claims_a_slice_at_a_time(log, monkeypatch):
+    """With a slice of 4 claims, the catch-up sheds ended claims as it goes (not all at the end),
+    and the state it reaches is the same: live claims kept, ended ones by id only."""
+    import ledger.follower as follower_module
+
+    await write_history(log)
+    monkeypatch.setattr(follower_module, "SHED_SLICE", 4)
+    held, shed = [], follower_module.shed_ended_claims
+
+    def counting(state):
+        held.append(len(state.claims))
+        return shed(state)
+
+    monkeypatch.setattr(follower_module, "shed_ended_claims", counting)
+    follower = Follower(log, keep_ended=False)
+    task = await running(follower)
+    try:
+        assert held, "no slice was shed during the catch-up"
+        assert not {f"c{i}" for i in range(6)} & follower.state.claims.keys()
+        assert {f"c{i}" for i in range(6)} <= follower.state.ended.keys()
+        assert {"c6", "c7", f"c{FAST_READ_MIN - 1}"} <= follower.state.claims.keys()
+    finally:
+        await stop(task)
+
+
 async def test_the_collector_is_paused_while_catching_up_and_the_state_frozen_after(log):
     await write_history(log)
     follower, during = Follower(log), []

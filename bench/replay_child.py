@@ -1,0 +1,49 @@
+"""The full rebuild of `gpuledger bench replay`, in a process of its own.
+
+Run as `python -m bench.replay_child NATS_URL END`: connects, rebuilds the allocator's state from the
+stream (`bench.replay.rebuild`, the allocator's own start path) and prints one JSON line with the
+seconds to caught up, the seconds until the claims the catch-up dropped were freed, the process's
+peak resident memory, and a digest of the rebuilt state for the parent to check against its live
+fold. A process of its own, so that its peak memory is the rebuild's alone: the benchmark's own
+process also holds the generator's fold of every claim and the log it wrote.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import resource
+import sys
+
+from shared.jetstream import JetStreamEventLog, connect
+from shared.settings import Settings
+
+from ledger.digest import compact_digest
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set so far (ru_maxrss is in KiB on Linux)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def state_digest(state) -> str:
+    return hashlib.sha256(repr(compact_digest(state)).encode()).hexdigest()
+
+
+async def main(url: str) -> dict:
+    from bench.replay import rebuild
+
+    nc = await connect(url, name="bench-replay-rebuild")
+    try:
+        before = peak_rss_mb()  # the interpreter and its imports, before any event is read
+        state, seconds, freed_s = await rebuild(JetStreamEventLog(nc), Settings(nats_url=url))
+        return {"seconds": seconds, "freed_s": freed_s, "peak_rss_mb": round(peak_rss_mb(), 1),
+                "rss_before_mb": round(before, 1), "claims_held": len(state.claims),
+                "digest": state_digest(state)}
+    finally:
+        await nc.close()
+
+
+if __name__ == "__main__":
+    print(json.dumps(asyncio.run(main(sys.argv[1]))))
