@@ -58,15 +58,17 @@ def test_fractional_claims_share_a_gpu_up_to_its_capacity(ledger):
     assert uuids[3] != uuids[0]
 
 
-def test_the_default_policy_avoids_slivers_no_typical_claim_can_use(ledger):
+def test_the_default_policy_fills_a_started_card_before_opening_a_fresh_one(ledger):
     for i in range(4):
         ledger.append(claim(f"f{i}", gpus=1, gpu_milli=300, models=["H100"]))
     got = allocated(ledger.decide(1.0))
     per_card: dict[str, int] = {}
     for d in got.values():
         per_card[d.grants[0].uuid] = per_card.get(d.grants[0].uuid, 0) + 300
-    # a third 300m share would leave 100m that no 300m claim can use: it goes to another card
-    assert sorted(per_card.values()) == [600, 600]
+    # With only 300m claims seen, a card's room ends at 100m whatever the order, so a third share
+    # on the started card wastes nothing that a fresh card would not (card_waste.py); FGD alone
+    # put it on the second card ([600, 600]): 400m left on each, against 100m and 700m.
+    assert sorted(per_card.values()) == [300, 900]
     assert {d.node for d in got.values()} == {"h0"}
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 from services.allocator.core.baselines import BinPack
+from services.allocator.core.card_waste import max_waste_drop, waste_drop
 from services.allocator.core.demand import Need
 from services.allocator.core.frag_cache import FragCache
 from services.allocator.core.fragmentation import max_shape_cpu, stats_after, stats_total, view_fragmentation
@@ -133,7 +134,10 @@ class GpuLedger(FGD):
     integer sigmoid: finer scores spread load and lose 1 to 2 points on openb. FGD's drop is taken
     without its model mismatch (model_mismatch.py): with half the openb pods bound to models it
     sent unbound pods to the scarce models (5.2 % unallocated at 100 %, now 4.2); without bound
-    shapes nothing changes. Among cards of equal score a share takes the one with least room left. Whole-card claims keep NVLink-contiguous
+    shapes nothing changes. A share's drop also counts the fall in its card's expected waste
+    (card_waste.py): FGD looks one pod ahead and put a 320 beside a 470 (210 left, room no
+    typical pod fits) rather than beside another 320 (360 left, room for a third); openb 4.21 ->
+    4.10 at 100 % arrived. Among cards of equal score a share takes the one with least room left. Whole-card claims keep NVLink-contiguous
     picks (`default_pick`); typical shapes come from the caller, or from the claims the allocator
     has seen (`DecideContext.typical_shapes`).
     """
@@ -152,6 +156,7 @@ class GpuLedger(FGD):
             return picks, self._gpu_score(view, need, picks, ctx, strand)
         best, best_score, best_int = None, None, 0
         for i, drop in _share_drops(view, need, ctx):
+            drop += self._waste_drop(view, need, i, ctx)
             score = _to_int(drop - model_mismatch_drop(view, need, (i,), ctx) + strand)
             ranked = score - self.TIE * view.units[i].milli_free / FREE
             if best_score is None or ranked > best_score:
@@ -163,10 +168,21 @@ class GpuLedger(FGD):
             return self._int_score(view, need, picks, ctx)
         return self._gpu_score(view, need, picks, ctx, self._strand_drop(view, need, ctx))
 
-    @staticmethod
-    def _gpu_score(view: NodeView, need: Need, picks, ctx: PlacementContext, strand: float) -> int:
+    @classmethod
+    def _gpu_score(cls, view: NodeView, need: Need, picks, ctx: PlacementContext, strand: float) -> int:
         drop = frag_drop(view, need, picks, ctx) - model_mismatch_drop(view, need, picks, ctx)
+        if need.count == 1 and need.milli < FREE:
+            drop += cls._waste_drop(view, need, picks[0], ctx)
         return _to_int(drop + strand)
+
+    @staticmethod
+    def _waste_drop(view: NodeView, need: Need, unit: int, ctx: PlacementContext) -> float:
+        """How much the expected waste of the card a share takes falls (card_waste.py): FGD's
+        measure looks one pod ahead, this looks at what the room left can still become. Like the
+        measure it sees plain cards outside pools only."""
+        if need.mig_profile or need.pool:
+            return 0.0
+        return waste_drop(view.units[unit].milli_free, need.milli, ctx.typical_shapes, ctx.frag)
 
     @staticmethod
     def _strand_drop(view: NodeView, need: Need, ctx: PlacementContext) -> float:
@@ -196,7 +212,9 @@ class GpuLedger(FGD):
         taken = need.count * need.milli
         rate = gpu_pods_cpu_per_milli(ctx.typical_shapes, ctx.frag)
         strand = max(0.0, taken - need.cpu / rate) if rate > 0 and need.count else 0.0
-        return _to_int((taken * weights + strand) * (1 + 1e-9))
+        waste = (max_waste_drop(need.milli, ctx.typical_shapes, ctx.frag)
+                 if need.count == 1 and need.milli < FREE and not (need.mig_profile or need.pool) else 0.0)
+        return _to_int((taken * weights + strand + max(waste, 0.0)) * (1 + 1e-9))
 
 
 def _to_int(drop: float) -> int:
