@@ -437,14 +437,13 @@ def flush_index(state: State) -> None:
         _index(state, node)
 
 
-GROUP_LOG_LIMIT = 1 << 16
-
-
 def _log_group(state: State, group: Group) -> None:
     log = state.group_log
     log.append(group)
-    if len(log) > GROUP_LOG_LIMIT:  # readers further behind than the cut start again from a scan
-        cut = GROUP_LOG_LIMIT // 2
+    # Bounded by the fleet's views: a reader further behind than twice their number scans again
+    # anyway, and the log keeps the groups (and views) it names alive.
+    if len(log) > 2 * len(state.groups) + 1024:
+        cut = len(log) // 2
         del log[:cut]
         state.group_log_base += cut
 

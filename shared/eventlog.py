@@ -89,7 +89,7 @@ class InMemoryEventLog:
     async def last_seq(self) -> int:
         return len(self._entries)
 
-    async def last_subject_seq(self, subject: str) -> int:
+    async def last_subject_seq(self, subject: str, direct: bool = False) -> int:
         return self._subject_last.get(subject, 0)
 
     async def subject_after(self, subject: str, after_seq: int = 0):

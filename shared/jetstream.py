@@ -154,9 +154,12 @@ class JetStreamEventLog:
         info = await self.js.stream_info(self.stream)
         return info.state.last_seq
 
-    async def last_subject_seq(self, subject: str) -> int:
+    async def last_subject_seq(self, subject: str, direct: bool = False) -> int:
+        """`direct`: a direct get, which any replica may answer (cheaper than the API's get, but
+        possibly a little behind the leader: only for a caller whose next append is conditional
+        on it, so a stale answer costs a refused append, never a wrong one)."""
         try:
-            msg = await self.js.get_last_msg(self.stream, subject)
+            msg = await self.js.get_last_msg(self.stream, subject, direct=direct)
         except NotFoundError:
             return 0
         return msg.seq or 0

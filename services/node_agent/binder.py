@@ -134,7 +134,7 @@ class Binder:
         """Append one binding on condition that its claim's subject has not moved since the agent
         looked; False (nothing appended) when that subject says the claim ended."""
         claim_subject = subjects.claim(claim.claim_id)
-        last = await self.log.last_subject_seq(claim_subject)
+        last = await self.log.last_subject_seq(claim_subject, direct=True)  # the append checks it
         if last > through_seq and await self._ended_after(claim_subject, through_seq):
             self.ended.add(claim.claim_id)
             log.info("%s: not binding claim %s: it ended after the record", self.node, claim.claim_id)

@@ -27,8 +27,8 @@ class ReleasedWhileLooking(JetStreamEventLog):
         super().__init__(nc)
         self.claim_id, self.released = claim_id, False
 
-    async def last_subject_seq(self, subject: str) -> int:
-        seq = await super().last_subject_seq(subject)
+    async def last_subject_seq(self, subject: str, direct: bool = False) -> int:
+        seq = await super().last_subject_seq(subject, direct)
         if subject == subjects.claim(self.claim_id) and not self.released:
             self.released = True
             await self.append(subject, ClaimReleased(claim_id=self.claim_id, at=2.0))
