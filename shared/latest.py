@@ -85,6 +85,14 @@ class LatestWatch:
             config.opt_start_seq = self.last_seq + 1
         self._sub = await _subscribe_ordered(self.js, self.stream, config, self._seen)
 
+    async def start(self) -> None:
+        """Make the consumer now (so a caller can say it is ready once records will be seen); on
+        NATS trouble `run` tries again."""
+        try:
+            await self._subscribe()
+        except Exception as err:  # run() retries
+            log.warning("watching %s failed (%s); again in %.0f s", self.stream, err, CHECK_EVERY_S)
+
     async def run(self) -> None:
         try:
             while True:

@@ -146,7 +146,9 @@ async def _start_agents(ctx: ServiceContext, agents: list[NodeAgent]) -> None:
         ctx.spawn(agent.binder.run(), f"bind-{agent.node}")
 
     await asyncio.gather(*(start(agent) for agent in agents))
-    ctx.spawn(watch_records(ctx.nc, [agent.binder for agent in agents]).run(), "node-records")
+    watch = watch_records(ctx.nc, [agent.binder for agent in agents])
+    await watch.start()  # the records are watched before the process says it is ready
+    ctx.spawn(watch.run(), "node-records")
 
 
 def build_real(settings: Settings | None = None, node: str | None = None) -> Builder:

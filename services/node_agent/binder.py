@@ -81,8 +81,8 @@ class Binder:
                 self.wake.set()
 
     async def apply(self, record: NodeGrants) -> None:
-        if self.bound_seq is None:
-            await self._learn_start(record)
+        if self.bound_seq is None and record.claims:  # an empty record has nothing bound to learn:
+            await self._learn_start(record)  # a fleet of 2,000 idle nodes asks nothing at start
         todo = plan(record, self.live, self.bound)
         self.ended &= {claim.claim_id for claim in record.claims}  # forget what the record dropped
         for claim_id in todo.stop:

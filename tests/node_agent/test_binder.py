@@ -168,3 +168,27 @@ async def test_a_timed_out_append_is_retried_and_stored_once(running):
     running(binder)
     assert await until(lambda: started == ["a"])
     assert [ids for _, ids in await stored_bindings(log)] == [["a"]]
+
+
+class CountingLog(InMemoryEventLog):
+    """Counts the questions the binder asks about subjects' last sequences."""
+
+    def __init__(self):
+        super().__init__()
+        self.asked = 0
+
+    async def last_subject_seq(self, subject, **kwargs):
+        self.asked += 1
+        return await super().last_subject_seq(subject, **kwargs)
+
+
+async def test_an_empty_record_asks_the_log_nothing_and_the_first_claim_learns_at_once():
+    """A fleet of 2,000 idle nodes got 2,000 empty records at start and asked the log 2,000
+    questions at once, which held the agent process for seconds: claims released before bound."""
+    log = CountingLog()
+    binder, started, _ = binder_on(log)
+    await binder.apply(record(seq=5))
+    assert log.asked == 0 and binder.bound_seq is None
+    await binder.apply(record(claim("c1", 0), seq=6))
+    assert started == ["c1"] and binder.bound_seq is not None
+    assert [ids for _, ids in await stored_bindings(log)] == [["c1"]]
