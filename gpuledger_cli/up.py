@@ -32,6 +32,7 @@ from shared import nats_auth
 from shared.natscluster import connect_args, start_nats_cluster
 from shared.natsserver import NatsServerError, start_nats_server
 from shared.jetstream import ensure_streams
+from shared.retry import until_done
 from shared.service import READY_SUBJECT
 from shared.settings import Settings
 
@@ -112,7 +113,9 @@ async def _start_and_wait(children: list[Child], url: str, names: list[str], wan
     await nc.subscribe(f"{READY_SUBJECT}.*", cb=on_ready)
     await nc.flush()
     # the streams first, as ops: a node agent may not create them, and would race the services
-    await ensure_streams(nc.jetstream(), replicas)
+    # (a cluster still forming refuses R3 streams until its servers joined: waited out)
+    await asyncio.wait_for(until_done(lambda: ensure_streams(nc.jetstream(), replicas), "create the streams"),
+                           timeout)
     for child in children:
         child.start()
     deadline = asyncio.get_running_loop().time() + timeout

@@ -10,7 +10,7 @@ import nats
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js import api
-from nats.js.errors import APIError, NotFoundError
+from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 
 from schemas import subjects
 from schemas.events import Event, decode_event, encode_event
@@ -99,14 +99,25 @@ def outcomes_stream_config(replicas: int = 1) -> api.StreamConfig:
     )
 
 
+NO_PEERS_YET = 10005  # "no suitable peers for placement": a cluster whose servers have not all joined
+
+
 async def ensure_streams(js: JetStreamContext, replicas: int = 1) -> None:
-    """Create the streams if missing; leave an existing stream's data alone."""
+    """Create the streams if missing; leave an existing stream's data alone. A cluster still
+    forming refuses a replicated stream until enough servers joined: that refusal is raised as
+    unavailable, which `shared.retry.until_done` waits out."""
     for config in (stream_config(replicas), intake_stream_config(replicas), outcomes_stream_config(replicas),
                    node_grants_config(replicas)):
         try:
             await js.stream_info(config.name)
         except NotFoundError:
-            await js.add_stream(config)
+            try:
+                await js.add_stream(config)
+            except APIError as err:
+                if err.err_code == NO_PEERS_YET:
+                    raise ServiceUnavailableError(code=503, description=f"{config.name}: {err.description}",
+                                                  err_code=err.err_code) from err
+                raise
 
 
 class JetStreamEventLog:
