@@ -207,14 +207,12 @@ class Usage:
 class Group:
     """All schedulable nodes that share one view, ordered by rank."""
 
-    __slots__ = ("view", "ranks", "names", "free", "share")
+    __slots__ = ("view", "ranks", "names")
 
     def __init__(self, view: NodeView):
         self.view = view
         self.ranks: list[int] = []
         self.names: dict[int, str] = {}
-        self.free = free_units(view)  # what the room indexes hold for it (see has_room)
-        self.share = share_room(view)
 
     def add(self, rank: int, name: str) -> None:
         bisect.insort(self.ranks, rank)
@@ -235,23 +233,6 @@ class Group:
 
     def __len__(self) -> int:
         return len(self.ranks)
-
-    def has_room(self, models: frozenset[str] | None, pool: str, mig_profile: str, count: int,
-                 milli: int) -> bool:
-        """Whether `State.groups_with_room` (same arguments) lists this group: the same test on the
-        group's own entries of the room indexes."""
-        whole = milli >= FREE
-        for (model, unit_pool, unit_mig), room in (self.free if whole else self.share).items():
-            kind_ok = unit_mig != "" if mig_profile == "*" else unit_mig == mig_profile
-            if unit_pool != pool or not kind_ok or (models is not None and model not in models):
-                continue
-            if (room >= count) if whole else (room + SHARE_STEP > milli):
-                return True
-        return False
-
-    def has_model(self, models: frozenset[str] | None) -> bool:
-        """Whether `State.groups_for_models(models)` lists this group."""
-        return models is None or any(m in models for m in self.view.static.models or ("",))
 
 
 @dataclass
@@ -314,13 +295,6 @@ class State:
     # where `reindex_node` only notes the node (name -> the view the index still holds for it) and
     # `flush_index` rebuilds those nodes once: replaying a log does not pay for views it never uses.
     deferred: dict[str, NodeView | None] | None = None
-    # Every group whose first node changed (made, emptied, or a new lowest rank), in order, with
-    # repeats: a decider that kept its best answer for a need re-checks only the groups logged
-    # since (services/allocator/core/placement.py). `group_log_base` is the position of its first
-    # entry; old entries are cut.
-    group_log: list = field(default_factory=list, repr=False, compare=False)
-    group_log_base: int = 0
-    retired: dict = field(default_factory=dict, repr=False, compare=False)  # view -> its emptied Group
 
     def usage_of(self, namespace: str) -> Usage:
         usage = self.usage.get(namespace)
@@ -437,25 +411,11 @@ def flush_index(state: State) -> None:
         _index(state, node)
 
 
-def _log_group(state: State, group: Group) -> None:
-    log = state.group_log
-    log.append(group)
-    # Bounded by the fleet's views: a reader further behind than twice their number scans again
-    # anyway, and the log keeps the groups (and views) it names alive.
-    if len(log) > 2 * len(state.groups) + 1024:
-        cut = len(log) // 2
-        del log[:cut]
-        state.group_log_base += cut
-
-
 def _unindex(state: State, rank: int | None, old: NodeView | None) -> None:
     if old is not None and rank is not None:
         group = state.groups.get(old)
         if group is not None:
-            first = group.ranks[0] if group.ranks else None
             group.remove(rank)
-            if rank == first:  # only its first node matters to a reader of the log
-                _log_group(state, group)
             if not len(group):
                 _drop_group(state, old)
 
@@ -474,33 +434,21 @@ def _index(state: State, node: Node) -> None:
     node.view = view
     group = state.groups.get(view)
     if group is None:
-        group = state.retired.pop(view, None) or Group(view)
-        state.groups[group.view] = group
+        group = state.groups[view] = Group(view)
         for model in view.static.models or ("",):
             state.groups_by_model.setdefault(model, {})[group] = None
-        for key, free in group.free.items():
+        for key, free in free_units(view).items():
             state.groups_by_free.setdefault(key, {}).setdefault(free, {})[group] = None
-        for key, share in group.share.items():
+        for key, share in share_room(view).items():
             state.groups_by_share.setdefault(key, {}).setdefault(share, {})[group] = None
     group.add(node.rank, node.name)
-    if group.ranks[0] == node.rank:  # new, or a new first node
-        _log_group(state, group)
-
-
-RETIRED_LIMIT = 4096
 
 
 def _drop_group(state: State, view: NodeView) -> None:
     group = state.groups.pop(view)
-    # A decision pass moves a node out of its view and back (tried, then rolled back): the same
-    # group object (and view object) comes back, so what was memoised for it still applies.
-    retired = state.retired
-    retired[view] = group
-    if len(retired) > RETIRED_LIMIT:
-        del retired[next(iter(retired))]
-    for key, free in group.free.items():
+    for key, free in free_units(view).items():
         state.groups_by_free.get(key, {}).get(free, {}).pop(group, None)
-    for key, share in group.share.items():
+    for key, share in share_room(view).items():
         state.groups_by_share.get(key, {}).get(share, {}).pop(group, None)
     for model in view.static.models or ("",):
         members = state.groups_by_model.get(model)

@@ -47,141 +47,19 @@ def choose(state: State, need: Need, policy: Policy, ctx: PlacementContext) -> C
 
 
 def _choose_by_rank(state: State, need: Need, policy: Policy, ctx: PlacementContext, ceiling: float) -> Choice | None:
-    """The best (score, then lowest rank) node: from what was kept of the last decision for the same
-    need, brought up to date from the groups changed since, when the caller keeps a memo; else a
-    scan in rank order."""
-    memos = _memos(state, need, policy, ctx)
-    if memos[0] is None or ctx.excluded:
-        return _scan_by_rank(state, need, policy, ctx, ceiling, memos, None)
-    return _kept_best(state, need, policy, ctx, ceiling, memos)
-
-
-def _scan_by_rank(state: State, need: Need, policy: Policy, ctx: PlacementContext, ceiling: float, memos,
-                  board: "_Board | None") -> Choice | None:
     """The same answer as scoring every group, found sooner: groups are tried in the rank order of
     their first usable node, and once one reaches the policy's ceiling (no node can score higher)
-    no later one can win, since ties go to the lowest rank. Fills `board` with what it scored."""
+    no later one can win, since ties go to the lowest rank."""
     firsts = [(first, group) for group in _groups_for(state, need)
               if (first := _first_node(group, ctx)) is not None]
     firsts.sort(key=lambda item: item[0][0])
-    if board is not None:
-        board.budget = 2 * len(firsts) + 64  # a log entry costs a fraction of a group's scan
     best: Choice | None = None
-    for candidate, group in _scored_groups(need, policy, ctx, firsts, *memos):
-        if board is not None:
-            board.add(group, candidate.score, candidate.picks)
+    for candidate in _scored(need, policy, ctx, firsts, *_memos(state, need, policy, ctx)):
         if best is None or candidate.score > best.score:
             best = candidate
-            if best.score >= ceiling and board is None:
+            if best.score >= ceiling:
                 break
     return best
-
-
-class _Board:
-    """What a scan for one need learned, kept across decisions: a group's score for a need never
-    changes (a group is one node view), only which nodes it holds, and every change to a group's
-    members is logged (`State.group_log`), so the groups logged since are all that can differ.
-
-    Complete (the scan scored every candidate): the feasible groups by score; the answer is the
-    lowest first rank among the top score's groups. Incomplete (the scan stopped at the policy's
-    ceiling): only its best group is known, and a group logged since can beat it only with a lower
-    rank; once that group loses its first node the caller scans again."""
-
-    __slots__ = ("log", "pos", "complete", "best", "rank", "scores", "buckets", "budget")
-
-    def __init__(self, log, pos: int):
-        self.log, self.pos, self.complete, self.best, self.rank = log, pos, True, None, 0
-        self.budget = 0  # log entries worth reading rather than scanning again (set by the scan)
-        self.scores: dict = {}  # group -> (score, picks), or None for a group that cannot hold the need
-        self.buckets: dict = {}  # score -> {group: None}
-
-    def add(self, group, score, picks) -> None:
-        self.scores[group] = (score, picks)
-        self.buckets.setdefault(score, {})[group] = None
-
-    def drop(self, group) -> None:
-        score, _ = self.scores.pop(group)
-        bucket = self.buckets[score]
-        del bucket[group]
-        if not bucket:
-            del self.buckets[score]
-
-    def answer(self) -> Choice | None:
-        if not self.complete:
-            group = self.best
-        else:
-            group = None
-            for score in sorted(self.buckets, reverse=True):
-                bucket = self.buckets[score]
-                group = min(bucket, key=_first_rank) if bucket else None
-                if group is not None:
-                    break
-        if group is None:
-            return None
-        score, picks = self.scores[group]
-        rank = group.ranks[0]
-        return Choice(group.names[rank], rank, group.view, picks, score)
-
-
-def _first_rank(group) -> int:
-    return group.ranks[0]
-
-
-def _kept_best(state: State, need: Need, policy: Policy, ctx: PlacementContext, ceiling: float, memos):
-    book = ctx.memo.get("boards")
-    if book is None or len(book) > 4096:
-        book = ctx.memo["boards"] = {}  # cleared with the score memos (a new shape mix)
-    key = (policy.name, _scored_need(need), ctx.args, need.mem)
-    board = book.get(key)
-    log, base = state.group_log, state.group_log_base
-    end = base + len(log)
-    if board is None or board.log is not log or board.pos < base or end - board.pos > board.budget \
-            or not _bring_up_to_date(board, need, policy, ctx, ceiling, memos, log[board.pos - base:]):
-        board = book[key] = _Board(log, end)
-        return _scan_by_rank(state, need, policy, ctx, ceiling, memos, board)
-    board.pos = end
-    return board.answer()
-
-
-def _bring_up_to_date(board: _Board, need: Need, policy: Policy, ctx: PlacementContext, ceiling: float,
-                      memos, changed: list) -> bool:
-    """Score the groups changed since the board was filled; False when an incomplete board's best
-    group lost its first node (then the caller scans again)."""
-    best = board.best
-    if not board.complete:
-        if not best.ranks or best.ranks[0] > board.rank:
-            return False
-        board.rank = best.ranks[0]
-    scored = _scored_need(need)
-    exact_memo, blind_memo, margin = memos
-    whole = need.count > 0
-    scores = board.scores
-    for group in dict.fromkeys(changed):
-        if group in scores:
-            if not group.ranks and scores[group] is not None:  # emptied: its view is no node's now
-                board.drop(group)
-            continue
-        if not group.ranks:
-            continue
-        if not board.complete and group.ranks[0] > board.rank:
-            continue  # it cannot score higher than the ceiling, and a tie goes to the lower rank
-        view = group.view
-        if view.mem_free < need.mem or not (
-                group.has_room(need.models, need.pool, need.mig_profile, need.count, need.milli)
-                if whole else group.has_model(need.models)):
-            scores[group] = None  # never a candidate for this need: skipped when logged again
-            continue
-        memo = blind_memo if blind_memo is not None and view.cpu_free - need.cpu >= margin else exact_memo
-        picks, score = _memoised(memo, view, scored, policy, ctx)
-        if picks is None:
-            scores[group] = None
-            continue
-        if board.complete:
-            board.add(group, score, picks)
-        elif score >= ceiling:  # and a lower rank (above): the new best
-            board.add(group, score, picks)
-            board.best, board.rank = group, group.ranks[0]
-    return True
 
 
 def _candidates(state: State, need: Need, policy: Policy, ctx: PlacementContext) -> list[Choice]:
@@ -226,11 +104,6 @@ def _memos(state: State, need: Need, policy: Policy, ctx: PlacementContext) -> t
 
 
 def _scored(need: Need, policy: Policy, ctx: PlacementContext, firsts, exact_memo, blind_memo=None, margin=0):
-    return (choice for choice, _ in _scored_groups(need, policy, ctx, firsts, exact_memo, blind_memo, margin))
-
-
-def _scored_groups(need: Need, policy: Policy, ctx: PlacementContext, firsts, exact_memo, blind_memo=None,
-                   margin=0):
     scored = _scored_need(need)
     per_node = policy.score_group  # scores that depend on how many nodes share a view
     for (rank, name), group in firsts:
@@ -241,19 +114,15 @@ def _scored_groups(need: Need, policy: Policy, ctx: PlacementContext, firsts, ex
         if memo is None:
             picks, score = _evaluate(view, scored, policy, ctx)
         else:
-            picks, score = _memoised(memo, view, scored, policy, ctx)
+            hit = memo.get(id(view))
+            if hit is None or hit[0] is not view:  # the view object is kept, so its id is not reused
+                hit = memo[id(view)] = (view, *_evaluate(view, scored, policy, ctx))
+            picks, score = hit[1], hit[2]
         if picks is None:
             continue
         if per_node is not None:
             score = per_node(view, need, picks, ctx, len(group))
-        yield Choice(name, rank, view, picks, score), group
-
-
-def _memoised(memo: dict, view: NodeView, scored: Need, policy: Policy, ctx: PlacementContext):
-    hit = memo.get(id(view))
-    if hit is None or hit[0] is not view:  # the view object is kept, so its id is not reused
-        hit = memo[id(view)] = (view, *_evaluate(view, scored, policy, ctx))
-    return hit[1], hit[2]
+        yield Choice(name, rank, view, picks, score)
 
 
 def _evaluate(view: NodeView, need: Need, policy: Policy, ctx: PlacementContext):
