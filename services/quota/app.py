@@ -55,6 +55,7 @@ class QuotaService(QuotaWrites):
         # until then a process they brought is not reported as outliving them
         self.settling: dict[str, tuple[float, str]] = {}
         self.events_appended = 0
+        self.judged_through = 0  # the log position the last finished reconcile pass judged (tests wait on it)
 
     # --- the fold and the rules that append ----------------------------------------------------
 
@@ -126,6 +127,7 @@ class QuotaService(QuotaWrites):
     async def reconcile_once(self) -> int:
         """Append what the rules call for now; wait until it is folded back. Returns events appended."""
         view, now = self.view, self.clock()
+        judged = view.last_seq
         namespaces = set(known_namespaces(view.state)) | {ns for ns, _ in view.alerts}
         nodes, self.dirty_nodes = self.dirty_nodes | self._settled_now(), set()
         changes = alert_changes(view, namespaces, now) + drift_changes(
@@ -138,6 +140,7 @@ class QuotaService(QuotaWrites):
         if last:
             self.events_appended += len(changes)
             await self.follower.wait_for_seq(last)
+        self.judged_through = max(self.judged_through, judged)
         return len(changes)
 
     # --- queries ---------------------------------------------------------------------------------

@@ -36,12 +36,19 @@ async def test_changes_within_the_window_are_written_once(fresh_nats):
             claim_id="co-1", namespace="team-a", node="n1", grants=[grant], at=2.0)], at=2.0))
         await contexts[0].claims.follower.wait_for_seq(allocated.seq)
         await asyncio.sleep(0.2)  # folded, and long enough for a flush that did not wait
-        await log.append(subjects.claim("co-1"), ev.ClaimReleased(claim_id="co-1", at=3.0))
+        released = await log.append(subjects.claim("co-1"), ev.ClaimReleased(claim_id="co-1", at=3.0))
         await _until(lambda: len(seen) >= 2)
-        await asyncio.sleep(1.5)  # a second window: nothing more to write
+        # everything up to the release is written and acknowledged: nothing more is coming
+        await _until(lambda: _drained(writer, released.seq))
         assert [o.status for o in seen] == ["pending", "released"]  # allocated went out with released
         assert seen[-1].final
         await nc.close()
+
+
+def _drained(writer, seq: int) -> bool:
+    """Every change up to `seq` flushed and every flush acknowledged (none noted and unwritten)."""
+    flushed = max([writer.stored_through, *(through for through, _ in writer.flushes)])
+    return not writer.dirty and flushed >= seq and all(task.done() for _, task in writer.flushes)
 
 
 async def _until(check, timeout: float = 10.0) -> None:
