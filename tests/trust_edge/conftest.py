@@ -112,9 +112,13 @@ async def auth_server(tmp_path):
     ops = await nats.connect(handle.url(nats_auth.OPS))
     await ensure_streams(ops.jetstream())
     await ops.close()
-    yield handle
-    for client in handle.clients:
-        if not client.nc.is_closed:
-            await client.nc.close()
-    await handle.ops.close()
-    server.stop()
+    try:
+        yield handle
+    finally:  # the server goes even when a client's close fails (one was left running once)
+        try:
+            for client in handle.clients:
+                if not client.nc.is_closed:
+                    await client.nc.close()
+            await handle.ops.close()
+        finally:
+            server.stop()
