@@ -183,14 +183,27 @@ def node_inbox(node: str) -> str:
 def load_secrets(data_dir: Path, users: list[str]) -> dict[str, str]:
     """The password of each user, made once and kept in DATA_DIR/nats-users.json (mode 0600):
     stable across restarts, so the URLs printed by an earlier `up` keep working."""
-    path = Path(data_dir) / SECRETS_FILE
+    return _kept(Path(data_dir) / SECRETS_FILE, users, lambda: secrets.token_urlsafe(24))
+
+
+def load_nkeys(data_dir: Path, users: list[str]) -> dict[str, str]:
+    """Each user's nkey seed (`SU...`), made once and kept in DATA_DIR/nats-nkeys.json (mode
+    0600). The server's configuration holds only the public keys (`public_nkey`): no secret."""
+    import nkeys
+
+    return _kept(Path(data_dir) / NKEYS_FILE, users,
+                 lambda: nkeys.encode_seed(secrets.token_bytes(32), nkeys.PREFIX_BYTE_USER).decode())
+
+
+def _kept(path: Path, users: list[str], make) -> dict[str, str]:
+    """Each user's secret from the private JSON file at `path`, those missing made and stored."""
     try:
         known = json.loads(path.read_text())
     except (OSError, ValueError):
         known = {}
     missing = [u for u in users if u not in known]
     if missing or not path.exists():
-        known.update({u: secrets.token_urlsafe(24) for u in missing})
+        known.update({u: make() for u in missing})
         _write_private(path, json.dumps(known, indent=1, sort_keys=True) + "\n")
     os.chmod(path, 0o600)
     return {u: known[u] for u in users}
@@ -201,25 +214,6 @@ def _write_private(path: Path, text: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as out:
         out.write(text)
-
-
-def load_nkeys(data_dir: Path, users: list[str]) -> dict[str, str]:
-    """Each user's nkey seed (`SU...`), made once and kept in DATA_DIR/nats-nkeys.json (mode
-    0600). The server's configuration holds only the public keys (`public_nkey`): no secret."""
-    import nkeys
-
-    path = Path(data_dir) / NKEYS_FILE
-    try:
-        known = json.loads(path.read_text())
-    except (OSError, ValueError):
-        known = {}
-    missing = [u for u in users if u not in known]
-    if missing or not path.exists():
-        known.update({u: nkeys.encode_seed(secrets.token_bytes(32), nkeys.PREFIX_BYTE_USER).decode()
-                      for u in missing})
-        _write_private(path, json.dumps(known, indent=1, sort_keys=True) + "\n")
-    os.chmod(path, 0o600)
-    return {u: known[u] for u in users}
 
 
 def public_nkey(seed: str) -> str:

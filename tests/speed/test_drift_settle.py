@@ -30,16 +30,22 @@ async def _folded_and_judged(service, seq: int) -> None:
     assert service.judged_through >= seq
 
 
+async def _claim_c1_running(nc) -> JetStreamEventLog:
+    """Node n1 with claim c1 on n1-gpu0, and a report of its process there (as of 1001)."""
+    log = JetStreamEventLog(nc)
+    await log.append(subjects.node("n1"), node("n1", 2))
+    await allocate(log, "c1", "team-a", "n1-gpu0", at=1000.0)
+    running_c1 = [DeviceUsage(uuid="n1-gpu0", pids=[77], memory_used_mib=1024), DeviceUsage(uuid="n1-gpu1")]
+    await log.append(subjects.node("n1"), ev.UsageObserved(node="n1", devices=running_c1, at=1001.0))
+    return log
+
+
 async def test_a_process_stopped_after_its_release_is_no_drift(fresh_nats):
     async with running(fresh_nats.url, "quota", stale_after_s=600.0) as contexts:
         service = contexts[0].quota
         service.settle_after_end_s = 2.0
         nc = await nats.connect(fresh_nats.url)
-        log = JetStreamEventLog(nc)
-        await log.append(subjects.node("n1"), node("n1", 2))
-        await allocate(log, "c1", "team-a", "n1-gpu0", at=1000.0)
-        running_c1 = [DeviceUsage(uuid="n1-gpu0", pids=[77], memory_used_mib=1024), DeviceUsage(uuid="n1-gpu1")]
-        await log.append(subjects.node("n1"), ev.UsageObserved(node="n1", devices=running_c1, at=1001.0))
+        log = await _claim_c1_running(nc)
         released = await log.append(subjects.claim("c1"), ev.ClaimReleased(claim_id="c1", at=1002.0))
         await _folded_and_judged(service, released.seq)
         assert await events_of(log, ev.DriftDetected) == []  # the last report predates the release
@@ -55,11 +61,7 @@ async def test_a_process_still_running_after_the_settle_time_is_reported(fresh_n
         service = contexts[0].quota
         service.settle_after_end_s = 1.0
         nc = await nats.connect(fresh_nats.url)
-        log = JetStreamEventLog(nc)
-        await log.append(subjects.node("n1"), node("n1", 2))
-        await allocate(log, "c1", "team-a", "n1-gpu0", at=1000.0)
-        running_c1 = [DeviceUsage(uuid="n1-gpu0", pids=[77], memory_used_mib=1024), DeviceUsage(uuid="n1-gpu1")]
-        await log.append(subjects.node("n1"), ev.UsageObserved(node="n1", devices=running_c1, at=1001.0))
+        log = await _claim_c1_running(nc)
         await log.append(subjects.claim("c1"), ev.ClaimReleased(claim_id="c1", at=1002.0))
 
         async def detected():
