@@ -26,10 +26,11 @@ from shared.telemetry import extract_context, inject_headers, tracer
 
 from ledger.follower import Follower
 from ledger.state import State
-from services.allocator.core.decide import POLICY_VERSION, DecideContext, decide
+from services.allocator.core.decide import POLICY_VERSION, DecideContext, decide_kept
 from services.allocator.core.frag_cache import FragCache
 from services.allocator.core.scorers import DEFAULT_POLICY
 from services.allocator.node_records import nodes_touched
+from services.allocator.own_batch import OwnBatch
 
 log = logging.getLogger("gpuledger.allocator")
 
@@ -74,6 +75,9 @@ class Allocator:
         self.follower = Follower(event_log, state, keep_ended=False)  # decides on live claims only
         self.follower.before_live.append(self._before)
         self.follower.after_live.append(self._after)
+        # the batch in flight stays applied until the fold reaches it (own_batch.py)
+        self.own = OwnBatch()
+        self.follower.applied = lambda seq, subject, event: self.own.settle(self.state, seq, subject, event)
         self.caught_up = self.follower.caught_up
         self.dirty = asyncio.Event()
         self._traces: dict[str, dict[str, str]] = {}
@@ -175,7 +179,7 @@ class Allocator:
             return 0
         started = time.perf_counter()
         try:
-            decisions = decide(self.state, self.context(timers))
+            decisions, journal = decide_kept(self.state, self.context(timers))
         except Exception:  # a bug must not stop every later decision: logged, tried again next pass
             self.failed_passes += 1
             log.exception("decision pass failed (%d so far)", self.failed_passes)
@@ -183,10 +187,18 @@ class Allocator:
         if self.on_pass is not None:
             self.on_pass(time.perf_counter() - started, len(decisions))
         if not decisions:
+            journal.rollback(self.state)
             return 0
         batch = ev.DecisionBatch(decisions=decisions, allocator=self.name,
                                  policy_version=POLICY_VERSION, based_on_seq=self.state.last_seq,
                                  at=decisions[0].at)
+        self.own.hold(self.state, batch, journal)
+        try:
+            return await self._append(batch, decisions)
+        finally:
+            self.own.undo(self.state)  # fenced out or failed (a kept batch was settled by the fold)
+
+    async def _append(self, batch: ev.DecisionBatch, decisions: list) -> int:
         with tracer().start_as_current_span("allocator.decide", context=self._parent(decisions)) as span:
             span.set_attribute("gpuledger.decisions", len(decisions))
             try:
