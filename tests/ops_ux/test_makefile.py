@@ -66,13 +66,14 @@ def install_with(tmp_path: Path, uv_exit: int) -> str:
 def test_uv_installs_when_it_can(tmp_path):
     calls = install_with(tmp_path, uv_exit=0)
     assert "host -m venv --without-pip" in calls
-    assert "uv pip install --python" in calls and "-e .[test]" in calls
+    assert "uv pip install --compile-bytecode --python" in calls and "-e .[test]" in calls
     assert "pip install" not in calls.replace("uv pip install", "")
+    assert "python -m compileall" in calls  # gpuledger's own packages, for every process started
 
 
 def test_pip_installs_when_uv_fails(tmp_path):
     calls = install_with(tmp_path, uv_exit=2)
-    assert "uv pip install --python" in calls
+    assert "uv pip install --compile-bytecode --python" in calls
     assert "python -m pip install --disable-pip-version-check --progress-bar on -e .[test]" in calls
 
 
