@@ -3,7 +3,6 @@
     python -m services.node_agent [--fleet SPEC] [--nats-url URL] [--node NAME]
     build_real(settings)            -> a builder for shared.service.serve (this machine's GPUs)
     build_simulated(fleet_spec)     -> a builder that runs every node of a simulated fleet
-    agent_argv(fleet_spec, url)     -> the argv to run it as a subprocess (gpuledger up --demo)
 """
 
 from __future__ import annotations
@@ -212,16 +211,6 @@ def _wire_workloads(fleet: SimulatedFleet, agents: list[NodeAgent]) -> None:
     for agent in agents:
         agent.on_bound.append(lambda claim, node=agent.node: fleet.start_workload(node, claim))
         agent.on_ended.append(lambda claim: fleet.end_workload(claim.claim_id))
-
-
-def agent_argv(fleet_spec: str | None = DEFAULT_FLEET, nats_url: str | None = None) -> list[str]:
-    """How `gpuledger up --demo` starts the simulated agents as a subprocess."""
-    argv = [sys.executable, "-m", "services.node_agent"]
-    if fleet_spec:
-        argv += ["--fleet", fleet_spec]
-    if nats_url:
-        argv += ["--nats-url", nats_url]
-    return argv
 
 
 # --- entry point --------------------------------------------------------------------------------
