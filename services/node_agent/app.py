@@ -16,7 +16,7 @@ import socket
 import sys
 from typing import Any
 
-from shared.nats_auth import node_inbox
+from shared.nats_auth import DEMO_AGENTS, node_inbox, user_inbox
 from shared.natscluster import INBOX_PREFIX_ENV
 from shared.service import Builder, ServiceContext, serve
 from shared.settings import Settings
@@ -240,8 +240,9 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings(nats_url=args.nats_url) if args.nats_url else Settings()
     try:
         build = builder_for(args, settings)
-        if not args.fleet:  # one node's agent: its own inbox prefix, as its NATS user allows
-            os.environ.setdefault(INBOX_PREFIX_ENV, node_inbox(args.node or local_node_name()))
+        # its own inbox prefix, as its NATS user allows: one node's agent, or the simulated fleet's
+        inbox = user_inbox(DEMO_AGENTS) if args.fleet else node_inbox(args.node or local_node_name())
+        os.environ.setdefault(INBOX_PREFIX_ENV, inbox)
         _run_loop()(serve(SERVICE, settings, build))
     except (FleetSpecError, AgentSetupError) as err:
         print(f"node-agent: {err}", file=sys.stderr)

@@ -96,3 +96,31 @@ async def test_a_service_serves_only_its_own_requests(auth_server):
     assert not await quota.refused("gpu.cmd.quota.set", publish=False)
     for subject in ("gpu.cmd.claim.submit", "gpu.qry.claim.get", "gpu.intake.claim", "gpu.evt.>"):
         assert await quota.refused(subject, publish=False), subject
+
+
+SERVICES = ["claim", "allocator", "quota", "pool-controller", "projector", "dashboard"]
+
+
+@pytest.mark.parametrize("user", SERVICES)
+async def test_a_service_reads_only_its_own_inbox(auth_server, user):
+    """Replies and consumer deliveries go to the requester's inbox: a service may subscribe to its
+    own prefix only, never to the shared `_INBOX.>` or another service's (issue 16)."""
+    client = await auth_server.connect(user)
+    assert not await client.refused(f"{nats_auth.user_inbox(user)}.>", publish=False)
+    assert await client.refused("_INBOX.>", publish=False)
+    for other in SERVICES + [nats_auth.node_user_name("gpu-1")]:
+        if other != user:
+            assert await client.refused(f"{nats_auth.user_inbox(other)}.>", publish=False), other
+
+
+async def test_a_request_is_answered_on_the_requester_s_own_inbox(auth_server):
+    claim = await auth_server.connect("claim")
+
+    async def answer(msg) -> None:
+        await msg.respond(b"pong")
+
+    await claim.nc.subscribe("gpu.qry.claim.ping", cb=answer)
+    await claim.nc.flush()
+    dashboard = await auth_server.connect("dashboard")  # may ask the services' queries
+    reply = await dashboard.nc.request("gpu.qry.claim.ping", b"ping", timeout=5)
+    assert reply.data == b"pong" and reply.subject.startswith(nats_auth.user_inbox("dashboard") + ".")
