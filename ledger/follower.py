@@ -46,11 +46,6 @@ REFREEZE_EVERY = 50_000
 SHED_SLICE = 20_000
 
 
-def decode_or_none(seq: int, subject: str, data: bytes) -> ev.Event | None:
-    """One stored message as a fold sees it (`ledger.admission`), counted nowhere."""
-    return Admission().read(seq, subject, data)
-
-
 def decode_batch(batch, admission: Admission | None = None) -> list[tuple[int, ev.Event | None]]:
     """(seq, event) for each (seq, subject, payload, headers) of a batch; None for a message a fold
     skips (undecodable, or refused by the writer-authority table: see `ledger.admission`)."""
