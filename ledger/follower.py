@@ -82,6 +82,9 @@ class Follower:
         self.listeners: list[Hook] = []
         self.before_live: list[Hook] = []
         self.after_live: list[Hook] = []
+        # asked before each live event is folded: True when its writer already applied it to this
+        # state (the allocator's own decision batch), so the fold skips it; hooks still hear it
+        self.applied: Callable[[int, str, ev.Event], bool] | None = None
         self.caught_up = asyncio.Event()
         self.dropped: list = []  # ended claims the catch-up dropped (keep_ended=False)
         self.live_events = 0
@@ -152,12 +155,20 @@ class Follower:
 
     def _fold_live(self, batch) -> None:
         state, before, after = self.state, self.before_live, self.listeners + self.after_live
+        applied = self.applied
         for seq, subject, data, _headers in batch:
             event = self.admission.read(seq, subject, data)
             if event is None:
                 if subject == subjects.DECISIONS:
                     self._skipped_decision(seq)
                 state.last_seq = seq
+                continue
+            if applied is not None and applied(seq, subject, event):
+                if before:
+                    self._tell(before, seq, subject, event)
+                state.last_seq = seq
+                if after:
+                    self._tell(after, seq, subject, event)
                 continue
             if before:
                 self._tell(before, seq, subject, event)

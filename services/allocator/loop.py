@@ -26,11 +26,12 @@ from shared.telemetry import extract_context, inject_headers, tracer
 
 from ledger.follower import Follower
 from ledger.state import State
-from services.allocator.core.decide import POLICY_VERSION, DecideContext, decide
+from services.allocator.core.decide import POLICY_VERSION, DecideContext, decide_kept
 from services.allocator.core.frag_cache import FragCache
 from services.allocator.core.scorers import DEFAULT_POLICY
 from services.allocator.end_fence import mark_endings, unbound_endings
 from services.allocator.node_records import nodes_touched
+from services.allocator.own_batch import OwnBatch
 
 log = logging.getLogger("gpuledger.allocator")
 
@@ -75,6 +76,9 @@ class Allocator:
         self.follower = Follower(event_log, state, keep_ended=False)  # decides on live claims only
         self.follower.before_live.append(self._before)
         self.follower.after_live.append(self._after)
+        # the batch in flight stays applied until the fold reaches it (own_batch.py)
+        self.own = OwnBatch()
+        self.follower.applied = lambda seq, subject, event: self.own.settle(self.state, seq, subject, event)
         self.caught_up = self.follower.caught_up
         self.dirty = asyncio.Event()
         self._traces: dict[str, dict[str, str]] = {}
@@ -177,7 +181,7 @@ class Allocator:
             return 0
         started = time.perf_counter()
         try:
-            decisions = decide(self.state, self.context(timers))
+            decisions, journal = decide_kept(self.state, self.context(timers))
         except Exception:  # a bug must not stop every later decision: logged, tried again next pass
             self.failed_passes += 1
             log.exception("decision pass failed (%d so far)", self.failed_passes)
@@ -185,10 +189,20 @@ class Allocator:
         if self.on_pass is not None:
             self.on_pass(time.perf_counter() - started, len(decisions))
         if not decisions:
+            journal.rollback(self.state)
             return 0
         batch = ev.DecisionBatch(decisions=decisions, allocator=self.name,
                                  policy_version=POLICY_VERSION, based_on_seq=self.state.last_seq,
                                  at=decisions[0].at)
+        # kept applied until the fold reaches it, or rolled back now (own_batch.py): before the
+        # endings are read, which look at the state before the batch
+        self.own.hold(self.state, batch, journal)
+        try:
+            return await self._append(batch, decisions)
+        finally:
+            self.own.undo(self.state)  # fenced out or failed (a kept batch was settled by the fold)
+
+    async def _append(self, batch: ev.DecisionBatch, decisions: list) -> int:
         endings = unbound_endings(self.state, decisions)
         records = getattr(self, "node_records", None) if endings else None
         if records is not None:  # no record folded past the marks before the batch is folded
