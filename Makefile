@@ -16,13 +16,12 @@ NODE_STAMP := $(NODE_PKG)/node_modules/.installed
 
 .PHONY: run test install schemas bench clean browser
 
-# The first install takes minutes: say so, and let pip show each package as it comes.
-$(STAMP): pyproject.toml
+# The first install: say so, and let the installer show each package as it comes. uv when it can
+# be had (seconds), else pip (a minute or more): scripts/install-venv.sh.
+$(STAMP): pyproject.toml scripts/install-venv.sh
 	@$(PYTHON) -c 'import sys; sys.exit("gpuledger needs Python 3.11+, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
-	@test -x $(PY) || { echo "gpuledger: creating $(VENV)"; $(PYTHON) -m venv $(VENV); }
-	@echo "gpuledger: installing gpuledger and its dependencies into $(VENV) (the first time takes a few minutes)"
-	@$(PY) -m pip install -q --disable-pip-version-check -U pip
-	$(PY) -m pip install --disable-pip-version-check --progress-bar on -e '.[test]'
+	@echo "gpuledger: installing gpuledger and its dependencies into $(VENV)"
+	sh scripts/install-venv.sh $(PYTHON) $(VENV)
 	@touch $(STAMP)
 	@echo "gpuledger: installed"
 
@@ -37,7 +36,9 @@ $(NODE_STAMP): $(NODE_PKG)/package.json $(NODE_PKG)/package-lock.json
 run: $(STAMP)
 	@$(VENV)/bin/gpuledger up --demo $(ARGS)
 
-test: $(STAMP) $(NODE_STAMP) browser
+# The three installs run side by side (uv and npm wait on the network, apt-get on dpkg).
+test:
+	@$(MAKE) --no-print-directory -j3 $(STAMP) $(NODE_STAMP) browser
 	@$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # Debian's chromium for the dashboard's browser tests: installed when missing, as root, with

@@ -124,6 +124,8 @@ def chaos(claims: int = typer.Option(2000, "--claims", min=1, help="claims publi
           cluster: int = typer.Option(0, "--cluster", min=0, max=7, help="run the stack on this many "
                                       "nats-servers as one cluster (up --cluster); a nats outage then "
                                       "kills the server leading the event log"),
+          victim: str = typer.Option("leader", "--cluster-victim", help="on a cluster, the server a nats "
+                                     "outage kills: 'leader' (of the event log) or 'follower'"),
           fuzz: bool = typer.Option(True, "--fuzz/--no-fuzz", help="mix bad payloads into the intake "
                                     "(invalid UTF-8, deep nesting, huge, wrong types, float limits)"),
           forge: bool = typer.Option(True, "--forge/--no-forge", help="publish events forged on "
@@ -146,6 +148,8 @@ def chaos(claims: int = typer.Option(2000, "--claims", min=1, help="claims publi
 
     from bench.chaos.run import Options, run_chaos
 
+    if victim not in ("leader", "follower"):
+        raise typer.BadParameter(f"{victim!r}: expected leader or follower", param_hint="--cluster-victim")
     faults = [k.strip() for k in kills.split(",") if k.strip()]
     unknown = sorted(set(faults) - set(SERVICE_ROLES))
     if unknown:
@@ -153,7 +157,7 @@ def chaos(claims: int = typer.Option(2000, "--claims", min=1, help="claims publi
                                  param_hint="--kill")
     faults += (["nats-3s"] if nats_outage else []) + (["nats-60s"] if long_outage else [])
     options = Options(claims=claims, rate=rate, nodes=nodes, hold_s=hold_ms / 1000, faults=tuple(faults),
-                      cluster=cluster, resubmit_share=resubmit, conflicting=conflicting, fuzz=fuzz, forge=forge, drain_s=drain_s,
+                      cluster=cluster, victim=victim, resubmit_share=resubmit, conflicting=conflicting, fuzz=fuzz, forge=forge, drain_s=drain_s,
                       data_dir=data_dir)
     say = (lambda _line: None) if as_json else (lambda line: typer.echo(line, err=True))
     _emit(asyncio.run(run_chaos(options, say)), as_json)

@@ -160,8 +160,9 @@ async def _pages(url: str, query: dict, every: bool) -> tuple[list[dict], str]:
 
 
 def _table(claims: list[dict]) -> None:
-    from rich.console import Console  # only the commands that draw tables pay for rich
-    from rich.table import Table
+    from rich.table import Table  # only the commands that draw tables pay for rich
+
+    from gpuledger_cli.tables import table_console
 
     table = Table()
     # the id is what people copy: never cut or wrapped, whatever the terminal's width
@@ -173,7 +174,7 @@ def _table(claims: list[dict]) -> None:
         why = c.get("reasons", [{}])[0].get("message", "") if c.get("reasons") else c.get("end_reason", "")
         table.add_row(c["claim_id"], c["namespace"], c["status"], c["shape"], c.get("node", ""), devices,
                       local_time(c.get("submitted_at")), why)
-    Console().print(table)
+    table_console().print(table)
 
 
 def _show(data: dict, as_json: bool) -> None:

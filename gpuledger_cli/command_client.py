@@ -19,6 +19,20 @@ def nats_url_option() -> Any:
     return NatsUrl
 
 
+def json_option() -> Any:
+    return typer.Option(False, "--json", help="Print the reply as JSON.")
+
+
+def command_group(name: str, help: str) -> tuple[typer.Typer, Callable[[typer.Typer], None]]:
+    """An area's `gpuledger NAME ...` group and the `register(app)` commands_registry calls."""
+    group = typer.Typer(help=help, no_args_is_help=True)
+
+    def register(app: typer.Typer) -> None:
+        app.add_typer(group, name=name)
+
+    return group, register
+
+
 def send(url: str | None, subject: str, command: Command, service: str, timeout: float = 15.0) -> Any:
     """The reply's data; a failed reply or an unreachable service ends the CLI with a message."""
     return asyncio.run(request(nats_url(url), subject, command, timeout, service))

@@ -7,7 +7,8 @@ from typing import Optional
 
 import typer
 
-from gpuledger_cli.command_client import convert, nats_url_option, read_document, send, show
+from gpuledger_cli.command_client import (command_group, convert, json_option, nats_url_option, read_document,
+                                          send, show)
 from schemas import subjects
 from schemas.commands import (CreateEndpoint, DeleteEndpoint, GetEndpoint, ListEndpoints, ReportEndpointLoad,
                               UpdateEndpoint)
@@ -15,13 +16,9 @@ from schemas.seed import is_seed_endpoint
 from schemas.types import EndpointSpec
 
 SERVICE = "claim"
-endpoint_app = typer.Typer(help="Serverless endpoints: workers are claims the autoscaler adds and "
-                           "releases.", no_args_is_help=True)
-JSON = typer.Option(False, "--json", help="Print the reply as JSON.")
-
-
-def register(app: typer.Typer) -> None:
-    app.add_typer(endpoint_app, name="endpoint")
+endpoint_app, register = command_group("endpoint", "Serverless endpoints: workers are claims the "
+                                        "autoscaler adds and releases.")
+JSON = json_option()
 
 
 @endpoint_app.command("create")

@@ -105,8 +105,9 @@ def _money(value: float | None) -> str:
 
 
 def _print(rows: list[dict], heading: str, prices_are: str, currency: str, live: bool, groups: list[str]) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from gpuledger_cli.tables import table_console
 
     title = f"GPU types for {heading}" if heading else "GPU types"
     table = Table("group", "model", "arch", "GiB", "max/node", "CUDA", "community", "secure", "spot",
@@ -120,7 +121,7 @@ def _print(rows: list[dict], heading: str, prices_are: str, currency: str, live:
         table.add_row(r["group"] or "-", r["model"], r["architecture"], str(r["memoryInGb"]),
                       str(r["maxGpuCount"]), r["cuda"], _money(r["communityPrice"]), _money(r["securePrice"]),
                       _money(r["spotPrice"]), _money(r["onDemandPrice"]), *extra)
-    console = Console()
+    console = table_console()
     console.print(table)
     if heading and not rows:
         console.print(f"no GPU type fits {heading}")

@@ -6,23 +6,18 @@ from pathlib import Path
 
 import typer
 
-from gpuledger_cli.command_client import nats_url_option, read_document, send, show
+from gpuledger_cli.command_client import command_group, json_option, nats_url_option, read_document, send, show
 from schemas import subjects
 from schemas.commands import (
     CreatePool, DeletePool, GetPool, IgnoreDevice, ListPools, RenderPool, UpdatePool)
 from services.pool_controller.manifest import ManifestError, pool_from_document
 
 SERVICE = "pool-controller"
-pool_app = typer.Typer(help="GPU pools (Deckhouse-style): validated, immutable but for access.",
-                       no_args_is_help=True)
+pool_app, register = command_group("pool", "GPU pools (Deckhouse-style): validated, immutable but for access.")
 
 FILE = typer.Option(..., "-f", "--file", help="Pool as YAML or JSON: a GPUPool manifest (seed "
                     "004's, as written) or a flat PoolSpec; '-' reads stdin.")
-JSON = typer.Option(False, "--json", help="Print the reply as JSON.")
-
-
-def register(app: typer.Typer) -> None:
-    app.add_typer(pool_app, name="pool")
+JSON = json_option()
 
 
 def _load(path: Path):

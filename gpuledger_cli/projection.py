@@ -15,6 +15,7 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 
 from gpuledger_cli.client import NatsUrl, connect_or_die, die, nats_url, print_json, run
+from gpuledger_cli.tables import table_console
 from services.projector.db import current_revision, make_engine
 from services.projector.models import TABLES, PositionRow, QuotaRow
 from services.projector.projector import DEFAULT_NAME
@@ -230,7 +231,7 @@ async def _state_at(url: str, seq: Optional[int], when: Optional[float]) -> dict
 
 
 def _print_summary(summary: dict) -> None:
-    out = Console()
+    out = table_console()
     out.print(f"state at sequence {summary['seq']} (log ends at {summary['stream_last_seq']})")
     out.print("claims: " + (", ".join(f"{k} {v}" for k, v in summary["claims"].items()) or "none"))
     nodes = Table("node", "condition", "lost", "devices", "in use", "claims", title="nodes")

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import typer
-from rich.console import Console
 from rich.table import Table
+
+from gpuledger_cli.tables import table_console
 
 SOURCES = {"own": "own", "cohort": "cohort", "default": "default", "none": "none (unlimited)"}
 
@@ -60,7 +61,7 @@ def print_table(statuses: list[dict]) -> None:
         table.add_row("  " * depth + status["namespace"], SOURCES.get(status.get("source", ""), ""),
                       status.get("parent", ""), use["tflops"], use["vram"], use["workers"],
                       f"{status.get('share', 0):g}", conditions_cell(status))
-    Console(width=160).print(table)
+    table_console().print(table)
 
 
 def tree_order(statuses: list[dict]) -> list[tuple[dict, int]]:

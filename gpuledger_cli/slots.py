@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import typer
 
-from gpuledger_cli.command_client import nats_url_option, send, show
+from gpuledger_cli.command_client import command_group, json_option, nats_url_option, send, show
 from schemas import subjects
 from schemas.commands import AcquireSlot, CleanupSlots, FinishSlotRequest, ListSlots
 
 SERVICE = "claim"
-slot_app = typer.Typer(help="Model slots (Helix): requests go to a warm slot of the same model, "
-                       "runtime and LoRA adapter with room, else to a new slot.", no_args_is_help=True)
-JSON = typer.Option(False, "--json", help="Print the reply as JSON.")
-
-
-def register(app: typer.Typer) -> None:
-    app.add_typer(slot_app, name="slot")
+slot_app, register = command_group("slot", "Model slots (Helix): requests go to a warm slot of the same "
+                                   "model, runtime and LoRA adapter with room, else to a new slot.")
+JSON = json_option()
 
 
 @slot_app.command("acquire")

@@ -46,11 +46,6 @@ REFREEZE_EVERY = 50_000
 SHED_SLICE = 20_000
 
 
-def decode_or_none(seq: int, subject: str, data: bytes) -> ev.Event | None:
-    """One stored message as a fold sees it (`ledger.admission`), counted nowhere."""
-    return Admission().read(seq, subject, data)
-
-
 def decode_batch(batch, admission: Admission | None = None) -> list[tuple[int, ev.Event | None]]:
     """(seq, event) for each (seq, subject, payload, headers) of a batch; None for a message a fold
     skips (undecodable, or refused by the writer-authority table: see `ledger.admission`)."""
@@ -87,6 +82,9 @@ class Follower:
         self.listeners: list[Hook] = []
         self.before_live: list[Hook] = []
         self.after_live: list[Hook] = []
+        # asked before each live event is folded: True when its writer already applied it to this
+        # state (the allocator's own decision batch), so the fold skips it; hooks still hear it
+        self.applied: Callable[[int, str, ev.Event], bool] | None = None
         self.caught_up = asyncio.Event()
         self.dropped: list = []  # ended claims the catch-up dropped (keep_ended=False)
         self.live_events = 0
@@ -157,12 +155,20 @@ class Follower:
 
     def _fold_live(self, batch) -> None:
         state, before, after = self.state, self.before_live, self.listeners + self.after_live
+        applied = self.applied
         for seq, subject, data, _headers in batch:
             event = self.admission.read(seq, subject, data)
             if event is None:
                 if subject == subjects.DECISIONS:
                     self._skipped_decision(seq)
                 state.last_seq = seq
+                continue
+            if applied is not None and applied(seq, subject, event):
+                if before:
+                    self._tell(before, seq, subject, event)
+                state.last_seq = seq
+                if after:
+                    self._tell(after, seq, subject, event)
                 continue
             if before:
                 self._tell(before, seq, subject, event)

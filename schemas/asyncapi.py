@@ -18,8 +18,9 @@ _NATS = {"nats": {"bindingVersion": "0.1.0"}}
 _TOKEN = "a claim id with every character other than a letter, digit, '-', '_' or ':' as '_'"
 EVENT_CHANNELS = {
     "claimEvents": (
-        "gpu.evt.claim.{claimToken}", "One claim's events (claim service).",
-        ["ClaimSubmitted", "ClaimRejected", "ClaimReleased", "LeaseRenewed", "ClaimActivity"],
+        "gpu.evt.claim.{claimToken}", "One claim's events (claim service; ClaimEnding from the "
+        "allocator just before a decision ends the claim unbound, to fence its binding).",
+        ["ClaimSubmitted", "ClaimRejected", "ClaimReleased", "LeaseRenewed", "ClaimActivity", "ClaimEnding"],
         "appended", {"claimToken": _TOKEN}),
     "intakeBatches": (
         subjects.INTAKE_BATCHES, "Claims the claim service drained from the intake together: one "

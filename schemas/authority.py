@@ -73,6 +73,8 @@ AUTHORITY: dict[type, Rule] = {
     ev.ClaimReleased: _rule(CLAIM, _CLAIM, subjects.INTAKE_BATCHES),
     ev.LeaseRenewed: _rule(CLAIM, _CLAIM, subjects.INTAKE_BATCHES),
     ev.ClaimActivity: _rule(CLAIM, _CLAIM, subjects.INTAKE_BATCHES),
+    # the allocator's mark before a decision ends an unbound claim: fences that claim's binding
+    ev.ClaimEnding: _rule(ALLOCATOR, _CLAIM),
     ev.NodeRegistered: _rule(NODE_AGENT, _NODE),
     ev.NodeHeartbeat: _rule(NODE_AGENT, _NODE, _FLEET),
     ev.DeviceHealthChanged: _rule(NODE_AGENT, _NODE),

@@ -348,6 +348,21 @@ class NodeLost(Event, tag=True):
     released: list[str] = []
 
 
+class ClaimEnding(Event, tag=True):
+    """The allocator is about to end this claim, allocated and not yet bound, by a decision on
+    the decision subject (`decision`: ClaimEvicted, AllocationExpired, AllocationUnused or
+    NodeLost). Appended on the claim's own subject just before that `DecisionBatch`, it moves the
+    subject a node agent's binding is conditioned on, so no binding is stored after the decision
+    (issue 16). No fold changes state on it. `fence` is the decision subject's last sequence the
+    batch is appended on condition of: the first batch after it is this one, or another
+    allocator's that fenced it out (then the claim stays live and may be bound)."""
+
+    claim_id: str
+    decision: str
+    fence: int
+    node: str = ""
+
+
 class DecisionBatch(Event, tag=True):
     """One fenced append of the allocator: several decisions, a gang always in one batch."""
 
@@ -393,6 +408,7 @@ AnyEvent = (
     | ClaimReleased
     | LeaseRenewed
     | ClaimActivity
+    | ClaimEnding
     | NodeRegistered
     | NodeHeartbeat
     | DeviceHealthChanged

@@ -71,7 +71,9 @@ def _service(user: str, publish: list[str], serves: list[str], reads: tuple[str,
     pub = [*publish, f"{READY}.{user}", *_info(), *_create(*ALL_STREAMS)]
     for stream in reads:
         pub += _read(stream)
-    return Role(user, tuple(dict.fromkeys(pub)), tuple(dict.fromkeys([*serves, "_INBOX.>"])), notes=notes)
+    # replies and deliveries on its own inbox prefix: no service may listen to another's replies
+    return Role(user, tuple(dict.fromkeys(pub)), tuple(dict.fromkeys([*serves, f"{user_inbox(user)}.>"])),
+                notes=notes)
 
 
 def service_roles() -> list[Role]:
@@ -82,11 +84,13 @@ def service_roles() -> list[Role]:
                   "gpu.qry.endpoint.>", "gpu.qry.gpus.>", "gpu.cmd.slot.>", "gpu.qry.slot.>"],
                  (subjects.STREAM, subjects.INTAKE_STREAM, subjects.OUTCOMES_STREAM),
                  "claims, intake batches, dead letters, endpoints, model slots, outcomes"),
-        _service("allocator", [subjects.DECISIONS, subjects.NODE_GRANTS, f"$O.{subjects.SNAPSHOT_BUCKET}.>",
+        # gpu.evt.claim.>: ClaimEnding before a decision ends an unbound claim (fences its binding)
+        _service("allocator", [subjects.DECISIONS, "gpu.evt.claim.>", subjects.NODE_GRANTS,
+                               f"$O.{subjects.SNAPSHOT_BUCKET}.>",
                                *_create(OBJECT_STREAM), f"$JS.API.STREAM.PURGE.{OBJECT_STREAM}"],
                  ["gpu.qry.allocator.>", "gpu.cmd.allocator.>"],
                  (subjects.STREAM, subjects.NODE_GRANTS_STREAM, OBJECT_STREAM),
-                 "the only writer of decisions and node-grant records"),
+                 "the only writer of decisions and node-grant records; ending marks on claims"),
         _service("quota", ["gpu.evt.quota.>", "gpu.evt.drift.>"], ["gpu.cmd.quota.>", "gpu.qry.quota.>"],
                  notes="quotas, drift cleared"),
         _service("pool-controller", ["gpu.evt.pool.>", "gpu.evt.marks.>"],
@@ -124,7 +128,7 @@ def node_role(user: str, nodes: list[str], simulated: bool = False) -> Role:
     serves = ["gpu.cmd.node.fault", "gpu.cmd.node.process"] if simulated else []
     # one node's agent: its replies and deliveries on its own inbox prefix, so it cannot listen
     # in on another consumer's deliveries (another node's record) on the shared `_INBOX.>`
-    inbox = "_INBOX" if shared_reads else node_inbox(nodes[0])
+    inbox = user_inbox(user) if shared_reads else node_inbox(nodes[0])
     return Role(user, tuple(dict.fromkeys(pub)), (*serves, f"{inbox}.>"),
                 notes=f"node agent of {', '.join(nodes)}")
 
@@ -171,10 +175,17 @@ def node_user_name(node: str) -> str:
     return "node-" + subjects.node(node).rsplit(".", 1)[-1]
 
 
+def user_inbox(user: str) -> str:
+    """A user's inbox prefix (nats-py's `inbox_prefix`): only that user may subscribe under it, so
+    no service or agent reads another's replies or consumer deliveries. Each process sets its own
+    (shared.service.serve, the node agent, the dashboard: shared.natscluster.INBOX_PREFIX_ENV).
+    The publisher keeps `_INBOX` (any NATS client works with it), ops may read everything."""
+    return "_INBOX_" + user
+
+
 def node_inbox(node: str) -> str:
-    """The inbox prefix of one node's agent (nats-py's `inbox_prefix`; the agent sets it itself,
-    shared.natscluster.INBOX_PREFIX_ENV): only that agent may subscribe under it."""
-    return "_INBOX_" + node_user_name(node)
+    """The inbox prefix of one node's agent."""
+    return user_inbox(node_user_name(node))
 
 
 # --- secrets ----------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ streams, let the service register handlers and background loops, then serve unti
 from __future__ import annotations
 
 import asyncio
+import os
 import logging
 import signal
 from collections.abc import Awaitable, Callable, Coroutine
@@ -16,7 +17,8 @@ from nats.aio.client import Client
 from shared.jetstream import JetStreamEventLog, ensure_streams
 from shared.metrics import Metrics
 from shared.retry import quiet_error, until_done
-from shared.natscluster import broker_args
+from shared.nats_auth import user_inbox
+from shared.natscluster import INBOX_PREFIX_ENV, broker_args
 from shared.settings import Settings
 
 log = logging.getLogger("gpuledger")
@@ -96,6 +98,9 @@ async def stop_service(ctx: ServiceContext) -> None:
 
 async def serve(name: str, settings: Settings, build: Builder) -> None:
     """Serve until SIGINT/SIGTERM or until a background loop fails."""
+    # replies and deliveries on this service's own inbox prefix, the only one its NATS user may
+    # subscribe to (unless the environment names one: a node's agent sets its node's)
+    os.environ.setdefault(INBOX_PREFIX_ENV, user_inbox(name))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

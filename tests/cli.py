@@ -10,13 +10,18 @@ import traceback
 from typer.testing import CliRunner
 
 
-async def run_cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess:
-    """`gpuledger ARGS` as a shell would run it: its exit code, stdout and stderr. In a thread,
-    since the CLI runs its own event loop; a crash shows its traceback in stderr, as it would."""
+def invoke(*args: str, stdin: str = "", env: dict[str, str | None] | None = None) -> subprocess.CompletedProcess:
+    """`gpuledger ARGS` as a shell would run it, in this thread: its exit code, stdout and stderr
+    (`env` sets variables for the call, None unsets one); a crash shows its traceback in stderr."""
     from gpuledger_cli.main import app
 
-    result = await asyncio.to_thread(CliRunner().invoke, app, list(args), input=stdin or None)
+    result = CliRunner().invoke(app, list(args), input=stdin or None, env=env)
     stderr = result.stderr
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         stderr += "".join(traceback.format_exception(result.exception))
     return subprocess.CompletedProcess(list(args), result.exit_code, result.stdout, stderr)
+
+
+async def run_cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess:
+    """`invoke` from a test's event loop: in a thread, since the CLI runs its own loop."""
+    return await asyncio.to_thread(invoke, *args, stdin=stdin)

@@ -41,6 +41,7 @@ class Options:
     hold_s: float = 0.05
     faults: tuple[str, ...] = (*fx.SERVICE_ROLES, "nats-3s")  # "nats-60s" too with --long-outage
     cluster: int = 0  # 3: up --cluster 3, a nats fault kills one server (the log's leader)
+    victim: str = "leader"  # on a cluster: kill the log's "leader" or a "follower" (a server not leading it)
     resubmit_share: float = 0.02  # of the claims accepted so far, resubmitted identical
     conflicting: bool = True  # ... and again with another spec (must be refused, claim untouched)
     fuzz: bool = True  # bad payloads to the intake
@@ -91,7 +92,7 @@ async def _on_stack(stack, options: Options, restarts: fx.NatsRestarts, say) -> 
             publishing = asyncio.ensure_future(submitter.claims(burst, options.rate))
             await asyncio.sleep(len(burst) / options.rate / 2)
             if fault:
-                done_faults.append(await _inject(stack, fault, restarts, options.cluster, ops))
+                done_faults.append(await _inject(stack, fault, restarts, options, ops))
             injected = time.time()
             await _hostile(submitter, watcher, claims, bursts[:i], run_id, rng, options, fuzz_report, i)
             await publishing
@@ -114,10 +115,10 @@ def _split(claims: list[dict], parts: int) -> list[list[dict]]:
     return [claims[i:i + size] for i in range(0, len(claims), size)]
 
 
-async def _inject(stack, fault: str, restarts: fx.NatsRestarts, cluster: int, ops) -> Fault:
+async def _inject(stack, fault: str, restarts: fx.NatsRestarts, options: Options, ops) -> Fault:
     if fault.startswith("nats-"):
         outage = float(fault.removeprefix("nats-").removesuffix("s"))
-        return await _nats_outage(stack, outage, restarts, cluster, ops)
+        return await _nats_outage(stack, outage, restarts, options.cluster, ops, options.victim)
     procs = fx.find(stack.pid, fault)
     at = time.time()
     for proc in procs:
@@ -125,7 +126,8 @@ async def _inject(stack, fault: str, restarts: fx.NatsRestarts, cluster: int, op
     return Fault(f"kill -9 {fault}" + ("" if procs else " (not found)"), at, at)
 
 
-async def _nats_outage(stack, outage: float, restarts: fx.NatsRestarts, cluster: int, ops) -> Fault:
+async def _nats_outage(stack, outage: float, restarts: fx.NatsRestarts, cluster: int, ops,
+                       victim_kind: str = "leader") -> Fault:
     """kill -9 a nats-server (on a cluster, the one leading the log) for `outage` seconds. `up` is
     paused meanwhile (SIGSTOP) so its supervisor cannot start the server again before the outage
     is over; once it runs again it restarts the server itself, else (an `up` that does not
@@ -133,8 +135,12 @@ async def _nats_outage(stack, outage: float, restarts: fx.NatsRestarts, cluster:
     servers = fx.find(stack.pid, "nats-server") or _restarted(restarts)
     victim = servers[0] if servers else None
     if cluster and servers:
-        victim = await _log_leader(ops, servers) or victim
-    what = "the log's leader of 3" if cluster else "the only server"
+        leader = await _log_leader(ops, servers)
+        if victim_kind == "follower":
+            victim = next((p for p in servers if p is not leader), victim)
+        else:
+            victim = leader or victim
+    what = (f"the log's {victim_kind} of {cluster}") if cluster else "the only server"
     if victim is None:
         at = time.time()
         return Fault(f"nats-server {outage:g}s outage (not found)", at, at)

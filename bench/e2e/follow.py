@@ -1,9 +1,10 @@
 """Watching the decisions as they are stored, and releasing each claim once it is allocated.
 
-Times are this process's monotonic clock: `published` just before the claim is published, and
-`allocated` when the DecisionBatch holding its ClaimAllocated reaches this process through a
-JetStream consumer of the decision subject (stored, so it counts; a fenced-out append never
-arrives). Releases go through the claim service's release command, as a holder's would.
+What each decision did to each claim is kept by the simulator's live `Tracker` (one reading of
+the decisions for both live runs). Times are this process's monotonic clock: `submitted` just
+before the claim is published, and `allocated` when the DecisionBatch holding its ClaimAllocated
+reaches this process through a JetStream consumer of the decision subject (stored, so it counts;
+a fenced-out append never arrives). Releases go through the claim service's release command, as a holder's would.
 """
 
 from __future__ import annotations
@@ -17,34 +18,33 @@ import msgspec
 from schemas import events as ev
 from schemas import subjects
 from shared.jetstream import JetStreamEventLog
+from simulator.live_tracker import ClaimTimes, Tracker
 
 RELEASE = subjects.command("claim.release")
 RELEASES_IN_FLIGHT = 256
 RELEASE_ATTEMPTS = 5
 
 
-@dataclass(slots=True)
-class Times:
-    published: float
-    allocated: float | None = None
-    rejected: str = ""
-    ended: str = ""  # evicted, expired, lost: ended by the system
-    released: bool = False  # the claim service accepted the release
-
-
 @dataclass
 class Follower:
     nc: object
-    prefix: str
+    prefix: str  # claim ids of this run start with it
     hold_s: float = 0.0  # how long a claim holds its GPUs before it is released
-    claims: dict[str, Times] = field(default_factory=dict)
     release_errors: dict[str, str] = field(default_factory=dict)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    tracker: Tracker = field(init=False)  # what each decision did to each claim (the simulator's too)
     _queue: asyncio.Queue = field(default_factory=asyncio.Queue)
     _decode: msgspec.json.Decoder = field(default_factory=lambda: msgspec.json.Decoder(ev.AnyEvent))
 
+    def __post_init__(self) -> None:
+        self.tracker = Tracker(self.prefix)
+
+    @property
+    def claims(self) -> dict[str, ClaimTimes]:
+        return self.tracker.claims
+
     def published(self, claim_id: str, at: float) -> None:
-        self.claims[claim_id] = Times(at)
+        self.tracker.submitted(claim_id, at, lifetime=None)
 
     async def follow(self, start_seq: int) -> None:
         async for batch in JetStreamEventLog(self.nc).follow_raw(start_seq, subject=subjects.DECISIONS):
@@ -54,35 +54,10 @@ class Follower:
                     event = self._decode.decode(data)
                 except msgspec.MsgspecError:
                     continue  # not ours to judge here: the check at the end reads everything
-                if isinstance(event, ev.DecisionBatch):
-                    for decision in event.decisions:
-                        self._decision(decision, now)
+                self.tracker.observe(event, now)
+            for claim_id in self.tracker.take_allocated():
+                self._queue.put_nowait((now + self.hold_s, claim_id))
             self.changed.set()
-
-    def _decision(self, decision, now: float) -> None:
-        if isinstance(decision, ev.NodeLost):
-            for claim_id in decision.released:
-                self._end(claim_id, "lost")
-            return
-        times = self.claims.get(getattr(decision, "claim_id", ""))
-        if times is None:
-            return
-        if isinstance(decision, ev.ClaimAllocated) and times.allocated is None:
-            times.allocated = now
-            self._queue.put_nowait((now + self.hold_s, decision.claim_id))
-        elif isinstance(decision, ev.AllocationRejected):
-            times.rejected = times.rejected or decision.code
-        elif isinstance(decision, ev.ClaimEvicted):
-            self._end(decision.claim_id, "evicted")
-        elif isinstance(decision, ev.AllocationExpired):
-            self._end(decision.claim_id, "expired")
-        elif isinstance(decision, ev.AllocationUnused):
-            self._end(decision.claim_id, "unused")
-
-    def _end(self, claim_id: str, how: str) -> None:
-        times = self.claims.get(claim_id)
-        if times is not None and not times.ended:
-            times.ended = how
 
     async def release_forever(self) -> None:
         gate = asyncio.Semaphore(RELEASES_IN_FLIGHT)
@@ -105,7 +80,7 @@ class Follower:
                 error = type(err).__name__
             else:
                 if reply.get("ok"):
-                    self.claims[claim_id].released = True
+                    self.claims[claim_id].release_done = True
                     self.changed.set()
                     return
                 error = str((reply.get("error") or {}).get("message", reply))
@@ -121,6 +96,6 @@ class Follower:
                 continue
             if times.allocated is None:
                 return False
-            if not times.released and claim_id not in self.release_errors:
+            if not times.release_done and claim_id not in self.release_errors:
                 return False
         return True

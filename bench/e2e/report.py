@@ -37,7 +37,7 @@ def figures(options, rate: float | None, follower: Follower, publisher: Publishe
     found = checker.counted.figures()
     published = publisher.acked
     times = [follower.claims[c] for c in published]
-    latencies = [t.allocated - t.published for t in times if t.allocated is not None]
+    latencies = [t.allocated - t.submitted for t in times if t.allocated is not None]
     decided = checker.counted.decided
     per_claim = 1000 / max(len(published), 1)
     cpu = {name: round(used * per_claim, 3) for name, used in sorted(meter.seconds_by_role().items())}

@@ -26,10 +26,12 @@ from shared.telemetry import extract_context, inject_headers, tracer
 
 from ledger.follower import Follower
 from ledger.state import State
-from services.allocator.core.decide import POLICY_VERSION, DecideContext, decide
+from services.allocator.core.decide import POLICY_VERSION, DecideContext, decide_kept
 from services.allocator.core.frag_cache import FragCache
 from services.allocator.core.scorers import DEFAULT_POLICY
+from services.allocator.end_fence import mark_endings, unbound_endings
 from services.allocator.node_records import nodes_touched
+from services.allocator.own_batch import OwnBatch
 
 log = logging.getLogger("gpuledger.allocator")
 
@@ -74,10 +76,14 @@ class Allocator:
         self.follower = Follower(event_log, state, keep_ended=False)  # decides on live claims only
         self.follower.before_live.append(self._before)
         self.follower.after_live.append(self._after)
+        # the batch in flight stays applied until the fold reaches it (own_batch.py)
+        self.own = OwnBatch()
+        self.follower.applied = lambda seq, subject, event: self.own.settle(self.state, seq, subject, event)
         self.caught_up = self.follower.caught_up
         self.dirty = asyncio.Event()
         self._traces: dict[str, dict[str, str]] = {}
         self.batches_appended = 0
+        self.endings_marked = 0  # ClaimEnding marks appended (services/allocator/end_fence.py)
         self.heard_since = 0.0  # see DecideContext.heard_since; set by `reconnected`
         self._reconnects_seen = 0
         self._resync_to = 0  # the stream's last sequence when the connection last came back
@@ -175,7 +181,7 @@ class Allocator:
             return 0
         started = time.perf_counter()
         try:
-            decisions = decide(self.state, self.context(timers))
+            decisions, journal = decide_kept(self.state, self.context(timers))
         except Exception:  # a bug must not stop every later decision: logged, tried again next pass
             self.failed_passes += 1
             log.exception("decision pass failed (%d so far)", self.failed_passes)
@@ -183,26 +189,47 @@ class Allocator:
         if self.on_pass is not None:
             self.on_pass(time.perf_counter() - started, len(decisions))
         if not decisions:
+            journal.rollback(self.state)
             return 0
         batch = ev.DecisionBatch(decisions=decisions, allocator=self.name,
                                  policy_version=POLICY_VERSION, based_on_seq=self.state.last_seq,
                                  at=decisions[0].at)
-        with tracer().start_as_current_span("allocator.decide", context=self._parent(decisions)) as span:
-            span.set_attribute("gpuledger.decisions", len(decisions))
-            try:
-                appended = await self.log.append(
-                    subjects.DECISIONS, batch, expected_last_subject_seq=self.state.last_decision_seq,
-                    headers=inject_headers())
-            except AppendConflict as conflict:
-                self.conflicts += 1
-                span.set_attribute("gpuledger.conflict", True)
-                log.info("decision fenced out (%s); catching up", conflict)
-                if conflict.actual:
-                    await self.wait_for_seq(conflict.actual)
-                self.dirty.set()
-                return 0
-        self.batches_appended += 1
-        await self.wait_for_seq(appended.seq)
+        # kept applied until the fold reaches it, or rolled back now (own_batch.py): before the
+        # endings are read, which look at the state before the batch
+        self.own.hold(self.state, batch, journal)
+        try:
+            return await self._append(batch, decisions)
+        finally:
+            self.own.undo(self.state)  # fenced out or failed (a kept batch was settled by the fold)
+
+    async def _append(self, batch: ev.DecisionBatch, decisions: list) -> int:
+        endings = unbound_endings(self.state, decisions)
+        records = getattr(self, "node_records", None) if endings else None
+        if records is not None:  # no record folded past the marks before the batch is folded
+            records.hold()
+        try:
+            with tracer().start_as_current_span("allocator.decide", context=self._parent(decisions)) as span:
+                span.set_attribute("gpuledger.decisions", len(decisions))
+                if endings:  # move each unbound claim's subject first: its binding cannot land after
+                    await mark_endings(self.log, endings, self.state.last_decision_seq, batch.at)
+                    self.endings_marked += len(endings)
+                try:
+                    appended = await self.log.append(
+                        subjects.DECISIONS, batch, expected_last_subject_seq=self.state.last_decision_seq,
+                        headers=inject_headers())
+                except AppendConflict as conflict:
+                    self.conflicts += 1
+                    span.set_attribute("gpuledger.conflict", True)
+                    log.info("decision fenced out (%s); catching up", conflict)
+                    if conflict.actual:
+                        await self.wait_for_seq(conflict.actual)
+                    self.dirty.set()
+                    return 0
+            self.batches_appended += 1
+            await self.wait_for_seq(appended.seq)
+        finally:
+            if records is not None:
+                records.release()
         return len(decisions)
 
     async def hearing(self) -> bool:

@@ -40,6 +40,16 @@ class NodeRecordWriter:
         self.wake = asyncio.Event()
         self.writes = 0
         self.conflicts = 0
+        self.held = 0
+
+    def hold(self) -> None:
+        """Write nothing until `release` (the allocator between its ClaimEnding marks and the fold
+        of their batch, services/allocator/end_fence.py); what is marked meanwhile waits."""
+        self.held += 1
+
+    def release(self) -> None:
+        self.held -= 1
+        self.flush()
 
     def mark(self, nodes: Iterable[str]) -> None:
         for node in nodes:
@@ -77,6 +87,8 @@ class NodeRecordWriter:
             await self.publisher.stop()
 
     async def _write_dirty(self) -> None:
+        if self.held:
+            return
         for node in [n for n in self.dirty if n not in self.writing]:
             del self.dirty[node]
             record, stored = self.build(node), self.stored.get(node)

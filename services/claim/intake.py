@@ -88,7 +88,7 @@ async def _nak(msgs) -> None:
 
 
 async def _pause(backoff: Backoff, what: str, err: Exception) -> None:
-    delay = backoff.next()
+    delay = backoff.next(err)
     log.warning("%s failed (%s: %s); again in %.1f s", what, type(err).__name__, err, delay)
     await asyncio.sleep(delay)
 

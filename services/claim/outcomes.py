@@ -117,7 +117,12 @@ class OutcomeWriter:
             if await self.flush():  # some not sent (disconnected): do not spin on them
                 await asyncio.sleep(self.retry_after_s)
             elif self.coalesce_s > 0:
-                await asyncio.sleep(self.coalesce_s)
+                await self.coalescing_window()
+
+    async def coalescing_window(self) -> None:
+        """The pause after a flush: changes noted meanwhile go out together in the next one (a
+        test holds it open on an event instead of a time)."""
+        await asyncio.sleep(self.coalesce_s)
 
     def _after_catch_up(self) -> None:
         claims = self.service.state.claims

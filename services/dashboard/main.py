@@ -8,7 +8,8 @@ import os
 import signal
 
 from shared.jetstream import JetStreamEventLog
-from shared.natscluster import connect_args
+from shared.nats_auth import user_inbox
+from shared.natscluster import INBOX_PREFIX_ENV, connect_args
 
 from services.dashboard.app import Dashboard, routes
 
@@ -32,6 +33,7 @@ async def connect(url: str):
     services, before anyone created the stream."""
     import nats
 
+    os.environ.setdefault(INBOX_PREFIX_ENV, user_inbox("dashboard"))  # the only inbox its user may read
     while True:
         nc = None
         try:

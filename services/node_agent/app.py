@@ -3,7 +3,6 @@
     python -m services.node_agent [--fleet SPEC] [--nats-url URL] [--node NAME]
     build_real(settings)            -> a builder for shared.service.serve (this machine's GPUs)
     build_simulated(fleet_spec)     -> a builder that runs every node of a simulated fleet
-    agent_argv(fleet_spec, url)     -> the argv to run it as a subprocess (gpuledger up --demo)
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ import socket
 import sys
 from typing import Any
 
-from shared.nats_auth import node_inbox
+from shared.nats_auth import DEMO_AGENTS, node_inbox, user_inbox
 from shared.natscluster import INBOX_PREFIX_ENV
 from shared.service import Builder, ServiceContext, serve
 from shared.settings import Settings
@@ -214,16 +213,6 @@ def _wire_workloads(fleet: SimulatedFleet, agents: list[NodeAgent]) -> None:
         agent.on_ended.append(lambda claim: fleet.end_workload(claim.claim_id))
 
 
-def agent_argv(fleet_spec: str | None = DEFAULT_FLEET, nats_url: str | None = None) -> list[str]:
-    """How `gpuledger up --demo` starts the simulated agents as a subprocess."""
-    argv = [sys.executable, "-m", "services.node_agent"]
-    if fleet_spec:
-        argv += ["--fleet", fleet_spec]
-    if nats_url:
-        argv += ["--nats-url", nats_url]
-    return argv
-
-
 # --- entry point --------------------------------------------------------------------------------
 
 
@@ -251,8 +240,9 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings(nats_url=args.nats_url) if args.nats_url else Settings()
     try:
         build = builder_for(args, settings)
-        if not args.fleet:  # one node's agent: its own inbox prefix, as its NATS user allows
-            os.environ.setdefault(INBOX_PREFIX_ENV, node_inbox(args.node or local_node_name()))
+        # its own inbox prefix, as its NATS user allows: one node's agent, or the simulated fleet's
+        inbox = user_inbox(DEMO_AGENTS) if args.fleet else node_inbox(args.node or local_node_name())
+        os.environ.setdefault(INBOX_PREFIX_ENV, inbox)
         _run_loop()(serve(SERVICE, settings, build))
     except (FleetSpecError, AgentSetupError) as err:
         print(f"node-agent: {err}", file=sys.stderr)

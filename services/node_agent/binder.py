@@ -9,8 +9,12 @@ its release goes) has not moved: `Nats-Expected-Last-Subject-Sequence` checked a
 subject (`expected_subject`, nats-server 2.11+), with the last sequence the agent saw there, no
 later than the record unless what came after is a renewal or activity. A release appended
 between the agent's look and its append makes the server refuse the binding: nothing is stored,
-no workload starts, and the next record drops the claim. (An eviction, lease expiry or lost node
-is a decision on the decision subject, not covered by this check: the next record stops it.)
+no workload starts, and the next record drops the claim. An eviction, lease expiry, unused
+allocation or lost node is a decision on the decision subject; before it, the allocator appends a
+`ClaimEnding` on the claim's subject (services/allocator/end_fence.py), so the same check refuses
+a binding whose agent looked before it, and an agent that sees one waits: the first decision
+batch after the mark's `fence` either ends the claim (not bound) or is another allocator's (the
+ending was fenced out: bound).
 A retried append after a lost acknowledgement carries the same message id, one nobody else can
 guess (a per-process nonce), so it is stored once. After a restart the agent knows what it bound
 from the record's `bound` flags (as of the record's position in the log) and the bindings stored
@@ -26,7 +30,8 @@ from collections.abc import Callable
 from typing import Any
 
 from schemas import subjects
-from schemas.events import ClaimActivity, ClaimBound, ClaimSubmitted, DriftDetected, LeaseRenewed, flatten
+from schemas import events as ev
+from schemas.events import ClaimActivity, ClaimBound, ClaimEnding, ClaimSubmitted, DriftDetected, LeaseRenewed, flatten
 from schemas.grants import LiveClaim, NodeGrants
 from shared.eventlog import AppendConflict
 from services.node_agent.binding import bind_env
@@ -37,6 +42,9 @@ log = logging.getLogger("gpuledger.node_agent")
 
 # Events on a claim's subject after which it is still live (anything else, a release, ends it).
 _STILL_LIVE = (ClaimSubmitted, LeaseRenewed, ClaimActivity)
+_ENDS = (ev.ClaimEvicted, ev.AllocationExpired, ev.AllocationUnused)
+LIVE, ENDED, ENDING = "live", "ended", "ending"
+PENDING_RECHECK_S = 0.5  # a mark whose batch is not stored yet: look again this much later
 
 
 class Binder:
@@ -47,6 +55,7 @@ class Binder:
         self.bound: set[str] = set()  # claims whose binding is stored (learnt or appended)
         self.bound_seq: int | None = None  # the binding subject read up to; None: not read at start yet
         self.ended: set[str] = set()  # listed claims whose subject says they ended: not bound
+        self.ending: set[str] = set()  # a ClaimEnding whose decision is not stored yet: wait
         self.nonce = uuid.uuid4().hex[:16]  # makes binding message ids unguessable
         self.latest: NodeGrants | None = None
         self.refused: set[str] = set()  # claims reported as not bindable (once each)
@@ -135,20 +144,41 @@ class Binder:
         looked; False (nothing appended) when that subject says the claim ended."""
         claim_subject = subjects.claim(claim.claim_id)
         last = await self.log.last_subject_seq(claim_subject, direct=True)  # the append checks it
-        if last > through_seq and await self._ended_after(claim_subject, through_seq):
+        verdict = await self._since(claim_subject, through_seq, claim.claim_id) if last > through_seq else LIVE
+        if verdict == ENDED:
             self.ended.add(claim.claim_id)
             log.info("%s: not binding claim %s: it ended after the record", self.node, claim.claim_id)
             return False
+        if verdict == ENDING:  # its batch is not stored yet: look again soon
+            self.ending.add(claim.claim_id)
+            asyncio.get_running_loop().call_later(PENDING_RECHECK_S, self.wake.set)
+            return False
+        self.ending.discard(claim.claim_id)
         await self.log.append(self.subject, event, msg_id=f"bind.{self.nonce}.{claim.claim_id}",
                               expected_last_subject_seq=last, expected_subject=claim_subject)
         self.appends += 1
         return True
 
-    async def _ended_after(self, claim_subject: str, after_seq: int) -> bool:
+    async def _since(self, claim_subject: str, after_seq: int, claim_id: str) -> str:
+        """What the claim's subject says after the record: LIVE, ENDED (a release, or an ending
+        whose decision is stored) or ENDING (an ending whose decision batch is not stored yet)."""
         async for stored in self.log.subject_after(claim_subject, after_seq):
-            if not isinstance(stored.event, _STILL_LIVE):
-                return True
-        return False
+            event = stored.event
+            if isinstance(event, ClaimEnding):
+                verdict = await self._settled(event, claim_id)
+                if verdict != LIVE:
+                    return verdict
+            elif not isinstance(event, _STILL_LIVE):
+                return ENDED
+        return LIVE
+
+    async def _settled(self, mark: ClaimEnding, claim_id: str) -> str:
+        """The first decision batch after the mark's fence: the allocator's, ending the claim
+        (ENDED), or another one that fenced it out (LIVE); none yet: ENDING."""
+        async for stored in self.log.subject_after(subjects.DECISIONS, mark.fence):
+            decisions = stored.event.decisions if isinstance(stored.event, ev.DecisionBatch) else []
+            return ENDED if any(_ends(d, claim_id, mark.node) for d in decisions) else LIVE
+        return ENDING
 
     def _started(self, claim: LiveClaim) -> None:
         self.live[claim.claim_id] = claim
@@ -174,3 +204,9 @@ class Binder:
                 at=self.clock(), node=self.node, kind="missing-device", uuid=uuid,
                 claim_id=claim.claim_id, detail="granted device not on this node; not bound"))
         self._refuse(claim, f"granted devices this node lacks: {', '.join(missing)}")
+
+
+def _ends(decision, claim_id: str, node: str) -> bool:
+    if isinstance(decision, _ENDS):
+        return decision.claim_id == claim_id
+    return isinstance(decision, ev.NodeLost) and (decision.node == node or claim_id in decision.released)

@@ -72,6 +72,7 @@ _SUMMARIES = {
     ev.ClaimReleased: lambda e: f"released: {e.reason}" + (f" by {e.by}" if e.by else ""),
     ev.LeaseRenewed: lambda e: "lease renewed",
     ev.ClaimActivity: lambda e: "activity reported",
+    ev.ClaimEnding: lambda e: f"ending: {e.decision} on its way",
     ev.ClaimBound: lambda e: f"bound on {e.node}",
     ev.DriftDetected: lambda e: f"drift on {e.node}: {e.kind} {e.detail}".rstrip(),
     ev.ClaimAllocated: _allocated,

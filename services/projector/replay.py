@@ -19,11 +19,6 @@ from ledger.admission import Admission, read_batch
 log = logging.getLogger("gpuledger.projector")
 
 
-def decode_or_none(seq: int, subject: str, data: bytes) -> Event | None:
-    """A malformed or forged message is skipped with a warning; it must not stop the projection."""
-    return Admission().read(seq, subject, data)
-
-
 async def batches(log_, from_seq: int = 1, stop_at: int | None = None, admission: Admission | None = None
                   ) -> AsyncIterator[list[tuple[int, Event | None]]]:
     """Decoded batches of (seq, event) from `from_seq` (forever unless `stop_at`); None where the

@@ -79,13 +79,6 @@ def fold_own(view: QuotaView, event: ev.Event) -> None:
         _remember(view, [event])
 
 
-def fold_all(events, view: QuotaView | None = None) -> QuotaView:
-    view = view or QuotaView()
-    for seq, event in events:
-        fold_event(view, event, seq)
-    return view
-
-
 def _remember(view: QuotaView, events: list) -> None:
     if events:
         view.recent.extend(events)

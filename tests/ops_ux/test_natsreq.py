@@ -4,14 +4,12 @@ server's own words, a cluster URL whose first server is down, and TLS left to na
 
 from __future__ import annotations
 
-import asyncio
-import subprocess
 
 import nats
 import pytest
 
 from gpuledger_cli.natsreq import NatsError, Requester, Unsupported, plain_servers
-from shared.natsserver import find_binary, free_port
+from shared.natsserver import free_port, start_nats_server
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -74,15 +72,13 @@ authorization {{ users = [
   {{user: svc, password: svc, permissions: {{publish: ["_INBOX.>"], subscribe: ["gpu.qry.>"]}}}}
 ] }}
 """)
-    proc = subprocess.Popen([find_binary(), "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = start_nats_server(tmp_path / "nats", port=port, config_file=conf)  # returns once it answers
     yield port
-    proc.terminate()
-    proc.wait(10)
+    server.stop()
 
 
 async def test_users_and_permissions_are_refused_in_the_servers_words(secured):
     base = f"127.0.0.1:{secured}"
-    await asyncio.sleep(0.5)  # the server starts listening
     with pytest.raises(NatsError, match="Authorization"):
         await Requester.open(f"nats://ops:wrong@{base}")
     svc = await responder(f"nats://svc:svc@{base}", "gpu.qry.ops")

@@ -3,11 +3,7 @@ and by model size; `gpuledger gpus` with live availability from a real claim ser
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -15,6 +11,7 @@ from schemas import subjects
 from schemas.catalogue import CATALOGUE
 from schemas.gpu_types import (ENV, GpuTypesError, for_model, groups_of, load_gpu_types, model_memory_gib,
                                within_budget)
+from tests.cli import run_cli
 from tests.service.helpers import h100_node, register_nodes, request, running
 
 
@@ -96,9 +93,7 @@ async def test_gpus_shows_live_availability_from_the_fleet(fresh_nats, tmp_path)
         live = (await request(nc, subjects.query("gpus.availability"), {}))["data"]
         assert live["H100"] == {"cards": 16, "free": 13, "healthy": 16, "mig_instances": 0, "mig_free": 0,
                                 "nodes": 2, "max_per_node": 8}
-        cli = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "gpuledger_cli.main", "gpus", "--json", "--budget", "20",
-                              "--count", "8", "--nats-url", fresh_nats.url], capture_output=True, text=True,
-                             env={**os.environ, "COLUMNS": "200"}, timeout=60)
+        cli = await run_cli("gpus", "--json", "--budget", "20", "--count", "8", "--nats-url", fresh_nats.url)
         await nc.close()
     assert cli.returncode == 0, cli.stderr
     out = json.loads(cli.stdout)

@@ -117,23 +117,14 @@ async def test_the_intake_takes_the_seeds_spelling_and_refuses_in_its_words(clai
 
 
 async def test_endpoint_create_f_sends_a_seed_file_as_written(claim_service, fresh_nats, tmp_path):
-    import asyncio
-    import os
-    import subprocess
-    import sys
+    from tests.cli import run_cli
 
     nc, _ = claim_service
     path = tmp_path / "endpoint.yaml"
     path.write_text("name: from-file\ngpuIds: AMPERE_24,ADA_24\nworkersMax: 2\nimageName: app:1\n")
-
-    def cli(*args):
-        return subprocess.run([sys.executable, "-m", "gpuledger_cli.main", "endpoint", *args,
-                               "--nats-url", fresh_nats.url], capture_output=True, text=True, timeout=60,
-                              env={**os.environ, "COLUMNS": "200"})
-
-    made = await asyncio.to_thread(cli, "create", "-f", str(path), "--json")
+    made = await run_cli("endpoint", "create", "-f", str(path), "--json", "--nats-url", fresh_nats.url)
     assert made.returncode == 0, made.stderr
     assert json.loads(made.stdout)["resource"]["gpus"] == ["AMPERE_24", "ADA_24"]
     path.write_text("name: bad\ngpus: [invalid_gpu]\n")
-    bad = await asyncio.to_thread(cli, "create", "-f", str(path))
+    bad = await run_cli("endpoint", "create", "-f", str(path), "--nats-url", fresh_nats.url)
     assert bad.returncode == 1 and "invalid_gpu is not a valid GpuGroup" in bad.stderr

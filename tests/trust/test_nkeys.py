@@ -8,9 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import nats
 import nats.errors
@@ -21,12 +18,10 @@ nkeys = pytest.importorskip("nkeys", reason="nkeys (pyproject dependency) not in
 from shared import nats_auth
 from shared.natscluster import connect_args
 from shared.natsserver import free_port, start_nats_server
-
-BIN = Path(sys.executable).parent / "gpuledger"
-
+from tests.cli import invoke
 
 def _cli(*args: str) -> str:
-    done = subprocess.run([str(BIN), *args], capture_output=True, text=True, timeout=60)
+    done = invoke(*args)
     assert done.returncode == 0, done.stderr
     return done.stdout
 

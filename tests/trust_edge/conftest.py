@@ -39,8 +39,9 @@ class AuthServer:
 
     async def connect(self, user: str) -> "Client":
         client = Client(self)
-        # a node's agent replies and is delivered on its own inbox prefix (its user allows no other)
-        inbox = {nats_auth.node_user_name(n): nats_auth.node_inbox(n) for n in AGENT_NODES}.get(user)
+        # a service or node agent replies and is delivered on its own inbox prefix (its user
+        # allows no other); ops and the publisher use the default
+        inbox = None if user in (nats_auth.OPS, nats_auth.PUBLISHER) else nats_auth.user_inbox(user)
         client.nc = await nats.connect(self.url(user), error_cb=client.on_error, allow_reconnect=False,
                                        **({"inbox_prefix": inbox} if inbox else {}))
         self.clients.append(client)

@@ -10,11 +10,11 @@ from nats.errors import NoServersError
 from schemas import subjects
 from shared import nats_auth
 
-# What only one writer may publish, and that writer.
+# What only one writer may publish, and that writer (or those writers).
 OWNED = {
     "gpu.evt.decision": "allocator",
     "$KV.gpuledger_node_grants.gpu-1": "allocator",
-    "gpu.evt.claim.c1": "claim",
+    "gpu.evt.claim.c1": ("claim", "allocator"),  # the allocator: ClaimEnding (fences a binding)
     "gpu.evt.intake": "claim",
     "gpu.outcome.claim.c1": "claim",
     "gpu.evt.quota.team-a": "quota",
@@ -42,7 +42,8 @@ async def test_anonymous_and_wrong_password_are_refused(auth_server):
 async def test_only_the_owner_writes_a_subject(auth_server, subject, owner):
     for user in WRITERS:
         client = await auth_server.connect(user)
-        assert await client.refused(subject) is (user != owner), f"{user} on {subject}"
+        owners = owner if isinstance(owner, tuple) else (owner,)
+        assert await client.refused(subject) is (user not in owners), f"{user} on {subject}"
 
 
 async def test_the_owner_s_write_is_stored(auth_server):
@@ -95,3 +96,31 @@ async def test_a_service_serves_only_its_own_requests(auth_server):
     assert not await quota.refused("gpu.cmd.quota.set", publish=False)
     for subject in ("gpu.cmd.claim.submit", "gpu.qry.claim.get", "gpu.intake.claim", "gpu.evt.>"):
         assert await quota.refused(subject, publish=False), subject
+
+
+SERVICES = ["claim", "allocator", "quota", "pool-controller", "projector", "dashboard"]
+
+
+@pytest.mark.parametrize("user", SERVICES)
+async def test_a_service_reads_only_its_own_inbox(auth_server, user):
+    """Replies and consumer deliveries go to the requester's inbox: a service may subscribe to its
+    own prefix only, never to the shared `_INBOX.>` or another service's (issue 16)."""
+    client = await auth_server.connect(user)
+    assert not await client.refused(f"{nats_auth.user_inbox(user)}.>", publish=False)
+    assert await client.refused("_INBOX.>", publish=False)
+    for other in SERVICES + [nats_auth.node_user_name("gpu-1")]:
+        if other != user:
+            assert await client.refused(f"{nats_auth.user_inbox(other)}.>", publish=False), other
+
+
+async def test_a_request_is_answered_on_the_requester_s_own_inbox(auth_server):
+    claim = await auth_server.connect("claim")
+
+    async def answer(msg) -> None:
+        await msg.respond(b"pong")
+
+    await claim.nc.subscribe("gpu.qry.claim.ping", cb=answer)
+    await claim.nc.flush()
+    dashboard = await auth_server.connect("dashboard")  # may ask the services' queries
+    reply = await dashboard.nc.request("gpu.qry.claim.ping", b"ping", timeout=5)
+    assert reply.data == b"pong" and reply.subject.startswith(nats_auth.user_inbox("dashboard") + ".")

@@ -14,17 +14,29 @@ still gets its node when that node drains.
 
 from __future__ import annotations
 
+from ledger.holdings import Journal
 from ledger.state import State, flush_index
 from services.allocator.core.decision_pass import POLICY_VERSION, DecideContext, Pass
 from services.allocator.core.queue import nothing_new_for, queue_order, walk_queue
 from services.allocator.core.timers import (expire_leases, expire_pending, lose_silent_nodes,
                                              release_unused)
 
-__all__ = ["POLICY_VERSION", "DecideContext", "decide", "nothing_new_for", "queue_order"]
+__all__ = ["POLICY_VERSION", "DecideContext", "decide", "decide_kept", "nothing_new_for", "queue_order"]
 
 
 def decide(state: State, ctx: DecideContext) -> list:
     """Every decision due now, in order; the state is unchanged when this returns."""
+    decisions, journal = decide_kept(state, ctx)
+    journal.rollback(state)
+    return decisions
+
+
+def decide_kept(state: State, ctx: DecideContext) -> tuple[list, Journal]:
+    """`decide`, with the decisions left applied to the state and the journal that undoes them
+    returned (the allocator keeps them when its batch is the next event stored: see
+    services/allocator/own_batch.py). The capacity epoch and the freed marks are restored either
+    way: a tentative free bumped them, the fold will when stored. On an error the state is
+    rolled back before it propagates."""
     flush_index(state)  # a state folded in catch-up mode gets its placement index first
     run = Pass(ctx)
     epoch = state.capacity_epoch
@@ -36,8 +48,10 @@ def decide(state: State, ctx: DecideContext) -> list:
             release_unused(state, run)
             expire_pending(state, run)
         walk_queue(state, run, epoch)
-    finally:
+    except BaseException:
         run.journal.rollback(state)
-        state.capacity_epoch = epoch  # tentative frees bumped it; the fold will, when stored
+        raise
+    finally:
+        state.capacity_epoch = epoch
         state.freed_model, state.freed_ns = freed
-    return run.decisions
+    return run.decisions, run.journal

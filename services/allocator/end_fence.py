@@ -1,0 +1,53 @@
+"""Fence bindings against the decisions that end a grant (issue 16).
+
+A node agent appends a binding on condition that its claim's own subject has not moved since it
+looked (services/node_agent/binder.py): a release, written there by the claim service, refuses
+it. An eviction, an expired lease, an unused allocation or a lost node ends a claim by a decision
+on the decision subject instead, which that condition does not watch. So, before appending a
+batch that ends a claim which is allocated and not yet bound in the fold, the allocator appends a
+`ClaimEnding` on that claim's subject: a binding whose agent looked before it is refused by the
+server, and one that looks after it sees it and waits for the next record. A binding stored
+before the mark is stored before the decision too: an ordinary end of a bound claim, whose
+workload the next record stops. Claims already bound in the fold need no mark.
+
+The allocator writes no node record between its marks and the fold of its batch (or its
+conflict): a record folded past a mark but not past the decision would list the claim as live
+with nothing after it on its subject. A mark whose batch was fenced out is settled by the
+decision subject: the first batch after the mark's `fence` either ends the claim or is another
+allocator's (then the claim was not ended, and is bound).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from ledger.state import State
+from schemas import events as ev
+from schemas import subjects
+
+_ENDS = (ev.ClaimEvicted, ev.AllocationExpired, ev.AllocationUnused)
+
+
+def unbound_endings(state: State, decisions) -> list[tuple[str, str, str]]:
+    """(claim, decision, node) for each claim these decisions end while it is allocated, unbound."""
+    out: dict[str, tuple[str, str, str]] = {}
+    for decision in decisions:
+        if isinstance(decision, _ENDS):
+            claim_ids = [decision.claim_id]
+        elif isinstance(decision, ev.NodeLost):
+            node = state.nodes.get(decision.node)
+            claim_ids = sorted(node.claims) if node is not None else []
+        else:
+            continue
+        for claim_id in claim_ids:
+            claim = state.claims.get(claim_id)
+            if claim is not None and claim.status == "allocated" and claim_id not in out:
+                out[claim_id] = (claim_id, type(decision).__name__, claim.node or "")
+    return list(out.values())
+
+
+async def mark_endings(event_log, endings: list[tuple[str, str, str]], fence: int, at: float) -> None:
+    """Append the `ClaimEnding` marks (in parallel) of a batch appended on condition of `fence`."""
+    await asyncio.gather(*(event_log.append(subjects.claim(claim_id), ev.ClaimEnding(
+        at=at, claim_id=claim_id, decision=kind, fence=fence, node=node)) for claim_id, kind, node in endings))
+
