@@ -14,6 +14,7 @@ from schemas import subjects
 from schemas.types import ClaimSpec
 from shared.jetstream import JetStreamEventLog, connect, ensure_streams
 from shared.natscluster import server_urls
+from shared.retry import until_done
 
 BURST = 300
 KILL_AFTER = 100
@@ -52,7 +53,8 @@ async def test_killing_the_stream_leader_mid_burst_loses_nothing(nats_cluster):
     nc = await connect(nats_cluster.url)
     try:
         js = nc.jetstream()
-        await ensure_streams(js, replicas=3)
+        # a cluster still forming refuses R3 streams (peer offline): wait it out, as every service does
+        await until_done(lambda: ensure_streams(js, replicas=3), "create the streams")
         info = await js.stream_info(subjects.STREAM)
         assert info.config.num_replicas == 3 and len(info.cluster.replicas) == 2
         log = JetStreamEventLog(nc)
@@ -76,7 +78,8 @@ async def test_a_killed_server_rejoins_and_catches_up(nats_cluster):
     nc = await nats.connect(server_urls(nats_cluster.url))
     try:
         js = nc.jetstream()
-        await ensure_streams(js, replicas=3)
+        # a cluster still forming refuses R3 streams (peer offline): wait it out, as every service does
+        await until_done(lambda: ensure_streams(js, replicas=3), "create the streams")
         log = JetStreamEventLog(nc)
         nats_cluster.kill(2)
         for i in range(50):
