@@ -257,9 +257,12 @@ def requeue_all(state: State) -> None:
 def _charge(state: State, claim: Claim, sign: int) -> None:
     state.usage_version += 1  # quota arithmetic cached for one version of use goes stale
     usage = state.usage_of(claim.spec.namespace)
-    usage.tflops += sign * claim.tflops
+    # rounded to the 3 decimals every granted TFLOPs figure has (place.py): the sum is then the
+    # same in any order (the allocator folds a release stored beside its own batch either side of
+    # it: services/allocator/own_batch.py), not one that drifts by the float rounding of each step
+    usage.tflops = round(usage.tflops + sign * claim.tflops, 3)
     usage.vram_mib += sign * claim.vram_mib
-    usage.limit_tflops += sign * claim.limit_tflops
+    usage.limit_tflops = round(usage.limit_tflops + sign * claim.limit_tflops, 3)
     usage.limit_vram_mib += sign * claim.limit_vram_mib
     usage.workers += sign
     usage.gpus += sign * len(claim.grants)

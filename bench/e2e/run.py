@@ -9,9 +9,11 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
 import nats
 
 from ledger.follower import decode_batch
+from schemas import subjects
 from shared.jetstream import JetStreamEventLog
 from bench.e2e.check import Checker
 from bench.e2e.cpu import CpuMeter
@@ -84,8 +86,21 @@ async def one_run(stack, ops, publisher_nc, options: Options, rate: float | None
         await asyncio.gather(*tasks, sampler, return_exceptions=True)
     await asyncio.sleep(options.settle_s)
     checker = await _check(log, start_seq)
-    return figures(options, rate, follower, publisher, checker, meter, idle, client_cpu_s=client_cpu,
-                   publish_s=published_at - began, wall_s=ended - began)
+    result = figures(options, rate, follower, publisher, checker, meter, idle, client_cpu_s=client_cpu,
+                     publish_s=published_at - began, wall_s=ended - began)
+    result["allocator_batches"] = await _allocator_batches(ops)
+    return result
+
+
+async def _allocator_batches(ops) -> dict:
+    """The allocator's own count of its batches: appended, kept applied when they came back
+    (services/allocator/own_batch.py) and rolled back to be folded again (since it started)."""
+    try:
+        reply = await ops.request(subjects.query("allocator.status"), b"{}", timeout=5.0)
+        data = msgspec.json.decode(reply.data).get("data") or {}
+    except Exception as err:  # a figure, not the run: say why it is missing
+        return {"error": f"{type(err).__name__}: {err}"}
+    return {key: data.get(key) for key in ("batches_appended", "own_batches_kept", "own_batches_undone")}
 
 
 async def _idle_cpu(meter: CpuMeter, seconds: float) -> dict[str, float]:

@@ -8,8 +8,9 @@ allocator keeps the decisions applied (`decide_kept`) while its batch is in flig
 - when the next event the fold reads is that batch (equal to it, field for field: whoever wrote
   it, folding it would change the state exactly as keeping it does), the fold skips it: the
   state is the log's prefix up to the batch, without a rollback and a re-fold;
-- an event stored between the decision and the batch that commutes with it (a claim submitted:
-  a new claim is no part of the batch, and the batch ends no claim) is folded on top;
+- an event stored between the decision and the batch that commutes with it (`OwnBatch.commutes`:
+  a claim submitted, a release or binding of a claim the batch does not decide on, a heartbeat, a
+  usage report of devices none of its claims holds) is folded on top;
 - anything else first rolls the kept decisions back, and the batch is folded as any event when it
   comes (the state stays a prefix of the log, in the log's order);
 - a fenced-out or failed append rolls them back too.
@@ -45,20 +46,12 @@ def keepable(state: State, decisions: list) -> bool:
     return True
 
 
-def commutes(event: ev.Event) -> bool:
-    """Folding `event` before or after a kept batch gives the same state."""
-    if isinstance(event, ev.ClaimSubmitted):
-        return True
-    if isinstance(event, ev.EventBatch):
-        return all(isinstance(member, ev.ClaimSubmitted) for member in event.events)
-    return False
-
-
 class OwnBatch:
     """The batch decided and kept applied until the fold reaches it (at most one at a time)."""
 
     def __init__(self) -> None:
         self.batch: ev.DecisionBatch | None = None
+        self.claims: set[str] = set()  # the claims the kept batch decides on
         self.journal: Journal | None = None
         self.kept = 0  # batches that came back next and were not folded again
         self.undone = 0  # batches rolled back (not keepable, interleaved, fenced out or failed)
@@ -71,6 +64,7 @@ class OwnBatch:
         """Keep `batch` applied if it can be; otherwise roll it back now."""
         if keepable(state, batch.decisions):
             self.batch, self.journal = batch, journal
+            self.claims = {d.claim_id for d in batch.decisions}
         else:
             journal.rollback(state)
             self.undone += 1
@@ -81,6 +75,7 @@ class OwnBatch:
             self.journal.rollback(state)
             self.undone += 1
         self.batch = self.journal = None
+        self.claims = set()
 
     def settle(self, state: State, seq: int, subject: str, event: ev.Event) -> bool:
         """The fold's hook before each live event: True when `event` is the kept batch (already
@@ -91,8 +86,34 @@ class OwnBatch:
         if subject == subjects.DECISIONS and event == self.batch:
             state.last_decision_seq = seq
             self.batch = self.journal = None
+            self.claims = set()
             self.kept += 1
             return True
-        if not commutes(event):
+        if not self.commutes(state, event):
             self.undo(state)
+        return False
+
+    def commutes(self, state: State, event: ev.Event) -> bool:
+        """Folding `event` before or after the kept batch gives the same state: it touches none
+        of the batch's claims, and what both change adds up the same in either order (device
+        and host room in integers, a namespace's TFLOPs rounded: ledger.holdings._charge; the
+        capacity epoch is moved by the event alone, a kept batch frees nothing)."""
+        if isinstance(event, ev.ClaimSubmitted):  # a new claim, or a repeat folded as nothing
+            return True
+        if isinstance(event, (ev.ClaimReleased, ev.ClaimBound)):
+            return event.claim_id not in self.claims
+        if isinstance(event, ev.NodeHeartbeat):  # only a lost node's comeback changes capacity
+            node = state.nodes.get(event.node)
+            return node is None or not node.lost
+        if isinstance(event, ev.UsageObserved):  # activity of the holders of the devices seen
+            units, claims = state.units, self.claims
+            for usage in event.devices:
+                unit = units.get(usage.uuid)
+                if unit is not None and any(holder in claims for holder in unit.holders):
+                    return False
+            return True
+        if isinstance(event, ev.ClaimEnding):  # a mark for bindings, no part of the fold
+            return True
+        if isinstance(event, ev.EventBatch):
+            return all(self.commutes(state, member) for member in event.events)
         return False

@@ -16,7 +16,7 @@ from ledger.evolve import drop_ended_claims, evolve
 from ledger.state import State
 from services.allocator.core.decide import DecideContext, decide, decide_kept
 from services.allocator.loop import Allocator
-from services.allocator.own_batch import OwnBatch, commutes, keepable
+from services.allocator.own_batch import OwnBatch, keepable
 from shared.jetstream import JetStreamEventLog, ensure_streams
 from tests.service.helpers import h100_node, register_nodes
 from tests.service.helpers import test_settings as settings_for
@@ -103,7 +103,7 @@ def test_a_kept_batch_is_the_state_its_fold_makes_and_an_interleaved_event_undoe
     assert decisions_kept == decisions and keepable(kept, decisions_kept)
     own = OwnBatch()
     own.hold(kept, batch, journal)
-    assert commutes(submitted) and not own.settle(kept, 8, subjects.claim("c99"), submitted)
+    assert own.commutes(kept, submitted) and not own.settle(kept, 8, subjects.claim("c99"), submitted)
     evolve(kept, submitted, 8)  # folded on top of the kept batch
     assert own.settle(kept, 9, subjects.DECISIONS, batch) and not own.holding
     kept.last_seq = 9
@@ -116,3 +116,52 @@ def test_a_kept_batch_is_the_state_its_fold_makes_and_an_interleaved_event_undoe
     released = ev.ClaimReleased(claim_id="c0")
     assert not own.settle(again, 8, subjects.claim("c0"), released) and not own.holding
     assert compact_digest(again) == compact_digest(ref)
+
+
+def _two_nodes_half_full() -> State:
+    """n0 and n1; c0-c3 allocated and folded, c4-c7 pending (every claim 2 GPUs, 3 namespaces)."""
+    state = drop_ended_claims(State())
+    for seq, event in enumerate([h100_node("n0"), h100_node("n1"), *(claim(i, gpus=2) for i in range(4))], 1):
+        evolve(state, event, seq)
+    first = decide(state, DecideContext(now=1.0))
+    evolve(state, ev.DecisionBatch(decisions=first, allocator="a"), 7)
+    for seq, i in enumerate(range(4, 8), 8):
+        evolve(state, claim(i, gpus=2), seq)
+    return state
+
+
+def test_a_release_of_another_claim_stored_before_the_batch_is_folded_on_top_and_comes_out_the_same():
+    ctx = DecideContext(now=2.0)
+    folded, kept = _two_nodes_half_full(), _two_nodes_half_full()
+    decisions = decide(folded, ctx)
+    batch = ev.DecisionBatch(decisions=decisions, allocator="a")
+    assert {d.claim_id for d in decisions if isinstance(d, ev.ClaimAllocated)} == {"c4", "c5", "c6", "c7"}
+    released = ev.EventBatch(events=[ev.ClaimReleased(claim_id="c0"), ev.ClaimReleased(claim_id="c2")])
+    evolve(folded, released, 12)  # the log: two releases, then the batch
+    evolve(folded, batch, 13)
+    decisions_kept, journal = decide_kept(kept, ctx)
+    own = OwnBatch()
+    own.hold(kept, batch, journal)
+    assert not own.settle(kept, 12, subjects.INTAKE_BATCHES, released) and own.holding
+    evolve(kept, released, 12)  # folded on top of the kept batch
+    assert own.settle(kept, 13, subjects.DECISIONS, batch)
+    kept.last_seq = 13
+    assert compact_digest(kept) == compact_digest(folded)
+    assert [(ns, u.tflops, u.limit_tflops) for ns, u in sorted(kept.usage.items())] == \
+        [(ns, u.tflops, u.limit_tflops) for ns, u in sorted(folded.usage.items())]
+    assert kept.capacity_epoch == folded.capacity_epoch and kept.freed_ns == folded.freed_ns
+
+
+def test_a_namespace_s_tflops_add_up_the_same_in_any_order():
+    from ledger.holdings import _charge
+    from ledger.state import Claim
+
+    def charged(order):
+        state = State()
+        for tflops in order:
+            c = Claim(ClaimSpec(claim_id=f"t{tflops}", namespace="ns"), 1, 0.0)
+            c.tflops = c.limit_tflops = tflops
+            _charge(state, c, +1)
+        return state.usage_of("ns").tflops, state.usage_of("ns").limit_tflops
+
+    assert charged([0.1, 0.2, 0.3]) == charged([0.3, 0.2, 0.1]) == (0.6, 0.6)
