@@ -194,15 +194,19 @@ class Allocator:
         batch = ev.DecisionBatch(decisions=decisions, allocator=self.name,
                                  policy_version=POLICY_VERSION, based_on_seq=self.state.last_seq,
                                  at=decisions[0].at)
+        # the fence is the last decision this pass saw, taken now: the fold goes on while the
+        # marks below are appended, and a batch of another allocator folded meanwhile must fence
+        # this one out, not become its fence
+        fence = self.state.last_decision_seq
         # kept applied until the fold reaches it, or rolled back now (own_batch.py): before the
         # endings are read, which look at the state before the batch
         self.own.hold(self.state, batch, journal)
         try:
-            return await self._append(batch, decisions)
+            return await self._append(batch, decisions, fence)
         finally:
             self.own.undo(self.state)  # fenced out or failed (a kept batch was settled by the fold)
 
-    async def _append(self, batch: ev.DecisionBatch, decisions: list) -> int:
+    async def _append(self, batch: ev.DecisionBatch, decisions: list, fence: int) -> int:
         endings = unbound_endings(self.state, decisions)
         records = getattr(self, "node_records", None) if endings else None
         if records is not None:  # no record folded past the marks before the batch is folded
@@ -211,11 +215,11 @@ class Allocator:
             with tracer().start_as_current_span("allocator.decide", context=self._parent(decisions)) as span:
                 span.set_attribute("gpuledger.decisions", len(decisions))
                 if endings:  # move each unbound claim's subject first: its binding cannot land after
-                    await mark_endings(self.log, endings, self.state.last_decision_seq, batch.at)
+                    await mark_endings(self.log, endings, fence, batch.at)
                     self.endings_marked += len(endings)
                 try:
                     appended = await self.log.append(
-                        subjects.DECISIONS, batch, expected_last_subject_seq=self.state.last_decision_seq,
+                        subjects.DECISIONS, batch, expected_last_subject_seq=fence,
                         headers=inject_headers())
                 except AppendConflict as conflict:
                     self.conflicts += 1

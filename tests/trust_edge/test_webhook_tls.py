@@ -15,6 +15,7 @@ import pytest
 from services.pool_controller.webhook import AdmissionConfigError, admission_listen
 from shared.certs import generate
 from shared.natsserver import free_port
+from tests.cli import invoke
 
 BIN = Path(sys.executable).parent / "gpuledger"
 
@@ -89,8 +90,7 @@ def _own_addresses() -> list[str]:
 
 
 def test_certs_out_dir_writes_files_the_webhook_serves_with(tmp_path):
-    done = subprocess.run([str(BIN), "webhook", "certs", "--out-dir", str(tmp_path / "tls")], capture_output=True,
-                          text=True, timeout=60)
+    done = invoke("webhook", "certs", "--out-dir", str(tmp_path / "tls"))
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "tls" / "tls.key").stat().st_mode & 0o777 == 0o600
     host, tls = admission_listen("", str(tmp_path / "tls" / "tls.crt"), str(tmp_path / "tls" / "tls.key"), False)
