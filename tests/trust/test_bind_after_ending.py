@@ -7,22 +7,19 @@ at the claim's subject and its append."""
 
 from __future__ import annotations
 
-import nats
 import pytest
 
 from ledger.state import Claim, Node, State
 from schemas import events as ev
 from schemas import subjects
 from schemas.events import ClaimBound
-from schemas.grants import LiveClaim, NodeGrants
-from schemas.types import ClaimSpec, DeviceInfo, Grant
+from schemas.types import ClaimSpec
 from shared.eventlog import AppendConflict
-from shared.jetstream import JetStreamEventLog, ensure_streams
+from shared.jetstream import JetStreamEventLog
 from services.allocator.end_fence import mark_endings, unbound_endings
-from services.node_agent.binder import Binder
 
-NODE = "n1"
-DEVICES = {f"GPU-{i}": DeviceInfo(uuid=f"GPU-{i}", index=i, model="H100", memory_mib=81559) for i in range(8)}
+from tests.trust.binding_race import NODE, binder_on, record
+from tests.trust.binding_race import nc  # noqa: F401 (a fixture: the client these tests share)
 
 
 def allocator_state(**statuses: str) -> State:
@@ -61,27 +58,6 @@ class EndedWhileLooking(JetStreamEventLog):
             state = allocator_state(**{self.claim_id: "allocated", "kept": "allocated"})
             await end_by_decision(self, state, self.decision, marks=self.marks)
         return seq
-
-
-@pytest.fixture
-async def nc(fresh_nats):
-    client = await nats.connect(fresh_nats.url)
-    await ensure_streams(client.jetstream())
-    yield client
-    await client.close()
-
-
-def record(through_seq: int, *claim_ids: str) -> NodeGrants:
-    return NodeGrants(node=NODE, through_seq=through_seq, claims=[
-        LiveClaim(claim_id=c, namespace="ns", grants=[Grant(node=NODE, uuid=f"GPU-{i}", index=i)])
-        for i, c in enumerate(claim_ids)])
-
-
-def binder_on(log):
-    binder = Binder(NODE, log, lambda: DEVICES, clock=lambda: 1.0)
-    started = []
-    binder.on_bound.append(lambda c: started.append(c.claim_id))
-    return binder, started
 
 
 async def bound_after_the_decision(log) -> list[str]:

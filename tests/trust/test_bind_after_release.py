@@ -5,19 +5,15 @@ workload started, and the claim is not bound later either."""
 
 from __future__ import annotations
 
-import nats
 import pytest
 
 from schemas import subjects
 from schemas.events import ClaimBound, ClaimReleased, LeaseRenewed
-from schemas.grants import LiveClaim, NodeGrants
-from schemas.types import DeviceInfo, Grant
 from shared.eventlog import AppendConflict
-from shared.jetstream import JetStreamEventLog, ensure_streams
-from services.node_agent.binder import Binder
+from shared.jetstream import JetStreamEventLog
 
-NODE = "n1"
-DEVICES = {f"GPU-{i}": DeviceInfo(uuid=f"GPU-{i}", index=i, model="H100", memory_mib=81559) for i in range(8)}
+from tests.trust.binding_race import NODE, binder_on, record
+from tests.trust.binding_race import nc  # noqa: F401 (a fixture: the client these tests share)
 
 
 class ReleasedWhileLooking(JetStreamEventLog):
@@ -33,27 +29,6 @@ class ReleasedWhileLooking(JetStreamEventLog):
             self.released = True
             await self.append(subject, ClaimReleased(claim_id=self.claim_id, at=2.0))
         return seq
-
-
-@pytest.fixture
-async def nc(fresh_nats):
-    client = await nats.connect(fresh_nats.url)
-    await ensure_streams(client.jetstream())
-    yield client
-    await client.close()
-
-
-def record(through_seq: int, *claim_ids: str) -> NodeGrants:
-    return NodeGrants(node=NODE, through_seq=through_seq, claims=[
-        LiveClaim(claim_id=c, namespace="ns", grants=[Grant(node=NODE, uuid=f"GPU-{i}", index=i)])
-        for i, c in enumerate(claim_ids)])
-
-
-def binder_on(log):
-    binder = Binder(NODE, log, lambda: DEVICES, clock=lambda: 1.0)
-    started = []
-    binder.on_bound.append(lambda c: started.append(c.claim_id))
-    return binder, started
 
 
 async def bindings(log) -> list[str]:

@@ -69,6 +69,8 @@ def _choose_by_rank(state: State, need: Need, policy: Policy, ctx: PlacementCont
     scored, mem, cpu = _scored_need(need), need.mem, need.cpu
     exact_memo, blind_memo, margin = _memos(state, need, policy, ctx, scored)
     best, best_score = None, 0.0
+    # the memo look-up below is `_scored`'s, written out: this loop visits hundreds of nodes per
+    # claim at 10,000 nodes, and a call per candidate cost more than the look-up itself
     for rank, name, group in firsts:
         view = group.view
         if view.mem_free < mem:

@@ -1,0 +1,36 @@
+"""What the binding-race tests share: one node's agent (its Binder), its records, and a client on a
+real nats-server with the streams made."""
+
+from __future__ import annotations
+
+import nats
+import pytest
+
+from schemas.grants import LiveClaim, NodeGrants
+from schemas.types import DeviceInfo, Grant
+from shared.jetstream import ensure_streams
+from services.node_agent.binder import Binder
+
+NODE = "n1"
+DEVICES = {f"GPU-{i}": DeviceInfo(uuid=f"GPU-{i}", index=i, model="H100", memory_mib=81559) for i in range(8)}
+
+
+@pytest.fixture
+async def nc(fresh_nats):
+    client = await nats.connect(fresh_nats.url)
+    await ensure_streams(client.jetstream())
+    yield client
+    await client.close()
+
+
+def record(through_seq: int, *claim_ids: str) -> NodeGrants:
+    return NodeGrants(node=NODE, through_seq=through_seq, claims=[
+        LiveClaim(claim_id=c, namespace="ns", grants=[Grant(node=NODE, uuid=f"GPU-{i}", index=i)])
+        for i, c in enumerate(claim_ids)])
+
+
+def binder_on(log):
+    binder = Binder(NODE, log, lambda: DEVICES, clock=lambda: 1.0)
+    started = []
+    binder.on_bound.append(lambda c: started.append(c.claim_id))
+    return binder, started
