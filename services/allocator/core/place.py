@@ -4,15 +4,15 @@ and the allocation (or the ranked reasons it waits)."""
 from __future__ import annotations
 
 from schemas import events as ev
-from schemas.types import MAX_TOTAL_GIB, MAX_TOTAL_TFLOPS, Grant, Reason
+from schemas.types import Grant, Reason
 
-from ledger.cohorts import quota_of
 from ledger.pools import has_access
-from ledger.quota import Cost, idle_violation, quota_check, single_violation, total_violation
+from ledger.quota import Cost, quota_check
 from ledger.state import FREE, Claim, State
 from services.allocator.core.decision_pass import POLICY_VERSION, Pass
 from services.allocator.core.demand import Need, cost, in_pool, needs_for
 from services.allocator.core.picks import pick_spread_first
+from services.allocator.core.place_quota import limits, models_within_quota, never_within_quota
 from services.allocator.core.explain import never_reason, rank_reasons, reasons_for
 from services.allocator.core.placement import Choice, PlacementContext, choose, choose_on
 from services.allocator.core.rules import rule_args
@@ -47,7 +47,7 @@ def try_place(state: State, run: Pass, claim: Claim):
     ranked = rank_reasons(reasons)
     if run.explain:  # told apart from waiting: first, so a reader sees it before what waits
         never = never_reason(state, needs, _placement_context(state, run, claim, args)) or \
-            _never_within_quota(state, claim, needs)
+            never_within_quota(state, claim, needs)
         if never is not None:
             return [never, *ranked[:7]]
     return ranked
@@ -72,7 +72,7 @@ def _asked(spec) -> str:
 
 
 def _try_need(state, run, claim, need: Need, args: tuple, reasons, single_refusals):
-    models = _models_within_quota(state, claim, need, reasons, single_refusals)
+    models = models_within_quota(state, claim, need, reasons, single_refusals)
     if models is not None and not models:
         return None
     if models is not None:
@@ -107,74 +107,6 @@ def _slots_spread(state: State, need: Need, choice):
     return choice._replace(picks=picks) if picks is not None else choice
 
 
-def _models_within_quota(state, claim, need, reasons, single_refusals):
-    """Models of this need whose cost the namespace can afford; None when no quota applies."""
-    namespace = claim.spec.namespace
-    quota = quota_of(state, namespace)
-    if quota is None or need.count == 0:
-        return None
-    candidates = need.models or frozenset(m for m in state.groups_by_model if m)
-    allowed = []
-    for model in sorted(candidates):
-        memory = _model_memory(state, model, need)
-        c = _cost(claim, need, model, memory)
-        refusal = single_violation(namespace, quota, c)
-        if refusal is not None:
-            single_refusals.append(refusal)
-            continue
-        refusal = total_violation(state, namespace, c)
-        if refusal is not None:
-            reasons.append(refusal)
-            continue
-        allowed.append(model)
-    return allowed
-
-
-def _never_within_quota(state: State, claim: Claim, needs: list[Need]) -> Reason | None:
-    """`never-satisfiable` when every way of taking the claim breaks a namespace (or cohort) total
-    even with nothing in use anywhere: waiting cannot help, only a quota change (which unparks it)."""
-    namespace, first = claim.spec.namespace, None
-    if quota_of(state, namespace) is None:
-        return None
-    for need in needs:
-        if need.count == 0:
-            return None
-        for model in sorted(need.models or frozenset(m for m in state.groups_by_model if m)):
-            refusal = idle_violation(state, namespace, _cost(claim, need, model, _model_memory(state, model, need)))
-            if refusal is None:
-                return None
-            first = first or refusal
-    if first is None:
-        return None
-    return Reason("never-satisfiable", f"even with nothing in use: {first.message}; only a quota change can "
-                  "let it in", 1, first.detail)
-
-
-def _model_memory(state: State, model: str, need: Need) -> int:
-    for group in state.groups_by_model.get(model, ()):
-        for unit in group.view.units:
-            if unit.model == model and unit.mig_profile == need.mig_profile:
-                return unit.memory_mib
-    from schemas.catalogue import MODELS
-
-    return MODELS[model].memory_gib * 1024 if model in MODELS else 0
-
-
-def _cost(claim: Claim, need: Need, model: str, unit_memory_mib: int) -> Cost:
-    tflops, vram = cost(need, model, unit_memory_mib)
-    limit_tflops, limit_vram = _limits(claim, tflops, vram)
-    return Cost(tflops, vram, limit_tflops, limit_vram, need.count)
-
-
-def _limits(claim: Claim, tflops: float, vram: int) -> tuple[float, int]:
-    """A claim's limits, never below what it takes, and bounded as the intake bounds them: a claim
-    stored before the bounds may hold any number (1e307 GiB overflowed, and an infinite limit
-    would be written as null)."""
-    spec = claim.spec
-    return (max(tflops, min(spec.limit_tflops, MAX_TOTAL_TFLOPS)),
-            max(vram, int(min(spec.limit_vram_gib, MAX_TOTAL_GIB) * 1024)))
-
-
 def _allocated(state: State, run: Pass, claim: Claim, need: Need, choice: Choice, policy: str):
     node = state.nodes[choice.node]
     units = [node.units[i] for i in choice.picks]
@@ -183,7 +115,7 @@ def _allocated(state: State, run: Pass, claim: Claim, need: Need, choice: Choice
     costs = [cost(need._replace(count=1, mig_profile=u.mig_profile or need.mig_profile), u.model, u.memory_mib)
              for u in units]
     tflops, vram = sum(c[0] for c in costs), sum(c[1] for c in costs)
-    limit_tflops, limit_vram = _limits(claim, tflops, vram)
+    limit_tflops, limit_vram = limits(claim, tflops, vram)
     check = quota_check(state, claim.spec.namespace, Cost(tflops, vram, limit_tflops, limit_vram, len(units)))
     if check.refusal is not None:  # the devices chosen cost more than the model estimate
         return [check.refusal]
