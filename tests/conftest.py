@@ -81,6 +81,19 @@ def fresh_nats(tmp_path):
 
 
 @pytest.fixture
+async def fresh_client(fresh_nats):
+    """A client of `fresh_nats` with gpuledger's streams made: what most JetStream tests start from."""
+    import nats
+
+    from shared.jetstream import ensure_streams
+
+    client = await nats.connect(fresh_nats.url)
+    await ensure_streams(client.jetstream())
+    yield client
+    await client.close()
+
+
+@pytest.fixture
 def nats_cluster(tmp_path):
     """Three nats-servers routed as one JetStream cluster (R3 streams), for tests that kill one."""
     cluster = start_nats_cluster(tmp_path / "nats-cluster", size=3)

@@ -5,7 +5,6 @@ of the log (real nats-server)."""
 
 import asyncio
 
-import nats
 import pytest
 
 from schemas import events as ev
@@ -17,17 +16,14 @@ from ledger.state import State
 from services.allocator.core.decide import DecideContext, decide, decide_kept
 from services.allocator.loop import Allocator
 from services.allocator.own_batch import OwnBatch, keepable
-from shared.jetstream import JetStreamEventLog, ensure_streams
+from shared.jetstream import JetStreamEventLog
 from tests.service.helpers import h100_node, register_nodes
 from tests.service.helpers import test_settings as settings_for
 
 
 @pytest.fixture
-async def log(fresh_nats):
-    nc = await nats.connect(fresh_nats.url)
-    await ensure_streams(nc.jetstream())
-    yield JetStreamEventLog(nc), fresh_nats.url
-    await nc.close()
+def log(fresh_client, fresh_nats):
+    return JetStreamEventLog(fresh_client), fresh_nats.url
 
 
 def claim(i: int, gpus: int = 1) -> ev.ClaimSubmitted:

@@ -3,12 +3,10 @@ real nats-server with the streams made."""
 
 from __future__ import annotations
 
-import nats
 import pytest
 
 from schemas.grants import LiveClaim, NodeGrants
 from schemas.types import DeviceInfo, Grant
-from shared.jetstream import ensure_streams
 from services.node_agent.binder import Binder
 
 NODE = "n1"
@@ -16,11 +14,8 @@ DEVICES = {f"GPU-{i}": DeviceInfo(uuid=f"GPU-{i}", index=i, model="H100", memory
 
 
 @pytest.fixture
-async def nc(fresh_nats):
-    client = await nats.connect(fresh_nats.url)
-    await ensure_streams(client.jetstream())
-    yield client
-    await client.close()
+def nc(fresh_client):
+    return fresh_client
 
 
 def record(through_seq: int, *claim_ids: str) -> NodeGrants:

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import asyncio
 
-import nats
 import pytest
 
 from schemas import events as ev
 from schemas import subjects
 from schemas.types import ClaimSpec
 from services.allocator.loop import Allocator
-from shared.jetstream import JetStreamEventLog, ensure_streams
+from shared.jetstream import JetStreamEventLog
 from tests.service.helpers import h100_node, register_nodes
 from tests.service.helpers import test_settings as settings_for
 
@@ -41,11 +40,8 @@ class OtherAllocatorDuringMarks(JetStreamEventLog):
 
 
 @pytest.fixture
-async def log(fresh_nats):
-    nc = await nats.connect(fresh_nats.url)
-    await ensure_streams(nc.jetstream())
-    yield OtherAllocatorDuringMarks(nc), fresh_nats.url
-    await nc.close()
+def log(fresh_client, fresh_nats):
+    return OtherAllocatorDuringMarks(fresh_client), fresh_nats.url
 
 
 async def test_a_batch_folded_while_the_marks_are_appended_fences_the_pass_out(log):
