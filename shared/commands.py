@@ -16,6 +16,7 @@ import msgspec
 
 from schemas.commands import Reply, fail
 from schemas.strict_json import DuplicateKeyError, check_no_duplicate_keys
+from schemas.wording import in_words
 from shared.telemetry import extract_context, tracer
 
 log = logging.getLogger("gpuledger")
@@ -54,7 +55,7 @@ def field_of(error: Exception) -> str:
 
 def invalid_reply(error: Exception) -> Reply:
     if isinstance(error, msgspec.ValidationError):
-        return fail("invalid", str(error), field_of(error))
+        return fail("invalid", in_words(str(error)), field_of(error))
     if isinstance(error, UnicodeDecodeError):
         return fail("invalid", f"malformed JSON: not valid UTF-8 (at byte {error.start})")
     if isinstance(error, RecursionError):
