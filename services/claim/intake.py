@@ -22,6 +22,7 @@ from nats.js import api
 
 from schemas import events as ev
 from schemas import subjects
+from schemas.strict_json import check_no_duplicate_keys
 from schemas.seed import CLAIM_WIRE, SeedClaimSpec, convert_seed, from_seed_claim, is_seed_claim, seed_field
 from schemas.types import ClaimSpec, Reason
 from shared.commands import DomainError, field_of
@@ -269,11 +270,12 @@ def decode_error(err: Exception) -> str:
 def decode_claim(data: bytes) -> ClaimSpec:
     """A ClaimSpec from JSON, in either spelling (ours, or the serverless seed's camelCase with
     `claimId`, schemas/seed.py); an integer may be written as 2.0, as JSON Schema's `integer`
-    allows (some encoders write every number that way), so the schema and the intake agree."""
-    if b'"claimId"' in data:  # cheap test first: the canonical spelling never pays the second decode
-        raw = msgspec.json.decode(data)
-        if is_seed_claim(raw):
-            return from_seed_claim(convert_seed(raw, SeedClaimSpec), raw)
+    allows (some encoders write every number that way), so the schema and the intake agree. A key
+    written twice in one object is refused (schemas/strict_json.py)."""
+    raw = msgspec.json.decode(data)  # once, untyped: for the duplicate-key check and the spelling
+    check_no_duplicate_keys(data, raw)
+    if b'"claimId"' in data and is_seed_claim(raw):
+        return from_seed_claim(convert_seed(raw, SeedClaimSpec), raw)
     try:
         return _spec_decoder.decode(data)
     except msgspec.ValidationError as err:
