@@ -144,30 +144,40 @@ def _checker(pattern: Pattern) -> Callable[[str, Any], bool]:
             return token != "" and _tok(_field(event, "node")).startswith(token)
         return fleet
     field = operator.attrgetter(key)  # decoded events: the field is a str
+    safe = subjects._SAFE_TOKEN.fullmatch
 
     def keyed(subject: str, event: Any) -> bool:
-        if not subject.startswith(prefix):
-            return False
         value = field(event)
-        return bool(value) and subject == prefix + _tok(value) + suffix
+        if not value:
+            return False
+        if subject == prefix + value + suffix:  # the usual case: the id is its own token
+            return safe(value) is not None or _token(value) == value
+        return subject == prefix + _tok(value) + suffix
     return keyed
 
 
-_CHECKS: dict[type, tuple[Callable[[str, Any], bool], ...]] = {
-    kind: tuple(_checker(p) for p in rule.patterns) for kind, rule in AUTHORITY.items()}
+# Each row's patterns split in two: subjects that admit the type whatever the event says (one set
+# look-up per message, the common case of batches and decisions), and those keyed on the event.
+_EXACT: frozenset[tuple[type, str]] = frozenset(
+    (kind, p.prefix) for kind, rule in AUTHORITY.items() for p in rule.patterns if not p.key)
+_KEYED: dict[type, tuple[Callable[[str, Any], bool], ...]] = {
+    kind: tuple(_checker(p) for p in rule.patterns if p.key) for kind, rule in AUTHORITY.items()}
 
 
 def admits(subject: str, event: Any) -> bool:
     """Whether a fold may believe `event`, stored on `subject`."""
-    checks = _CHECKS.get(type(event))
-    if checks is None:
-        return False
-    for check in checks:
-        if check(subject, event):
-            if type(event) is ev.EventBatch:
-                return all(admits(subject, member) for member in event.events)
-            return True
-    return False
+    kind = type(event)
+    if (kind, subject) not in _EXACT:
+        for check in _KEYED.get(kind, ()):
+            if check(subject, event):
+                break
+        else:
+            return False
+    if kind is ev.EventBatch:
+        for member in event.events:
+            if not admits(subject, member):
+                return False
+    return True
 
 
 def folded(subject: str) -> bool:
