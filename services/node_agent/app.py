@@ -153,7 +153,9 @@ async def _start_agents(ctx: ServiceContext, agents: list[NodeAgent], fleet: boo
     if fleet and agents:
         beats = FleetBeats(agents, ctx.nc, lambda: agents[0].config.heartbeat_s)
         ctx.spawn(beats.run(), "heartbeats")
-        ctx.spawn(FleetWatch(agents).run(), "health-and-usage")
+        looks = FleetWatch(agents)
+        await looks.first_look()
+        ctx.spawn(looks.run(), "health-and-usage")
     watch = watch_records(ctx.nc, [agent.binder for agent in agents])
     await watch.start()  # the records are watched before the process says it is ready
     ctx.spawn(watch.run(), "node-records")
