@@ -140,21 +140,21 @@ async def _start_agents(ctx: ServiceContext, agents: list[NodeAgent], fleet: boo
     simulated `fleet` beats and watches its hardware together (services/node_agent/beats.py,
     fleet_watch.py), a real node in loops of its own."""
     gate = asyncio.Semaphore(REGISTERING)
+    looks = FleetWatch(agents) if fleet else None
 
     async def start(agent: NodeAgent) -> None:
         async with gate:
             await agent.register()
-        if not fleet:
+        ctx.spawn(agent.binder.run(), f"bind-{agent.node}")
+        if looks is None:
             ctx.spawn(agent.heartbeat_loop(), f"heartbeat-{agent.node}")
             ctx.spawn(agent.watch_loop(), f"watch-{agent.node}")
-        ctx.spawn(agent.binder.run(), f"bind-{agent.node}")
+        else:
+            looks.first_look(agent)
 
     await asyncio.gather(*(start(agent) for agent in agents))
-    if fleet and agents:
-        beats = FleetBeats(agents, ctx.nc, lambda: agents[0].config.heartbeat_s)
-        ctx.spawn(beats.run(), "heartbeats")
-        looks = FleetWatch(agents)
-        await looks.first_look()
+    if looks is not None:
+        ctx.spawn(FleetBeats(agents, ctx.nc, lambda: agents[0].config.heartbeat_s).run(), "heartbeats")
         ctx.spawn(looks.run(), "health-and-usage")
     watch = watch_records(ctx.nc, [agent.binder for agent in agents])
     await watch.start()  # the records are watched before the process says it is ready

@@ -40,15 +40,15 @@ class FleetWatch:
         now = monotonic()
         # after the first pass, each node's next at a random point of its interval (as the beats)
         self.slots = [_Slot(a, now + random.uniform(0.0, a.config.watch_s)) for a in agents]
+        self._slots = {slot.agent.node: slot for slot in self.slots}
         self.passes = 0
         self.tick_s = min([TICK_S] + [a.config.watch_s for a in agents[:1]])  # tests watch faster
 
-    async def first_look(self) -> None:
-        """The first pass of every node (as `watch_loop` starts with), awaited: a fleet that says it
-        is ready has reported its hardware (2,000 first passes take about half a second of CPU)."""
-        for slot in self.slots:
-            self._start(slot, slot.agent._looks_due())
-        await asyncio.gather(*(slot.task for slot in self.slots if slot.task is not None))
+    def first_look(self, agent) -> None:
+        """Start a node's first pass as soon as it is registered (as `watch_loop` starts with),
+        without waiting for it; one that fails is tried again by the ticker."""
+        slot = self._slots[agent.node]
+        self._start(slot, agent._looks_due())
 
     async def run(self) -> None:
         while True:
