@@ -15,6 +15,8 @@ from typing import Any
 import msgspec
 
 from schemas.commands import Reply, fail
+from schemas.strict_json import DuplicateKeyError, check_no_duplicate_keys
+from schemas.wording import in_words
 from shared.telemetry import extract_context, tracer
 
 log = logging.getLogger("gpuledger")
@@ -41,6 +43,8 @@ _UNKNOWN = re.compile(r"(?:unknown|missing required) field `([^`]*)`")
 
 def field_of(error: Exception) -> str:
     """The field an error is about, as a path like `models[0]` ("" for the message as a whole)."""
+    if isinstance(error, DuplicateKeyError):
+        return error.field
     text = str(error)
     match, unknown = _AT.search(text), _UNKNOWN.search(text)
     path = match.group(1) if match else ""
@@ -51,7 +55,7 @@ def field_of(error: Exception) -> str:
 
 def invalid_reply(error: Exception) -> Reply:
     if isinstance(error, msgspec.ValidationError):
-        return fail("invalid", str(error), field_of(error))
+        return fail("invalid", in_words(str(error)), field_of(error))
     if isinstance(error, UnicodeDecodeError):
         return fail("invalid", f"malformed JSON: not valid UTF-8 (at byte {error.start})")
     if isinstance(error, RecursionError):
@@ -68,7 +72,7 @@ def command(broker, subject: str, command_type: type,
             **subscriber_kwargs) -> None:
     """Register `handler` for typed commands on `subject` (request/reply). `decode` replaces the
     typed decoding (a command with a second spelling); it raises msgspec errors like a decoder."""
-    decoder = msgspec.json.Decoder(command_type) if decode is None else _Decode(decode)
+    decoder = _Strict(msgspec.json.Decoder(command_type).decode if decode is None else decode)
 
     @broker.subscriber(subject, decoder=raw_body, **subscriber_kwargs)
     async def _handle(raw: Any) -> bytes:
@@ -91,9 +95,16 @@ def command(broker, subject: str, command_type: type,
         return encode_reply(reply)
 
 
-class _Decode:
+class _Strict:
+    """A command decoder that also refuses a key written twice in one object (schemas/strict_json)."""
+
     def __init__(self, decode: Callable[[bytes], Any]):
-        self.decode = decode
+        self._decode = decode
+
+    def decode(self, body: bytes) -> Any:
+        command = self._decode(body)
+        check_no_duplicate_keys(body)
+        return command
 
 
 # --- commands answered a batch at a time (nats-py directly) ---------------------------------------
@@ -111,7 +122,7 @@ async def batched_command(nc, subject: str, command_type: type,
     Subscribed through nats-py, not faststream: faststream's per-message dispatch cost more CPU
     than the command itself (DESIGN.md). `spawn(coro, name)` runs the worker (ServiceContext.spawn).
     Returns the subscription."""
-    decoder = msgspec.json.Decoder(command_type)
+    decoder = _Strict(msgspec.json.Decoder(command_type).decode)
     queue: asyncio.Queue = asyncio.Queue()
 
     async def arrived(msg) -> None:
