@@ -102,50 +102,60 @@ def _save_membership(book: dict, key: str, journal: Journal | None) -> None:
 
 
 def grants_fit(state: State, claim: Claim, grants: list[Grant]) -> bool:
-    """Every granted unit exists on its node, is healthy and has room: no double booking.
-    (Runs for every allocation folded: the node is looked up once per run of grants on it, and
-    `schedulable`/`healthy` are spelled out.)"""
+    """Every granted unit exists on its node, is healthy and has room: no double booking."""
+    return fitting_units(state, grants) is not None
+
+
+def fitting_units(state: State, grants: list[Grant]) -> list[Unit] | None:
+    """The granted units, in grant order, if every one exists on its node, is healthy and has room
+    (`grants_fit`); else None. (Runs for every allocation folded: the node is looked up once per
+    run of grants on it, `schedulable`/`healthy` are spelled out, and the units found are handed
+    to `allocate` so it does not look them up again.)"""
     units, nodes = state.units, state.nodes
     seen: set[str] | None = set() if len(grants) > 1 else None
     checked = None  # the node last found schedulable
+    found = []
     for grant in grants:
         uuid = grant.uuid
         unit = units.get(uuid)
         if unit is None or unit.node != grant.node:
-            return False
+            return None
         if seen is not None:
             if uuid in seen:
-                return False
+                return None
             seen.add(uuid)
         if unit.node != checked:
             node = nodes.get(unit.node)
             if node is None or node.lost or node.condition != "Ready":
-                return False
+                return None
             checked = unit.node
         if unit.health != "Healthy":
-            return False
+            return None
         milli, milli_free = grant.milli, unit.milli_free
         if milli_free < milli:
-            return False
+            return None
         if milli >= FREE:
             if unit.holders or milli_free < FREE:
-                return False
+                return None
         elif unit.max_holders and len(unit.holders) >= unit.max_holders:
-            return False
-    return True
+            return None
+        found.append(unit)
+    return found
 
 
 def allocate(state: State, claim: Claim, grants: list[Grant], node_name: str,
-             at: float, journal: Journal | None = None) -> None:
-    """Give a pending claim its units and host resources; charge its namespace."""
+             at: float, journal: Journal | None = None, granted: list[Unit] | None = None) -> None:
+    """Give a pending claim its units and host resources; charge its namespace. `granted`: the
+    grants' units when the caller already looked them up (`fitting_units`)."""
     spec = claim.spec
     cid = spec.claim_id
     node = state.nodes[node_name]
-    units = state.units
+    if granted is None:
+        units = state.units
+        granted = [units[grant.uuid] for grant in grants]
     if journal is not None:
-        _remember(state, claim, node, [units[grant.uuid] for grant in grants], journal)
-    for grant in grants:
-        unit = units[grant.uuid]
+        _remember(state, claim, node, granted, journal)
+    for grant, unit in zip(grants, granted):
         milli = grant.milli
         unit.milli_free -= milli
         unit.holders[cid] = milli
@@ -256,7 +266,9 @@ def requeue_all(state: State) -> None:
 
 def _charge(state: State, claim: Claim, sign: int) -> None:
     state.usage_version += 1  # quota arithmetic cached for one version of use goes stale
-    usage = state.usage_of(claim.spec.namespace)
+    usage = state.usage.get(claim.spec.namespace)  # `usage_of`, spelled out: every charge
+    if usage is None:
+        usage = state.usage_of(claim.spec.namespace)
     # rounded to the 3 decimals every granted TFLOPs figure has (place.py): the sum is then the
     # same in any order (the allocator folds a release stored beside its own batch either side of
     # it: services/allocator/own_batch.py), not one that drifts by the float rounding of each step

@@ -73,8 +73,11 @@ AUTHORITY: dict[type, Rule] = {
     ev.ClaimReleased: _rule(CLAIM, _CLAIM, subjects.INTAKE_BATCHES),
     ev.LeaseRenewed: _rule(CLAIM, _CLAIM, subjects.INTAKE_BATCHES),
     ev.ClaimActivity: _rule(CLAIM, _CLAIM, subjects.INTAKE_BATCHES),
-    # the allocator's mark before a decision ends an unbound claim: fences that claim's binding
-    ev.ClaimEnding: _rule(ALLOCATOR, _CLAIM),
+    # the allocator's mark before a decision ends an unbound claim: fences that claim's binding.
+    # Only on its own subject, which only the allocator may write: a mark on the claim's subject
+    # (where the claim service writes, and where marks went before session 21) is dropped; no fold
+    # changed state on those, so old logs fold as they did
+    ev.ClaimEnding: _rule(ALLOCATOR, _ROOT + "ending.{claim_id}"),
     ev.NodeRegistered: _rule(NODE_AGENT, _NODE),
     ev.NodeHeartbeat: _rule(NODE_AGENT, _NODE, _FLEET),
     ev.DeviceHealthChanged: _rule(NODE_AGENT, _NODE),
@@ -141,30 +144,40 @@ def _checker(pattern: Pattern) -> Callable[[str, Any], bool]:
             return token != "" and _tok(_field(event, "node")).startswith(token)
         return fleet
     field = operator.attrgetter(key)  # decoded events: the field is a str
+    safe = subjects._SAFE_TOKEN.fullmatch
 
     def keyed(subject: str, event: Any) -> bool:
-        if not subject.startswith(prefix):
-            return False
         value = field(event)
-        return bool(value) and subject == prefix + _tok(value) + suffix
+        if not value:
+            return False
+        if subject == prefix + value + suffix:  # the usual case: the id is its own token
+            return safe(value) is not None or _token(value) == value
+        return subject == prefix + _tok(value) + suffix
     return keyed
 
 
-_CHECKS: dict[type, tuple[Callable[[str, Any], bool], ...]] = {
-    kind: tuple(_checker(p) for p in rule.patterns) for kind, rule in AUTHORITY.items()}
+# Each row's patterns split in two: subjects that admit the type whatever the event says (one set
+# look-up per message, the common case of batches and decisions), and those keyed on the event.
+_EXACT: frozenset[tuple[type, str]] = frozenset(
+    (kind, p.prefix) for kind, rule in AUTHORITY.items() for p in rule.patterns if not p.key)
+_KEYED: dict[type, tuple[Callable[[str, Any], bool], ...]] = {
+    kind: tuple(_checker(p) for p in rule.patterns if p.key) for kind, rule in AUTHORITY.items()}
 
 
 def admits(subject: str, event: Any) -> bool:
     """Whether a fold may believe `event`, stored on `subject`."""
-    checks = _CHECKS.get(type(event))
-    if checks is None:
-        return False
-    for check in checks:
-        if check(subject, event):
-            if type(event) is ev.EventBatch:
-                return all(admits(subject, member) for member in event.events)
-            return True
-    return False
+    kind = type(event)
+    if (kind, subject) not in _EXACT:
+        for check in _KEYED.get(kind, ()):
+            if check(subject, event):
+                break
+        else:
+            return False
+    if kind is ev.EventBatch:
+        for member in event.events:
+            if not admits(subject, member):
+                return False
+    return True
 
 
 def folded(subject: str) -> bool:

@@ -32,7 +32,9 @@ SEED_WIRE_OF = {"gpu_groups": "gpus", "cuda_versions": "cudaVersions"}  # the li
 
 def _comma_list(choices: tuple[str, ...], what: str) -> Any:
     item = "|".join(re.escape(c) for c in choices)
-    pattern = rf"^\s*({item})\s*(,\s*({item})\s*)*(?!\n)$"
+    # JSON's own blanks around the commas, spelt out: `\s` is not the same set in every engine
+    space = r"[ \t\n\r]*"
+    pattern = rf"^{space}({item}){space}(,{space}({item}){space})*(?!\n)$"
     return Annotated[str, msgspec.Meta(pattern=pattern, max_length=1024,
                                        description=f"comma-separated {what} (the seed's API form)")]
 

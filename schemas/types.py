@@ -50,8 +50,12 @@ MigProfile = Literal[("",) + MIG_PROFILES]
 PLACEMENT_POLICIES = ("", "any", "contiguous")
 PlacementPolicy = Literal[PLACEMENT_POLICIES]
 Text = Annotated[str, msgspec.Meta(max_length=MAX_TEXT)]
-SelectorKey = Annotated[str, msgspec.Meta(max_length=MAX_KEY, pattern=r"\S",
-                                          description="not empty or blank")]
+# What counts as blank, spelt out: `\s` differs between engines (Python's takes \x1c-\x1f and \x85,
+# JavaScript's \ufeff), so a key of one of those passed one side and not the other. This class is
+# every character either engine calls whitespace; both read it the same.
+BLANK = r"\t-\r \x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+SelectorKey = Annotated[str, msgspec.Meta(max_length=MAX_KEY, pattern=rf"[^{BLANK}]",
+                                          description="a key, not empty or blank")]
 LabelKey = Annotated[str, msgspec.Meta(max_length=MAX_KEY)]
 LabelValue = Annotated[str, msgspec.Meta(max_length=MAX_VALUE)]
 Labels = Annotated[dict[LabelKey, LabelValue], msgspec.Meta(max_length=MAX_ENTRIES)]

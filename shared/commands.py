@@ -15,6 +15,8 @@ from typing import Any
 import msgspec
 
 from schemas.commands import Reply, fail
+from schemas.strict_json import DuplicateKeyError, check_no_duplicate_keys
+from schemas.wording import in_words, whole_payload_words
 from shared.telemetry import extract_context, tracer
 
 log = logging.getLogger("gpuledger")
@@ -41,6 +43,8 @@ _UNKNOWN = re.compile(r"(?:unknown|missing required) field `([^`]*)`")
 
 def field_of(error: Exception) -> str:
     """The field an error is about, as a path like `models[0]` ("" for the message as a whole)."""
+    if isinstance(error, DuplicateKeyError):
+        return error.field
     text = str(error)
     match, unknown = _AT.search(text), _UNKNOWN.search(text)
     path = match.group(1) if match else ""
@@ -49,14 +53,44 @@ def field_of(error: Exception) -> str:
     return path
 
 
-def invalid_reply(error: Exception) -> Reply:
+def invalid_reply(error: Exception, body: bytes = b"", decode: Callable[[bytes], Any] | None = None) -> Reply:
+    """The refusal of a command `decode` could not read from `body`, naming the field."""
+    whole = whole_payload_words(str(error), body)
+    if whole:
+        return fail("invalid", whole)
     if isinstance(error, msgspec.ValidationError):
-        return fail("invalid", str(error), field_of(error))
+        field = field_of(error)
+        return fail("invalid", in_words(str(error)), name_the_key(field, body, decode) if decode else field)
     if isinstance(error, UnicodeDecodeError):
         return fail("invalid", f"malformed JSON: not valid UTF-8 (at byte {error.start})")
     if isinstance(error, RecursionError):
         return fail("invalid", "malformed JSON: nested too deep")
     return fail("invalid", f"malformed JSON: {error}")
+
+
+def name_the_key(field: str, body: bytes, decode: Callable[[bytes], Any]) -> str:
+    """`labels.team` for msgspec's `labels[...]`, which says a map holds a bad value but not under
+    which key: the map is tried one entry at a time until one fails at the same place."""
+    path = field.removesuffix("[...]")
+    names = path.split(".")
+    if path == field or not all(name.isidentifier() for name in names):
+        return field
+    try:
+        raw = msgspec.json.decode(body)
+    except Exception:  # a value nested too deep to read: the map is all that can be named
+        return path
+    holder = raw
+    for name in names[:-1]:
+        holder = holder.get(name) if isinstance(holder, dict) else None
+    entries = holder.get(names[-1]) if isinstance(holder, dict) else None
+    for key, value in entries.items() if isinstance(entries, dict) else ():
+        holder[names[-1]] = {key: value}
+        try:
+            decode(msgspec.json.encode(raw))
+        except Exception as err:  # msgspec's errors
+            if field_of(err) == field:
+                return f"{path}.{key}"
+    return path
 
 
 def encode_reply(reply: Reply) -> bytes:
@@ -68,7 +102,7 @@ def command(broker, subject: str, command_type: type,
             **subscriber_kwargs) -> None:
     """Register `handler` for typed commands on `subject` (request/reply). `decode` replaces the
     typed decoding (a command with a second spelling); it raises msgspec errors like a decoder."""
-    decoder = msgspec.json.Decoder(command_type) if decode is None else _Decode(decode)
+    decoder = _Strict(msgspec.json.Decoder(command_type).decode if decode is None else decode)
 
     @broker.subscriber(subject, decoder=raw_body, **subscriber_kwargs)
     async def _handle(raw: Any) -> bytes:
@@ -80,7 +114,7 @@ def command(broker, subject: str, command_type: type,
         try:
             cmd = decoder.decode(body)
         except Exception as err:  # msgspec's errors, invalid UTF-8 (ValueError), nesting (RecursionError)
-            return encode_reply(invalid_reply(err))
+            return encode_reply(invalid_reply(err, body, decoder.decode))
         try:
             reply = await handler(cmd)
         except DomainError as err:
@@ -91,9 +125,16 @@ def command(broker, subject: str, command_type: type,
         return encode_reply(reply)
 
 
-class _Decode:
+class _Strict:
+    """A command decoder that also refuses a key written twice in one object (schemas/strict_json)."""
+
     def __init__(self, decode: Callable[[bytes], Any]):
-        self.decode = decode
+        self._decode = decode
+
+    def decode(self, body: bytes) -> Any:
+        command = self._decode(body)
+        check_no_duplicate_keys(body)
+        return command
 
 
 # --- commands answered a batch at a time (nats-py directly) ---------------------------------------
@@ -111,7 +152,7 @@ async def batched_command(nc, subject: str, command_type: type,
     Subscribed through nats-py, not faststream: faststream's per-message dispatch cost more CPU
     than the command itself (DESIGN.md). `spawn(coro, name)` runs the worker (ServiceContext.spawn).
     Returns the subscription."""
-    decoder = msgspec.json.Decoder(command_type)
+    decoder = _Strict(msgspec.json.Decoder(command_type).decode)
     queue: asyncio.Queue = asyncio.Queue()
 
     async def arrived(msg) -> None:
@@ -131,7 +172,7 @@ async def batched_command(nc, subject: str, command_type: type,
                 commands.append(decoder.decode(msg.data))
                 answered.append(msg)
             except Exception as err:  # msgspec's errors, invalid UTF-8, nesting
-                await _respond(msg, encode_reply(invalid_reply(err)))
+                await _respond(msg, encode_reply(invalid_reply(err, msg.data, decoder.decode)))
         if not commands:
             return
         with tracer().start_as_current_span(subject) as span:  # one span per batch

@@ -20,6 +20,7 @@ import msgspec
 
 from schemas import subjects
 from schemas.grants import LiveClaim
+from schemas.strict_json import check_no_duplicate_keys
 from services.node_agent.agent import NodeAgent
 from services.node_agent.fakenvml import FakeGpu, FakeMig, FakeNvml, FakeProcess
 
@@ -78,6 +79,7 @@ class SimulatedFleet:
         async def on_msg(msg) -> None:
             try:
                 command = msgspec.json.decode(msg.data, type=kind)
+                check_no_duplicate_keys(msg.data)  # a key written twice is refused, as everywhere
                 answer = {"ok": True, **handler(command)}
                 self._wake(command.node)
             except (msgspec.DecodeError, msgspec.ValidationError, CommandError) as err:
