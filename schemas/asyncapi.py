@@ -18,10 +18,14 @@ _NATS = {"nats": {"bindingVersion": "0.1.0"}}
 _TOKEN = "a claim id with every character other than a letter, digit, '-', '_' or ':' as '_'"
 EVENT_CHANNELS = {
     "claimEvents": (
-        "gpu.evt.claim.{claimToken}", "One claim's events (claim service; ClaimEnding from the "
-        "allocator just before a decision ends the claim unbound, to fence its binding).",
-        ["ClaimSubmitted", "ClaimRejected", "ClaimReleased", "LeaseRenewed", "ClaimActivity", "ClaimEnding"],
+        "gpu.evt.claim.{claimToken}", "One claim's events (claim service).",
+        ["ClaimSubmitted", "ClaimRejected", "ClaimReleased", "LeaseRenewed", "ClaimActivity"],
         "appended", {"claimToken": _TOKEN}),
+    "claimEndings": (
+        "gpu.evt.ending.{claimToken}", "The allocator's mark just before a decision ends the claim "
+        "unbound (only the allocator writes here): a binding is appended on condition of the last "
+        "sequence over gpu.evt.*.{claimToken}, so no binding is stored after the mark.",
+        ["ClaimEnding"], "appended", {"claimToken": _TOKEN}),
     "intakeBatches": (
         subjects.INTAKE_BATCHES, "Claims the claim service drained from the intake together: one "
         "EventBatch of ClaimSubmitted (read its members in order).", ["EventBatch"], "appended", {}),

@@ -73,8 +73,11 @@ AUTHORITY: dict[type, Rule] = {
     ev.ClaimReleased: _rule(CLAIM, _CLAIM, subjects.INTAKE_BATCHES),
     ev.LeaseRenewed: _rule(CLAIM, _CLAIM, subjects.INTAKE_BATCHES),
     ev.ClaimActivity: _rule(CLAIM, _CLAIM, subjects.INTAKE_BATCHES),
-    # the allocator's mark before a decision ends an unbound claim: fences that claim's binding
-    ev.ClaimEnding: _rule(ALLOCATOR, _CLAIM),
+    # the allocator's mark before a decision ends an unbound claim: fences that claim's binding.
+    # Only on its own subject, which only the allocator may write: a mark on the claim's subject
+    # (where the claim service writes, and where marks went before session 21) is dropped; no fold
+    # changed state on those, so old logs fold as they did
+    ev.ClaimEnding: _rule(ALLOCATOR, _ROOT + "ending.{claim_id}"),
     ev.NodeRegistered: _rule(NODE_AGENT, _NODE),
     ev.NodeHeartbeat: _rule(NODE_AGENT, _NODE, _FLEET),
     ev.DeviceHealthChanged: _rule(NODE_AGENT, _NODE),

@@ -351,9 +351,11 @@ class NodeLost(Event, tag=True):
 class ClaimEnding(Event, tag=True):
     """The allocator is about to end this claim, allocated and not yet bound, by a decision on
     the decision subject (`decision`: ClaimEvicted, AllocationExpired, AllocationUnused or
-    NodeLost). Appended on the claim's own subject just before that `DecisionBatch`, it moves the
-    subject a node agent's binding is conditioned on, so no binding is stored after the decision
-    (issue 16). No fold changes state on it. `fence` is the decision subject's last sequence the
+    NodeLost). Appended on the claim's ending subject (`gpu.evt.ending.<token>`, which only the
+    allocator may write; before session 21 on the claim's own subject, where folds now drop it)
+    just before that `DecisionBatch`, it moves the subjects a node agent's binding is conditioned
+    on, so no binding is stored after the decision (issue 16). No fold of the ledger changes
+    state on it; the allocator leaves the claim out of node records until its batch is folded. `fence` is the decision subject's last sequence the
     batch is appended on condition of: the first batch after it is this one, or another
     allocator's that fenced it out (then the claim stays live and may be bound)."""
 

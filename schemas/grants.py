@@ -27,6 +27,10 @@ class LiveClaim(msgspec.Struct, frozen=True, omit_defaults=True):
     namespace: str
     grants: list[Grant] = []
     bound: bool = False  # bound as of `through_seq`: a later binding is on the node's binding subject
+    # unbound: the last sequence over the claim's subjects (`subjects.claim_fence`) as of
+    # `through_seq`; its binding is appended on condition that nothing came there since (a
+    # release, an ending mark, a renewal), so the agent reads none of the log to bind it
+    fence: int = 0
 
 
 class NodeGrants(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -38,10 +42,13 @@ class NodeGrants(msgspec.Struct, frozen=True, omit_defaults=True):
     v: int = 1
 
     def same_claims(self, other: "NodeGrants | None") -> bool:
-        """The same live claims and grants (the bound flags and positions aside)."""
-        if other is None:
+        """The same live claims and grants, and the same fence for each claim unbound here (the
+        bound flags and positions aside: a binding alone rewrites no record)."""
+        if other is None or len(self.claims) != len(other.claims):
             return False
-        return [(c.claim_id, c.grants) for c in self.claims] == [(c.claim_id, c.grants) for c in other.claims]
+        return all(mine.claim_id == theirs.claim_id and mine.grants == theirs.grants
+                   and (mine.bound or mine.fence == theirs.fence)
+                   for mine, theirs in zip(self.claims, other.claims))
 
 
 _encoder = msgspec.json.Encoder()

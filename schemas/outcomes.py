@@ -32,6 +32,9 @@ class OutcomeReason(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     code: str  # stable: see docs/contract.md for every code and whether waiting helps
     message: str
     count: int  # nodes or devices it applies to (ranking weight), 0 where it does not count
+    # the claim's field a refusal is about (`gpus`, `models[0]`, `labels.team`); "" when none, or the
+    # payload as a whole (not JSON). Added after v1 was published: a default, so older writers fit.
+    field: str = ""
 
 
 class ClaimOutcome(msgspec.Struct, tag_field="type", tag=True, frozen=True, kw_only=True,

@@ -25,6 +25,23 @@ def claim(claim_id: str) -> str:
     return f"gpu.evt.claim.{_token(claim_id)}"
 
 
+def ending(claim_id: str) -> str:
+    """Where the allocator marks a claim it is about to end unbound (`ClaimEnding`): a subject only
+    the allocator may write (the claim service may not: it could forge a mark), beside the claim's
+    own under one wildcard, `claim_fence`."""
+    return f"gpu.evt.ending.{_token(claim_id)}"
+
+
+def claim_fence(claim_id: str) -> str:
+    """What a binding is conditioned on: the last sequence over every `gpu.evt.<kind>.<token>`
+    subject of the claim's token (nats-server takes a wildcard in
+    `Nats-Expected-Last-Subject-Sequence-Subject`): its own subject (a release, by the claim
+    service) and its ending subject (a mark, by the allocator). An aggregate of another kind
+    named like the claim (a node `x` and a claim `x`) matches too; the allocator's fold counts
+    those as well (services/allocator/claim_fences.py)."""
+    return f"gpu.evt.*.{_token(claim_id)}"
+
+
 def outcome(claim_id: str) -> str:
     """Where a claim's ClaimOutcome is written: `gpu.outcome.claim.<token>`."""
     return f"gpu.outcome.claim.{_token(claim_id)}"

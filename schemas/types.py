@@ -55,7 +55,7 @@ Text = Annotated[str, msgspec.Meta(max_length=MAX_TEXT)]
 # every character either engine calls whitespace; both read it the same.
 BLANK = r"\t-\r \x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
 SelectorKey = Annotated[str, msgspec.Meta(max_length=MAX_KEY, pattern=rf"[^{BLANK}]",
-                                          description="not empty or blank")]
+                                          description="a key, not empty or blank")]
 LabelKey = Annotated[str, msgspec.Meta(max_length=MAX_KEY)]
 LabelValue = Annotated[str, msgspec.Meta(max_length=MAX_VALUE)]
 Labels = Annotated[dict[LabelKey, LabelValue], msgspec.Meta(max_length=MAX_ENTRIES)]

@@ -71,7 +71,7 @@ class InMemoryEventLog:
     async def append(self, subject, event, *, msg_id=None, expected_last_subject_seq=None,
                      expected_subject=None, headers=None) -> Appended:
         fenced = expected_subject or subject
-        actual = self._subject_last.get(fenced, 0)
+        actual = self._last_over(fenced)
         # JetStream checks the expected sequence before it drops a duplicate message id
         if expected_last_subject_seq is not None and actual != expected_last_subject_seq:
             raise AppendConflict(fenced, expected_last_subject_seq, actual)
@@ -89,13 +89,22 @@ class InMemoryEventLog:
     async def last_seq(self) -> int:
         return len(self._entries)
 
+    def _last_over(self, pattern: str) -> int:
+        """The last sequence on `pattern` (a wildcard, as nats-server takes one in the check)."""
+        if "*" not in pattern and ">" not in pattern:
+            return self._subject_last.get(pattern, 0)
+        return max((seq for subject, seq in self._subject_last.items() if subject_matches(pattern, subject)),
+                   default=0)
+
     async def last_subject_seq(self, subject: str, direct: bool = False) -> int:
-        return self._subject_last.get(subject, 0)
+        return self._last_over(subject)
 
     async def subject_after(self, subject: str, after_seq: int = 0):
         for seq in range(after_seq + 1, len(self._entries) + 1):
             if self._entries[seq - 1][0] == subject:
                 yield self._stored(seq)
+
+    own_subject_after = subject_after  # JetStream's reads it by a consumer named after the subject
 
     async def read(self, from_seq=1, until_seq=None, subject=None):
         end = len(self._entries) if until_seq is None else min(until_seq, len(self._entries))

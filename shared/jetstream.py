@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import secrets
 
 import nats
 from nats.aio.client import Client
@@ -187,6 +188,43 @@ class JetStreamEventLog:
                 return
             yield StoredEvent(raw.seq, raw.subject or subject, decode_event(raw.data), dict(raw.headers or {}))
             seq = raw.seq + 1
+
+    async def own_subject_after(self, subject: str, after_seq: int = 0):
+        """The events stored on one subject after `after_seq`, read by a consumer whose create
+        request names the subject (`$JS.API.CONSUMER.CREATE.<stream>.<name>.<subject>`): what a
+        user allowed to read only its own subjects can do (a node agent, shared.nats_auth), where
+        `subject_after`'s gets carry the subject in their body, which permissions cannot see. The
+        consumer counts what is there when it is made, and the read ends there. A direct get of
+        the subject's last message (its subject in the request's) first: nothing new, no consumer."""
+        if await self.last_subject_seq(subject, direct=True) <= after_seq:
+            return
+        name = "after-" + secrets.token_hex(8)
+        info = await self.js.add_consumer(self.stream, config=api.ConsumerConfig(
+            name=name, filter_subject=subject, deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=after_seq + 1, ack_policy=api.AckPolicy.NONE, inactive_threshold=60.0,
+            mem_storage=True))
+        try:
+            pending = info.num_pending or 0
+            if pending:
+                sub = await self.js.pull_subscribe_bind(name, self.stream)
+                try:
+                    while pending > 0:
+                        for msg in await sub.fetch(min(pending, 256), timeout=10):
+                            pending -= 1
+                            try:
+                                event = decode_event(msg.data)
+                            except Exception as err:  # as every fold does: skipped, never a stall
+                                log.warning("skipping an undecodable message on %s: %s", subject, err)
+                                continue
+                            yield StoredEvent(msg.metadata.sequence.stream, msg.subject, event,
+                                              dict(msg.headers or {}))
+                finally:
+                    await sub.unsubscribe()
+        finally:
+            try:
+                await self.js.delete_consumer(self.stream, name)
+            except Exception:  # gone already, or NATS trouble: it goes after a minute idle anyway
+                pass
 
     async def read(self, from_seq: int = 1, until_seq: int | None = None, subject: str | None = None):
         """Events from `from_seq` up to the end as it was when the read began (or `until_seq`)."""

@@ -78,19 +78,20 @@ def _service(user: str, publish: list[str], serves: list[str], reads: tuple[str,
 
 def service_roles() -> list[Role]:
     return [
-        _service("claim", ["gpu.evt.claim.>", subjects.INTAKE_BATCHES, f"{subjects.DEAD_LETTER}.>",
+        _service("claim", ["gpu.evt.claim.*", subjects.INTAKE_BATCHES, f"{subjects.DEAD_LETTER}.>",
                            "gpu.evt.endpoint.>", "gpu.evt.slot.>", subjects.OUTCOMES],
                  ["gpu.cmd.claim.>", "gpu.qry.claim.>", "gpu.qry.cluster.>", "gpu.cmd.endpoint.>",
                   "gpu.qry.endpoint.>", "gpu.qry.gpus.>", "gpu.cmd.slot.>", "gpu.qry.slot.>"],
                  (subjects.STREAM, subjects.INTAKE_STREAM, subjects.OUTCOMES_STREAM),
                  "claims, intake batches, dead letters, endpoints, model slots, outcomes"),
-        # gpu.evt.claim.>: ClaimEnding before a decision ends an unbound claim (fences its binding)
-        _service("allocator", [subjects.DECISIONS, "gpu.evt.claim.>", subjects.NODE_GRANTS,
+        # gpu.evt.ending.*: ClaimEnding before a decision ends an unbound claim (fences its
+        # binding); only the allocator writes there, and it no longer writes on claims' subjects
+        _service("allocator", [subjects.DECISIONS, "gpu.evt.ending.*", subjects.NODE_GRANTS,
                                f"$O.{subjects.SNAPSHOT_BUCKET}.>",
                                *_create(OBJECT_STREAM), f"$JS.API.STREAM.PURGE.{OBJECT_STREAM}"],
                  ["gpu.qry.allocator.>", "gpu.cmd.allocator.>"],
                  (subjects.STREAM, subjects.NODE_GRANTS_STREAM, OBJECT_STREAM),
-                 "the only writer of decisions and node-grant records; ending marks on claims"),
+                 "the only writer of decisions, node-grant records and claims' ending marks"),
         _service("quota", ["gpu.evt.quota.>", "gpu.evt.drift.>"], ["gpu.cmd.quota.>", "gpu.qry.quota.>"],
                  notes="quotas, drift cleared"),
         _service("pool-controller", ["gpu.evt.pool.>", "gpu.evt.marks.>"],
@@ -113,17 +114,32 @@ def _own_records(nodes: list[str]) -> list[str]:
     return out
 
 
+def _own_subjects(nodes: list[str]) -> list[str]:
+    """Read only these nodes' own binding and drift subjects of the ledger: a direct get of a
+    subject's last message (the subject in the request's subject) and a consumer whose create
+    request names the subject (`JetStreamEventLog.own_subject_after`); never a get whose subject
+    is in the body, an unfiltered consumer, another node's subjects, a claim or a decision. A node
+    agent binds on condition of the fence its record carries (schemas.grants): it reads no claim."""
+    ledger = subjects.STREAM
+    out = [f"$JS.API.STREAM.INFO.{ledger}", f"$JS.API.CONSUMER.INFO.{ledger}.*",
+           f"$JS.API.CONSUMER.DELETE.{ledger}.*", f"$JS.API.CONSUMER.MSG.NEXT.{ledger}.*"]
+    for node in nodes:
+        for own in (subjects.node_bindings(node), subjects.drift(node)):
+            out += [f"$JS.API.DIRECT.GET.{ledger}.{own}", f"$JS.API.CONSUMER.CREATE.{ledger}.*.{own}"]
+    return out
+
+
 def node_role(user: str, nodes: list[str], simulated: bool = False) -> Role:
     """A node agent (or the one process of a simulated fleet): its nodes' own subjects, bindings
-    and drift reports included, and nothing else; it reads the ledger and its own nodes' records
-    of live claims only (a simulated fleet, which watches all its nodes through one consumer of
-    several filters, reads every record)."""
+    and drift reports included, and nothing else; it reads its own nodes' subjects of the ledger
+    and its own nodes' records of live claims only (a simulated fleet, which watches all its nodes
+    through one consumer of several filters, reads every record and the whole ledger)."""
     pub = [f"{READY}.node-agent", *_info()]
     for node in nodes:
         own = subjects.node(node)
         pub += [own, f"{own}.>", subjects.drift(node)]
-    pub += _read(subjects.STREAM)
     shared_reads = simulated or len(nodes) != 1
+    pub += _read(subjects.STREAM) if shared_reads else _own_subjects(nodes)
     pub += _read(subjects.NODE_GRANTS_STREAM) if shared_reads else _own_records(nodes)
     serves = ["gpu.cmd.node.fault", "gpu.cmd.node.process"] if simulated else []
     # one node's agent: its replies and deliveries on its own inbox prefix, so it cannot listen

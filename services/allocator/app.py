@@ -12,6 +12,7 @@ from schemas.commands import Query, ok
 from shared.commands import command
 from shared.service import ServiceContext
 
+from services.allocator.fence_lookup import resolve_fences_forever
 from services.allocator.loop import Allocator
 from services.allocator.metrics import instrument
 from services.allocator.node_records import record_of
@@ -31,8 +32,10 @@ async def build(ctx: ServiceContext) -> None:
         log.info("restored snapshot at seq %d; replaying %d events", state.last_seq, end - state.last_seq)
     ctx.spawn(allocator.follow(end), "allocator-follow")
     ctx.spawn(allocator.decide_forever(), "allocator-decide")
-    writer = allocator.node_records = NodeRecordWriter(ctx.nc, lambda node: record_of(allocator.state, node))
+    writer = allocator.node_records = NodeRecordWriter(
+        ctx.nc, lambda node: record_of(allocator.state, node, allocator.fences))
     ctx.spawn(_write_node_records(allocator, writer), "allocator-node-records")
+    ctx.spawn(resolve_fences_forever(js, allocator), "allocator-claim-fences")
     ctx.spawn(_snapshot_forever(js, allocator, ctx.settings.snapshot_every), "allocator-snapshot")
     ctx.allocator = allocator  # type: ignore[attr-defined]  # for in-process tests
     instrument(ctx.metrics, allocator, ctx.log.last_seq)

@@ -1,20 +1,21 @@
 """Fence bindings against the decisions that end a grant (issue 16).
 
-A node agent appends a binding on condition that its claim's own subject has not moved since it
-looked (services/node_agent/binder.py): a release, written there by the claim service, refuses
-it. An eviction, an expired lease, an unused allocation or a lost node ends a claim by a decision
-on the decision subject instead, which that condition does not watch. So, before appending a
-batch that ends a claim which is allocated and not yet bound in the fold, the allocator appends a
-`ClaimEnding` on that claim's subject: a binding whose agent looked before it is refused by the
-server, and one that looks after it sees it and waits for the next record. A binding stored
+A node agent appends a binding on condition that its claim's subjects (`gpu.evt.*.<token>`) have
+not moved since the record it acts on (services/node_agent/binder.py): a release, written on the
+claim's subject by the claim service, refuses it. An eviction, an expired lease, an unused
+allocation or a lost node ends a claim by a decision on the decision subject instead, which that
+condition does not watch. So, before appending a batch that ends a claim which is allocated and
+not yet bound in the fold, the allocator appends a `ClaimEnding` on the claim's ending subject
+(`subjects.ending`, which only the allocator may write: the claim service cannot forge one): a
+binding conditioned on a record from before the mark is refused by the server. A binding stored
 before the mark is stored before the decision too: an ordinary end of a bound claim, whose
 workload the next record stops. Claims already bound in the fold need no mark.
 
-The allocator writes no node record between its marks and the fold of its batch (or its
-conflict): a record folded past a mark but not past the decision would list the claim as live
-with nothing after it on its subject. A mark whose batch was fenced out is settled by the
-decision subject: the first batch after the mark's `fence` either ends the claim or is another
-allocator's (then the claim was not ended, and is bound).
+A record folded past a mark but not past its decision leaves the claim out, whoever wrote the
+mark (services/allocator/claim_fences.py): the first decision batch after the mark's `fence`
+either ends the claim or is another allocator's (the mark's batch was fenced out; the claim is
+listed again, and bound on condition of the mark's sequence). This allocator also writes no
+record between its own marks and the fold of its batch (or its conflict).
 """
 
 from __future__ import annotations
@@ -48,6 +49,6 @@ def unbound_endings(state: State, decisions) -> list[tuple[str, str, str]]:
 
 async def mark_endings(event_log, endings: list[tuple[str, str, str]], fence: int, at: float) -> None:
     """Append the `ClaimEnding` marks (in parallel) of a batch appended on condition of `fence`."""
-    await asyncio.gather(*(event_log.append(subjects.claim(claim_id), ev.ClaimEnding(
+    await asyncio.gather(*(event_log.append(subjects.ending(claim_id), ev.ClaimEnding(
         at=at, claim_id=claim_id, decision=kind, fence=fence, node=node)) for claim_id, kind, node in endings))
 

@@ -29,6 +29,7 @@ from ledger.state import State
 from services.allocator.core.decide import POLICY_VERSION, DecideContext, decide_kept
 from services.allocator.core.frag_cache import FragCache
 from services.allocator.core.scorers import DEFAULT_POLICY
+from services.allocator.claim_fences import ClaimFences
 from services.allocator.end_fence import mark_endings, unbound_endings
 from services.allocator.node_records import nodes_touched
 from services.allocator.own_batch import OwnBatch
@@ -98,6 +99,9 @@ class Allocator:
         # the writer of each node's record of live claims (schemas.grants), when there is one:
         # told which nodes every event folded live touches
         self.node_records = None
+        # what each unbound claim's binding is conditioned on, and the claims being ended
+        # (claim_fences.py): heard from every live event, whoever wrote it
+        self.fences = ClaimFences()
 
     @property
     def state(self) -> State:
@@ -134,8 +138,18 @@ class Allocator:
             self._traces.pop(member.claim_id, None)
         if isinstance(member, _TRIGGERS):
             self.dirty.set()
+        moved = self.fences.heard(seq, subject, member)
+        if isinstance(member, ev.ClaimSubmitted):
+            self.fences.prune(self.state.claims)
         if self.node_records is not None:
+            if moved:
+                self.node_records.mark(self.claim_nodes(moved))
             self.node_records.flush()
+
+    def claim_nodes(self, claim_ids) -> list[str]:
+        """The nodes of these claims allocated there and not bound (their records carry fences)."""
+        claims = self.state.claims
+        return [claims[c].node for c in claim_ids if c in claims and claims[c].status == "allocated"]
 
     async def wait_for_seq(self, seq: int) -> None:
         await self.follower.wait_for_seq(seq, timeout=None)

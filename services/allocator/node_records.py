@@ -14,6 +14,8 @@ from schemas.grants import LiveClaim, NodeGrants
 
 from ledger.state import State
 
+from services.allocator.claim_fences import ClaimFences
+
 
 def nodes_touched(state: State, event: ev.Event) -> Iterable[str]:
     """Nodes whose live claims folding `event` may change (asked before it is folded)."""
@@ -41,13 +43,20 @@ def _holder_node(state: State, claim_id: str) -> Iterable[str]:
     return (claim.node,) if claim is not None and claim.holds_devices else ()
 
 
-def record_of(state: State, node: str) -> NodeGrants:
-    """The claims holding devices (or host resources) on `node` now, in allocation order."""
+def record_of(state: State, node: str, fences: ClaimFences | None = None) -> NodeGrants:
+    """The claims holding devices (or host resources) on `node` now, in allocation order. With
+    `fences`, each unbound claim carries the fence its binding is appended on condition of, and
+    one whose fence is not known (or that is being ended) is left out until it is."""
     found = state.nodes.get(node)
     live = []
     for claim_id in found.claims if found is not None else ():
         claim = state.claims.get(claim_id)
-        if claim is not None and claim.holds_devices:
-            live.append(LiveClaim(claim_id=claim_id, namespace=claim.spec.namespace,
-                                  grants=claim.grants, bound=claim.status == "bound"))
+        if claim is None or not claim.holds_devices:
+            continue
+        bound = claim.status == "bound"
+        fence = 0 if bound or fences is None else fences.fence_of(claim_id)
+        if fence is None:
+            continue
+        live.append(LiveClaim(claim_id=claim_id, namespace=claim.spec.namespace,
+                              grants=claim.grants, bound=bound, fence=fence))
     return NodeGrants(node=node, through_seq=state.last_seq, claims=live)

@@ -22,10 +22,11 @@ from nats.js import api
 
 from schemas import events as ev
 from schemas import subjects
-from schemas.strict_json import check_no_duplicate_keys
 from schemas.seed import CLAIM_WIRE, SeedClaimSpec, convert_seed, from_seed_claim, is_seed_claim, seed_field
+from schemas.strict_json import check_no_duplicate_keys
 from schemas.types import ClaimSpec, Reason
-from shared.commands import DomainError, field_of
+from schemas.wording import in_words, whole_payload_words
+from shared.commands import DomainError, field_of, name_the_key
 from shared.retry import TRANSIENT, Backoff
 from shared.telemetry import tracer
 
@@ -238,16 +239,17 @@ async def _accept(service, data: bytes, headers: dict[str, str],
     try:
         spec = decode_claim(data)
     except Exception as err:  # msgspec's errors, invalid UTF-8 (ValueError), nesting (RecursionError)
-        await _reject(service, _readable_id(data, headers), "invalid", decode_error(err), field_of(err),
-                      data, specs, seq)
+        await _reject(service, _readable_id(data, headers), "invalid", decode_error(err, data),
+                      name_the_key(field_of(err), data, decode_claim), data, specs, seq)
         return None
     trace = {k: v for k, v in headers.items() if k in ("traceparent", "tracestate")}
     try:
         return service.prepare(spec, trace or None, pending=specs)
     except DomainError as err:
-        field = err.field
+        # the intake's payload is the claim itself: `gpus`, not the request's `claim.gpus`
+        field = err.field.removeprefix("claim.")
         if _seed_spelled(data):  # answered in the names the publisher wrote
-            field = "claim." + seed_field(field.removeprefix("claim."), CLAIM_WIRE) if field else field
+            field = seed_field(field, CLAIM_WIRE) if field else field
         await _reject(service, spec.claim_id, err.code, err.message, field, data, specs, seq)
         return None
 
@@ -256,15 +258,19 @@ def _seed_spelled(data: bytes) -> bool:
     return b'"claimId"' in data and is_seed_claim(msgspec.json.decode(data))
 
 
-def decode_error(err: Exception) -> str:
+def decode_error(err: Exception, data: bytes = b"") -> str:
     """What was wrong with a payload, in words a publisher can act on."""
     if isinstance(err, UnicodeDecodeError):
         return f"malformed JSON: not valid UTF-8 (byte {err.object[err.start:err.start + 1]!r} at {err.start})"
     if isinstance(err, RecursionError):
         return "malformed JSON: nested too deep"
+    text = str(err)
+    whole = whole_payload_words(text, data)
+    if whole:
+        return whole
     if isinstance(err, msgspec.ValidationError):
-        return str(err)
-    return f"malformed JSON: {err}"
+        return in_words(text)
+    return f"malformed JSON: {text}"
 
 
 def decode_claim(data: bytes) -> ClaimSpec:
@@ -272,16 +278,19 @@ def decode_claim(data: bytes) -> ClaimSpec:
     `claimId`, schemas/seed.py); an integer may be written as 2.0, as JSON Schema's `integer`
     allows (some encoders write every number that way), so the schema and the intake agree. A key
     written twice in one object is refused (schemas/strict_json.py)."""
-    raw = msgspec.json.decode(data)  # once, untyped: for the duplicate-key check and the spelling
-    check_no_duplicate_keys(data, raw)
-    if b'"claimId"' in data and is_seed_claim(raw):
-        return from_seed_claim(convert_seed(raw, SeedClaimSpec), raw)
-    try:
-        return _spec_decoder.decode(data)
+    if b'"claimId"' in data:  # cheap test first: the canonical spelling never pays the second decode
+        raw = msgspec.json.decode(data)
+        if is_seed_claim(raw):
+            check_no_duplicate_keys(data, raw)
+            return from_seed_claim(convert_seed(raw, SeedClaimSpec), raw)
+    try:  # typed first: its errors name the field (`$.gpus`), an untyped decode's do not
+        spec = _spec_decoder.decode(data)
     except msgspec.ValidationError as err:
         if "Expected `int`, got `float`" not in str(err):
             raise
-    return msgspec.convert(_integral_floats_as_ints(msgspec.json.decode(data)), ClaimSpec)
+        spec = msgspec.convert(_integral_floats_as_ints(msgspec.json.decode(data)), ClaimSpec)
+    check_no_duplicate_keys(data)
+    return spec
 
 
 def _integral_floats_as_ints(value):

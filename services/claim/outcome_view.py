@@ -20,7 +20,7 @@ def outcome_of(state: State, claim: Claim, seq: int, at: float) -> ClaimOutcome:
         final=claim.status in FINAL, node=claim.node if holding else "",
         devices=_devices(state, claim) if holding else [],
         env=visible_devices_env(claim) if holding else {},
-        reasons=[OutcomeReason(r.code, r.message, r.count) for r in claim.reasons],
+        reasons=[_reason(r) for r in claim.reasons],
         code=end_code(claim), message=claim.end_reason, seq=seq, at=at)
 
 
@@ -28,9 +28,13 @@ def rejected_outcome(event: ev.ClaimRejected, seq: int) -> ClaimOutcome:
     """A claim the intake refused: it never entered the fold, the refusal is all there is."""
     return ClaimOutcome(
         v=1, claim_id=event.claim_id, namespace="", status="rejected", final=True, node="",
-        devices=[], env={}, reasons=[OutcomeReason(r.code, r.message, r.count) for r in event.reasons],
+        devices=[], env={}, reasons=[_reason(r) for r in event.reasons],
         code=event.code, message=event.reasons[0].message if event.reasons else event.code,
         seq=seq, at=event.at)
+
+
+def _reason(reason) -> OutcomeReason:
+    return OutcomeReason(reason.code, reason.message, reason.count, str(reason.detail.get("field", "")))
 
 
 def end_code(claim: Claim) -> str:

@@ -4,21 +4,18 @@
 Records are level-triggered: the agent keeps only the latest one it was offered, so a claim that
 was allocated and released before the agent got to it is never bound at all. A record is as of a
 log position (`through_seq`); a claim can be released after it. So each binding is its own
-message, appended on the node's binding subject on condition that the claim's own subject (where
-its release goes) has not moved: `Nats-Expected-Last-Subject-Sequence` checked against the claim's
-subject (`expected_subject`, nats-server 2.11+), with the last sequence the agent saw there, no
-later than the record unless what came after is a renewal or activity. A release appended
-between the agent's look and its append makes the server refuse the binding: nothing is stored,
-no workload starts, and the next record drops the claim. An eviction, lease expiry, unused
-allocation or lost node is a decision on the decision subject; before it, the allocator appends a
-`ClaimEnding` on the claim's subject (services/allocator/end_fence.py), so the same check refuses
-a binding whose agent looked before it, and an agent that sees one waits: the first decision
-batch after the mark's `fence` either ends the claim (not bound) or is another allocator's (the
-ending was fenced out: bound).
+message, appended on the node's binding subject on condition that nothing was appended on the
+claim's subjects (`gpu.evt.*.<token>`: its own, where its release or renewal goes, and its ending
+subject, where the allocator marks it before a decision ends it) since the record: the record
+carries that last sequence (`LiveClaim.fence`), and nats-server checks it
+(`Nats-Expected-Last-Subject-Sequence` over the wildcard `subjects.claim_fence`). The agent reads
+none of the log to bind (issue 16: a GPU host reads only its own node's data). A refused binding
+stores nothing and starts no workload; the agent waits for a record that lists the claim with
+another fence (a renewal came, or an ending was fenced out) or drops it (released or ended).
 A retried append after a lost acknowledgement carries the same message id, one nobody else can
 guess (a per-process nonce), so it is stored once. After a restart the agent knows what it bound
 from the record's `bound` flags (as of the record's position in the log) and the bindings stored
-on its subject after that position.
+on its own binding subject after that position.
 """
 
 from __future__ import annotations
@@ -30,8 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from schemas import subjects
-from schemas import events as ev
-from schemas.events import ClaimActivity, ClaimBound, ClaimEnding, ClaimSubmitted, DriftDetected, LeaseRenewed, flatten
+from schemas.events import ClaimBound, DriftDetected, flatten
 from schemas.grants import LiveClaim, NodeGrants
 from shared.eventlog import AppendConflict
 from services.node_agent.binding import bind_env
@@ -40,11 +36,6 @@ from services.node_agent.retry import TRANSIENT, Backoff
 
 log = logging.getLogger("gpuledger.node_agent")
 
-# Events on a claim's subject after which it is still live (anything else, a release, ends it).
-_STILL_LIVE = (ClaimSubmitted, LeaseRenewed, ClaimActivity)
-_ENDS = (ev.ClaimEvicted, ev.AllocationExpired, ev.AllocationUnused)
-LIVE, ENDED, ENDING = "live", "ended", "ending"
-PENDING_RECHECK_S = 0.5  # a mark whose batch is not stored yet: look again this much later
 
 
 class Binder:
@@ -54,8 +45,9 @@ class Binder:
         self.live: dict[str, LiveClaim] = {}  # what this agent acts on: bound, workloads started
         self.bound: set[str] = set()  # claims whose binding is stored (learnt or appended)
         self.bound_seq: int | None = None  # the binding subject read up to; None: not read at start yet
-        self.ended: set[str] = set()  # listed claims whose subject says they ended: not bound
-        self.ending: set[str] = set()  # a ClaimEnding whose decision is not stored yet: wait
+        # claim -> the fence its binding was refused on: not tried again until a record lists
+        # the claim with another fence (its subjects moved: renewed, released, being ended)
+        self.stale: dict[str, int] = {}
         self.nonce = uuid.uuid4().hex[:16]  # makes binding message ids unguessable
         self.latest: NodeGrants | None = None
         self.refused: set[str] = set()  # claims reported as not bindable (once each)
@@ -93,33 +85,28 @@ class Binder:
         if self.bound_seq is None and record.claims:  # an empty record has nothing bound to learn:
             await self._learn_start(record)  # a fleet of 2,000 idle nodes asks nothing at start
         todo = plan(record, self.live, self.bound)
-        self.ended &= {claim.claim_id for claim in record.claims}  # forget what the record dropped
+        listed = {claim.claim_id for claim in record.claims}
+        self.stale = {c: fence for c, fence in self.stale.items() if c in listed}  # forget the dropped
         for claim_id in todo.stop:
             self._ended(claim_id)
         for claim, device in todo.held:
             self._refuse(claim, f"device {device} is held by another live claim")
         for claim in todo.adopt:
             self._started(claim)
-        bind = [claim for claim in todo.bind if claim.claim_id not in self.ended]
+        bind = [claim for claim in todo.bind if self.stale.get(claim.claim_id) != claim.fence]
         if bind:
             await self._bind(bind, record.through_seq)
 
     async def _learn_start(self, record: NodeGrants) -> None:
-        """Bound before this start: the record's flags, and what the subject holds after it."""
-        last = await self.log.last_subject_seq(self.subject)
+        """Bound before this start: the record's flags, and what its own binding subject holds
+        after the record (read by a consumer named after that subject: the agent's user may read
+        no other)."""
         self.bound.update(c.claim_id for c in record.claims if c.bound)
-        if last > record.through_seq:
-            last = max(last, await self._learn_bindings(record.through_seq))
-        self.bound_seq = last
-
-    async def _learn_bindings(self, after_seq: int) -> int:
-        """Read the binding subject after `after_seq` (someone appended there: this agent before
-        a restart or a lost acknowledgement); the last sequence read."""
-        last = after_seq
-        async for stored in self.log.subject_after(self.subject, after_seq):
+        last = record.through_seq
+        async for stored in self.log.own_subject_after(self.subject, record.through_seq):
             self.bound.update(e.claim_id for e in flatten(stored.event) if isinstance(e, ClaimBound))
             last = stored.seq
-        return last
+        self.bound_seq = last
 
     async def _bind(self, claims: list[LiveClaim], through_seq: int) -> None:
         devices, now, ready = self.devices(), self.clock(), []
@@ -140,45 +127,20 @@ class Binder:
             raise failed[0]
 
     async def _bind_one(self, claim: LiveClaim, event: ClaimBound, through_seq: int) -> bool:
-        """Append one binding on condition that its claim's subject has not moved since the agent
-        looked; False (nothing appended) when that subject says the claim ended."""
-        claim_subject = subjects.claim(claim.claim_id)
-        last = await self.log.last_subject_seq(claim_subject, direct=True)  # the append checks it
-        verdict = await self._since(claim_subject, through_seq, claim.claim_id) if last > through_seq else LIVE
-        if verdict == ENDED:
-            self.ended.add(claim.claim_id)
-            log.info("%s: not binding claim %s: it ended after the record", self.node, claim.claim_id)
+        """Append one binding on condition that the claim's subjects hold what the record saw
+        (`claim.fence`); False (nothing appended) when something came there since."""
+        try:
+            await self.log.append(self.subject, event, msg_id=f"bind.{self.nonce}.{claim.claim_id}",
+                                  expected_last_subject_seq=claim.fence,
+                                  expected_subject=subjects.claim_fence(claim.claim_id))
+        except AppendConflict as conflict:
+            self.stale[claim.claim_id] = claim.fence
+            log.info("%s: not binding claim %s yet: its subjects moved after the record (%s)",
+                     self.node, claim.claim_id, conflict)
             return False
-        if verdict == ENDING:  # its batch is not stored yet: look again soon
-            self.ending.add(claim.claim_id)
-            asyncio.get_running_loop().call_later(PENDING_RECHECK_S, self.wake.set)
-            return False
-        self.ending.discard(claim.claim_id)
-        await self.log.append(self.subject, event, msg_id=f"bind.{self.nonce}.{claim.claim_id}",
-                              expected_last_subject_seq=last, expected_subject=claim_subject)
         self.appends += 1
+        self.stale.pop(claim.claim_id, None)
         return True
-
-    async def _since(self, claim_subject: str, after_seq: int, claim_id: str) -> str:
-        """What the claim's subject says after the record: LIVE, ENDED (a release, or an ending
-        whose decision is stored) or ENDING (an ending whose decision batch is not stored yet)."""
-        async for stored in self.log.subject_after(claim_subject, after_seq):
-            event = stored.event
-            if isinstance(event, ClaimEnding):
-                verdict = await self._settled(event, claim_id)
-                if verdict != LIVE:
-                    return verdict
-            elif not isinstance(event, _STILL_LIVE):
-                return ENDED
-        return LIVE
-
-    async def _settled(self, mark: ClaimEnding, claim_id: str) -> str:
-        """The first decision batch after the mark's fence: the allocator's, ending the claim
-        (ENDED), or another one that fenced it out (LIVE); none yet: ENDING."""
-        async for stored in self.log.subject_after(subjects.DECISIONS, mark.fence):
-            decisions = stored.event.decisions if isinstance(stored.event, ev.DecisionBatch) else []
-            return ENDED if any(_ends(d, claim_id, mark.node) for d in decisions) else LIVE
-        return ENDING
 
     def _started(self, claim: LiveClaim) -> None:
         self.live[claim.claim_id] = claim
@@ -204,9 +166,3 @@ class Binder:
                 at=self.clock(), node=self.node, kind="missing-device", uuid=uuid,
                 claim_id=claim.claim_id, detail="granted device not on this node; not bound"))
         self._refuse(claim, f"granted devices this node lacks: {', '.join(missing)}")
-
-
-def _ends(decision, claim_id: str, node: str) -> bool:
-    if isinstance(decision, _ENDS):
-        return decision.claim_id == claim_id
-    return isinstance(decision, ev.NodeLost) and (decision.node == node or claim_id in decision.released)

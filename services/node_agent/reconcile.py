@@ -18,11 +18,10 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
-from nats.js.errors import NotFoundError
 
 from schemas import subjects
 from schemas.authority import admits
-from schemas.events import DriftCleared, DriftDetected, ProcessKilled, decode_event
+from schemas.events import DriftCleared, DriftDetected, ProcessKilled
 from schemas.types import DeviceUsage
 
 log = logging.getLogger("gpuledger.node_agent")
@@ -71,21 +70,13 @@ class ProcessReaper:
             self.reports.pop((event.uuid, event.pid), None)
 
     async def catch_up(self) -> None:
-        """Fold what was appended to this node's drift subject since the last call."""
+        """Fold what was appended to this node's drift subject since the last call (read by a
+        consumer named after the subject: the agent's user may read only its own subjects)."""
         subject = subjects.drift(self.node)
-        while True:
-            try:
-                raw = await self.js.get_msg(subjects.STREAM, seq=self.next_seq, subject=subject, next=True)
-            except NotFoundError:
-                return
-            self.next_seq = raw.seq + 1
-            try:
-                event = decode_event(raw.data)
-            except Exception as err:  # a malformed message on the subject: skip it, never stop
-                log.warning("%s: skipping an undecodable drift message: %s", self.node, err)
-                continue
-            if admits(raw.subject or subject, event):  # never a report about another node
-                self.fold(event)
+        async for stored in self.log.own_subject_after(subject, self.next_seq - 1):
+            self.next_seq = stored.seq + 1
+            if admits(stored.subject or subject, stored.event):  # never a report about another node
+                self.fold(stored.event)
 
     async def reap(self, usages: list[DeviceUsage]) -> list[ProcessKilled]:
         """Kill what is due now; returns the ProcessKilled events appended."""

@@ -153,12 +153,17 @@ async def test_a_claim_released_after_its_record_is_not_bound():
     assert started == ["b"] and binder.appends == 1
 
 
-async def test_a_renewal_after_the_record_does_not_stop_the_binding():
+async def test_a_renewal_after_the_record_waits_for_the_record_with_its_fence():
     log = InMemoryEventLog()
     binder, started, _ = binder_on(log)
-    await log.append(subjects.claim("a"), LeaseRenewed(claim_id="a", at=1.0))
+    renewed = await log.append(subjects.claim("a"), LeaseRenewed(claim_id="a", at=1.0))
     await binder.apply(record(claim("a", 0), seq=0))
-    assert started == ["a"]
+    assert started == [] and binder.stale == {"a": 0}
+    await binder.apply(record(claim("a", 0), seq=0))  # the same record: not tried again
+    assert started == [] and binder.appends == 0
+    fenced = LiveClaim(claim_id="a", namespace="ns", grants=claim("a", 0).grants, fence=renewed.seq)
+    await binder.apply(record(fenced, seq=renewed.seq))
+    assert started == ["a"] and binder.stale == {}
 
 
 async def test_a_timed_out_append_is_retried_and_stored_once(running):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from schemas import subjects
 from schemas.grants import LiveClaim, NodeGrants
 from schemas.types import DeviceInfo, Grant
 from services.node_agent.binder import Binder
@@ -18,10 +19,17 @@ def nc(fresh_client):
     return fresh_client
 
 
-def record(through_seq: int, *claim_ids: str) -> NodeGrants:
+def record(through_seq: int, *claim_ids: str, fences: dict[str, int] | None = None) -> NodeGrants:
+    """`fences`: each claim's fence as the allocator's fold saw it (0: nothing on its subjects)."""
     return NodeGrants(node=NODE, through_seq=through_seq, claims=[
-        LiveClaim(claim_id=c, namespace="ns", grants=[Grant(node=NODE, uuid=f"GPU-{i}", index=i)])
+        LiveClaim(claim_id=c, namespace="ns", grants=[Grant(node=NODE, uuid=f"GPU-{i}", index=i)],
+                  fence=(fences or {}).get(c, 0))
         for i, c in enumerate(claim_ids)])
+
+
+async def fences_now(log, *claim_ids: str) -> dict[str, int]:
+    """Each claim's fence as the server has it now: what a record folded up to here carries."""
+    return {c: await log.last_subject_seq(subjects.claim_fence(c)) for c in claim_ids}
 
 
 def binder_on(log):

@@ -1,9 +1,9 @@
 """No binding stored after the decision that ended its grant (issue 16): an eviction, expired
 lease, unused allocation or lost node ends a claim by a decision on `gpu.evt.decision`, which a
-binding's condition (the claim's own subject has not moved) does not watch. The allocator marks
-the claim's subject first (`ClaimEnding`, services/allocator/end_fence.py); on a real
-nats-server, the race is driven deterministically by ending the claim between the agent's look
-at the claim's subject and its append."""
+binding's condition (nothing new on the claim's subjects since its record) does not watch. The
+allocator marks the claim first (`ClaimEnding` on `gpu.evt.ending.<claim>`, which the binding's
+wildcard `gpu.evt.*.<claim>` covers; services/allocator/end_fence.py). On a real nats-server: the
+claim is ended after the record the agent acts on."""
 
 from __future__ import annotations
 
@@ -14,11 +14,10 @@ from schemas import events as ev
 from schemas import subjects
 from schemas.events import ClaimBound
 from schemas.types import ClaimSpec
-from shared.eventlog import AppendConflict
 from shared.jetstream import JetStreamEventLog
 from services.allocator.end_fence import mark_endings, unbound_endings
 
-from tests.trust.binding_race import NODE, binder_on, record
+from tests.trust.binding_race import NODE, binder_on, fences_now, record
 from tests.trust.binding_race import nc  # noqa: F401 (a fixture: the client these tests share)
 
 
@@ -44,31 +43,20 @@ async def end_by_decision(log: JetStreamEventLog, state: State, decision, *, mar
                      expected_last_subject_seq=fence)
 
 
-class EndedWhileLooking(JetStreamEventLog):
-    """The allocator ends the claim right after the agent read its claim's subject: the race."""
-
-    def __init__(self, nc, claim_id: str, decision, marks: bool = True):
-        super().__init__(nc)
-        self.claim_id, self.decision, self.marks, self.done = claim_id, decision, marks, False
-
-    async def last_subject_seq(self, subject: str, direct: bool = False) -> int:
-        seq = await super().last_subject_seq(subject, direct)
-        if subject == subjects.claim(self.claim_id) and not self.done:
-            self.done = True
-            state = allocator_state(**{self.claim_id: "allocated", "kept": "allocated"})
-            await end_by_decision(self, state, self.decision, marks=self.marks)
-        return seq
-
-
-async def bound_after_the_decision(log) -> list[str]:
-    """Bindings stored after the last decision batch: what must never happen."""
-    decided = await log.last_subject_seq(subjects.DECISIONS)
-    return [s.event.claim_id async for s in log.subject_after(subjects.node_bindings(NODE), decided)]
-
-
 async def bindings(log) -> list[str]:
     return [s.event.claim_id async for s in log.subject_after(subjects.node_bindings(NODE))
             if isinstance(s.event, ClaimBound)]
+
+
+async def act_on_a_record_from_before(log, decision, *claim_ids: str, marks: bool = True):
+    """The agent acts on a record folded before the allocator ended the claim."""
+    through = await log.last_seq()
+    fences = await fences_now(log, *claim_ids)
+    state = allocator_state(**{c: "allocated" for c in claim_ids})
+    await end_by_decision(log, state, decision, marks=marks)
+    binder, started = binder_on(log)
+    await binder.apply(record(through, *claim_ids, fences=fences))
+    return binder, started
 
 
 ENDINGS = [
@@ -80,68 +68,26 @@ ENDINGS = [
 
 
 @pytest.mark.parametrize("decision", ENDINGS[:3], ids=lambda d: type(d).__name__)
-async def test_an_ending_between_the_look_and_the_append_refuses_the_binding(nc, decision):
-    log = EndedWhileLooking(nc, "gone", decision)
-    through = await log.last_seq()
-    binder, started = binder_on(log)
-    with pytest.raises(AppendConflict):
-        await binder.apply(record(through, "gone", "kept"))
-    assert log.done
+async def test_an_ending_after_the_record_refuses_the_binding(nc, decision):
+    log = JetStreamEventLog(nc)
+    binder, started = await act_on_a_record_from_before(log, decision, "gone", "kept")
     assert await bindings(log) == ["kept"] and started == ["kept"]
-    await binder.apply(record(through, "gone", "kept"))  # the run loop's next look
-    assert await bindings(log) == ["kept"] and started == ["kept"]
-    assert "gone" in binder.ended and await bound_after_the_decision(log) == []
+    assert list(binder.stale) == ["gone"]
+    stored = [s async for s in log.subject_after(subjects.ending("gone"))]
+    assert [type(s.event).__name__ for s in stored] == ["ClaimEnding"]
 
 
 async def test_a_lost_node_refuses_every_binding_its_agent_had_not_stored(nc):
-    log = EndedWhileLooking(nc, "gone", ENDINGS[3])
-    through = await log.last_seq()
-    binder, started = binder_on(log)
-    with pytest.raises(AppendConflict):
-        await binder.apply(record(through, "gone", "kept"))
-    await binder.apply(record(through, "gone", "kept"))
-    assert "gone" not in await bindings(log) and "gone" in binder.ended
-    assert await bound_after_the_decision(log) == []  # "kept" may have been stored before the marks
+    log = JetStreamEventLog(nc)
+    binder, started = await act_on_a_record_from_before(log, ENDINGS[3], "gone", "kept")
+    assert await bindings(log) == [] and started == [] and sorted(binder.stale) == ["gone", "kept"]
 
 
 async def test_without_the_marks_the_binding_lands_after_the_eviction(nc):
-    """The race as it was: the allocator's batch alone does not move the claim's subject."""
-    log = EndedWhileLooking(nc, "gone", ENDINGS[0], marks=False)
-    through = await log.last_seq()
-    binder, started = binder_on(log)
-    await binder.apply(record(through, "gone"))
-    assert await bound_after_the_decision(log) == ["gone"] and started == ["gone"]
-
-
-async def test_an_ending_fenced_out_leaves_the_claim_bindable(nc):
-    """A mark whose batch another allocator fenced out: the first batch after its fence does not
-    end the claim, so the agent binds it."""
+    """The race as it was: the allocator's batch alone does not move the claim's subjects."""
     log = JetStreamEventLog(nc)
-    through = await log.last_seq()
-    fence = await log.last_subject_seq(subjects.DECISIONS)
-    state = allocator_state(gone="allocated")
-    await mark_endings(log, unbound_endings(state, [ENDINGS[0]]), fence, at=2.0)
-    other = ev.ClaimPending(at=2.0, claim_id="someone-else", reasons=[])  # the other allocator's batch
-    await log.append(subjects.DECISIONS, ev.DecisionBatch(decisions=[other], at=2.0),
-                     expected_last_subject_seq=fence)
-    binder, started = binder_on(log)
-    await binder.apply(record(through, "gone"))
+    binder, started = await act_on_a_record_from_before(log, ENDINGS[0], "gone", marks=False)
     assert await bindings(log) == ["gone"] and started == ["gone"]
-
-
-async def test_an_ending_not_yet_decided_waits_then_follows_the_decision(nc):
-    log = JetStreamEventLog(nc)
-    through = await log.last_seq()
-    fence = await log.last_subject_seq(subjects.DECISIONS)
-    state = allocator_state(gone="allocated")
-    await mark_endings(log, unbound_endings(state, [ENDINGS[1]]), fence, at=2.0)
-    binder, started = binder_on(log)
-    await binder.apply(record(through, "gone"))  # the batch is not stored yet: wait
-    assert await bindings(log) == [] and binder.ending == {"gone"} and "gone" not in binder.ended
-    await log.append(subjects.DECISIONS, ev.DecisionBatch(decisions=[ENDINGS[1]], at=2.0),
-                     expected_last_subject_seq=fence)
-    await binder.apply(record(through, "gone"))
-    assert await bindings(log) == [] and started == [] and "gone" in binder.ended
 
 
 def test_only_unbound_claims_are_marked():

@@ -1,7 +1,9 @@
-"""A node agent reads only its own node's record of live claims (issue 16), on a real
-nats-server with gpuledger's users: its watch (a consumer naming its key) and a direct get of its
-key work; another node's key, an unfiltered consumer, a get by sequence, and listening on the
-shared inbox (where other watches are delivered) are refused."""
+"""A node agent reads only its own node's data (issue 16), on a real nats-server with gpuledger's
+users: its record of live claims (a consumer naming its key, a direct get of its key) and its
+own binding and drift subjects of the ledger (a direct get, a consumer naming the subject);
+another node's key or subjects, any claim's or decision's message, an unfiltered consumer, a get
+whose subject is in the body, and listening on the shared inbox (where other watches are
+delivered) are refused. It binds without reading any claim (its record carries the fence)."""
 
 from __future__ import annotations
 
@@ -77,6 +79,54 @@ async def test_another_node_s_record_is_refused_every_way(agent):
         await agent.nc.request(f"$JS.API.DIRECT.GET.{GRANTS}", b'{"last_by_subj": "%s"}' % other.encode(), timeout=3)
 
 
+async def _write_ledger(server) -> dict[str, int]:
+    """A claim, a decision, and both nodes' bindings in the ledger: what there is to read."""
+    from schemas import events as ev
+    from shared.jetstream import JetStreamEventLog
+
+    log = JetStreamEventLog(server.ops)
+    seqs = {"claim": (await log.append(subjects.claim("c-other"), ev.ClaimReleased(claim_id="c-other", at=1.0))).seq,
+            "decision": (await log.append(subjects.DECISIONS, ev.DecisionBatch(decisions=[], at=1.0))).seq}
+    for node in (MINE, OTHER):
+        bound = ev.ClaimBound(claim_id=f"c-{node}", node=node, at=1.0, env={})
+        seqs[node] = (await log.append(subjects.node_bindings(node), bound)).seq
+    return seqs
+
+
+async def _refused(agent, subject: str, body: bytes = b"") -> bool:
+    """Ask on `subject`; True once the server reported a permissions violation for it (a refused
+    request gets no reply, so the short timeout only bounds the wait for one)."""
+    try:
+        await agent.nc.request(subject, body, timeout=1)
+    except Exception:
+        pass
+    for _ in range(500):
+        if agent.violations(subject):
+            return True
+        await asyncio.sleep(0.02)
+    return False
+
+
+async def test_of_the_ledger_it_reads_only_its_own_subjects(agent, auth_server):  # noqa: F811
+    from shared.jetstream import JetStreamEventLog
+
+    seqs = await _write_ledger(auth_server)
+    log = JetStreamEventLog(agent.nc)
+    mine = [s.event.claim_id async for s in log.own_subject_after(subjects.node_bindings(MINE))]
+    assert mine == [f"c-{MINE}"]
+    assert await log.last_subject_seq(subjects.node_bindings(MINE), direct=True) == seqs[MINE]
+    stream = subjects.STREAM
+    for subject in (subjects.node_bindings(OTHER), subjects.claim("c-other"), subjects.DECISIONS,
+                    subjects.node(OTHER), subjects.claim_fence("c-other")):
+        assert await _refused(agent, f"$JS.API.DIRECT.GET.{stream}.{subject}"), subject
+        assert await _refused(agent, f"$JS.API.CONSUMER.CREATE.{stream}.peek.{subject}"), subject
+    for body in (b'{"last_by_subj": "%s"}' % subjects.DECISIONS.encode(), b'{"seq": %d}' % seqs["claim"]):
+        assert await _refused(agent, f"$JS.API.DIRECT.GET.{stream}", body)  # subject or seq in the body
+        assert await _refused(agent, f"$JS.API.STREAM.MSG.GET.{stream}", body)
+    assert await _refused(agent, f"$JS.API.CONSUMER.CREATE.{stream}", b"{}")  # unfiltered
+    assert await _refused(agent, f"$JS.API.CONSUMER.CREATE.{stream}.peek")
+
+
 async def test_it_cannot_listen_on_the_shared_inbox_where_other_watches_are_delivered(agent):
     """Another watch's deliveries (the allocator's, another agent's) go to `_INBOX.<id>`."""
     assert await agent.refused("_INBOX.>", publish=False)
@@ -103,9 +153,18 @@ async def test_a_real_node_agent_binds_under_its_narrowed_user(auth_server, monk
     monkeypatch.setattr(app, "real_nvml", lambda: fake)
     monkeypatch.setenv(INBOX_PREFIX_ENV, nats_auth.node_inbox(MINE))
     settings = Settings(nats_url=auth_server.url(nats_auth.node_user_name(MINE)))
+    from schemas import events as ev
+    from shared.jetstream import JetStreamEventLog
+
+    ops_log = JetStreamEventLog(auth_server.ops)
+    # bound by this agent before a restart, after the record's position: learnt, not bound again
+    await ops_log.append(subjects.node_bindings(MINE), ev.ClaimBound(claim_id="c-before", node=MINE, at=1.0, env={}))
+    second = fake.nvmlDeviceGetUUID(fake.nvmlDeviceGetHandleByIndex(1))
+    second = second.decode() if isinstance(second, bytes) else second
     ctx = await start_service("node-agent", settings, app.build_real(settings, MINE))
     try:
         record = NodeGrants(node=MINE, through_seq=0, claims=[
+            LiveClaim(claim_id="c-before", namespace="ns", grants=[Grant(node=MINE, uuid=second, index=1)]),
             LiveClaim(claim_id="c-real", namespace="ns", grants=[Grant(node=MINE, uuid=uuid, index=0)])])
         await auth_server.ops.jetstream().publish(subjects.node_grants(MINE), encode_grants(record), stream=GRANTS)
         js = auth_server.ops.jetstream()
@@ -113,10 +172,14 @@ async def test_a_real_node_agent_binds_under_its_narrowed_user(auth_server, monk
         for _ in range(500):
             try:
                 bound = await js.get_last_msg(subjects.STREAM, subjects.node_bindings(MINE))
-                break
+                if msgspec.json.decode(bound.data)["claim_id"] == "c-real":
+                    break
             except Exception:
-                await asyncio.sleep(0.02)
+                pass
+            await asyncio.sleep(0.02)
         assert bound is not None, "no binding stored"
         assert msgspec.json.decode(bound.data)["claim_id"] == "c-real"
+        stored = [s.event.claim_id async for s in ops_log.subject_after(subjects.node_bindings(MINE))]
+        assert stored == ["c-before", "c-real"]
     finally:
         await stop_service(ctx)

@@ -14,7 +14,8 @@ from shared import nats_auth
 OWNED = {
     "gpu.evt.decision": "allocator",
     "$KV.gpuledger_node_grants.gpu-1": "allocator",
-    "gpu.evt.claim.c1": ("claim", "allocator"),  # the allocator: ClaimEnding (fences a binding)
+    "gpu.evt.claim.c1": "claim",
+    "gpu.evt.ending.c1": "allocator",  # ClaimEnding (fences a binding): not the claim service
     "gpu.evt.intake": "claim",
     "gpu.outcome.claim.c1": "claim",
     "gpu.evt.quota.team-a": "quota",

@@ -1,0 +1,50 @@
+"""Refusals in words another team can act on: msgspec says "Expected `str` matching regex
+'^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?(?!\\n)$'", which names the field but not the rule. Each
+pattern of the contract has a description (the same one the JSON Schema carries); a refusal quoting
+a pattern gets it in front. Pure: no I/O."""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from typing import Annotated, get_args, get_origin
+
+import msgspec
+
+_QUOTED = re.compile(r"Expected `str` matching regex (?P<pattern>'.*?'|\".*?\")(?= - at |$)")
+
+
+@cache
+def _pattern_words() -> dict[str, str]:
+    """repr(pattern) -> description, for every described pattern of the claim and the seed."""
+    from schemas import seed, types
+
+    out = {}
+    for module in (types, seed):
+        for value in vars(module).values():
+            if get_origin(value) is not Annotated:
+                continue
+            for meta in get_args(value)[1:]:
+                if isinstance(meta, msgspec.Meta) and meta.pattern and meta.description:
+                    out[repr(meta.pattern)] = meta.description
+    return out
+
+
+def in_words(message: str) -> str:
+    """`message` with the rule of a quoted pattern said in words (unchanged when none is known)."""
+    match = _QUOTED.search(message)
+    words = _pattern_words().get(match.group("pattern")) if match else None
+    if not words:
+        return message
+    return f"{message[:match.start()]}Expected {words} (`str` matching regex {match.group('pattern')})" \
+           f"{message[match.end():]}"
+
+
+def whole_payload_words(message: str, data: bytes) -> str | None:
+    """Plain words for what msgspec says of a payload as a whole (None: not such a message)."""
+    if message.startswith("Expected `object`, got `") and " - at " not in message:
+        return f"the payload must be one JSON object; it is {message.split('got ', 1)[1]}"
+    if message == "Input data was truncated":  # msgspec's words for an empty or cut-off payload
+        return ("malformed JSON: the payload is empty" if not data.strip()
+                else "malformed JSON: the payload ends before its JSON value does (cut off?)")
+    return None

@@ -1,0 +1,124 @@
+"""Every allocator respects ending marks it did not write (issue 16): a node's record of live
+claims leaves out a claim another allocator marked as ending (`ClaimEnding`) until the first
+decision batch after the mark's fence is folded. That batch either ends the claim (it never
+comes back) or is not the marker's (the marker was fenced out): then the claim is listed again,
+with the mark's sequence as its fence, and its agent binds it. Before, only the allocator that
+wrote a mark held its records; a second allocator listed the claim, its agent bound it, and the
+marker's batch ended a claim it believed unbound. Driven deterministically on a real nats-server:
+the other allocator's marks and batch are appended by the test."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from schemas import events as ev
+from schemas import subjects
+from schemas.events import ClaimBound
+from schemas.types import ClaimSpec
+from shared.eventlog import AppendConflict
+from shared.jetstream import JetStreamEventLog
+from services.allocator.end_fence import mark_endings
+from services.allocator.loop import Allocator
+from services.allocator.node_records import record_of
+from services.node_agent.binder import Binder
+from tests.service.helpers import h100_node, register_nodes
+from tests.service.helpers import test_settings as settings_for
+
+
+async def until(predicate, what: str) -> None:
+    for _ in range(500):
+        if predicate():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"never: {what}")
+
+
+@pytest.fixture
+async def allocated(fresh_client, fresh_nats):
+    """This allocator follows and decides; claim c0 is allocated on n0 and not bound."""
+    log = JetStreamEventLog(fresh_client)
+    await register_nodes(log, h100_node("n0", gpus=1, islands=1))
+    allocator = Allocator(log, settings_for(fresh_nats.url), "this", clock=lambda: 1000.0)
+    tasks = [asyncio.ensure_future(allocator.follow(await log.last_seq())),
+             asyncio.ensure_future(allocator.decide_forever())]
+    try:
+        await allocator.caught_up.wait()  # c0 is heard live (one folded before: tested below)
+        await log.append(subjects.claim("c0"), ev.ClaimSubmitted(
+            claim=ClaimSpec(claim_id="c0", namespace="ns", gpus=1), at=1000.0))
+        await until(lambda: getattr(allocator.state.claims.get("c0"), "status", "") == "allocated", "allocated")
+        yield log, allocator
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def listed(allocator: Allocator) -> dict[str, int]:
+    """claim -> fence in this allocator's record of n0."""
+    return {c.claim_id: c.fence for c in record_of(allocator.state, "n0", allocator.fences).claims}
+
+
+async def marked_by_the_other(log, allocator: Allocator) -> tuple[int, int]:
+    """The other allocator marks c0 (its lease ran out there); (its fence, the mark's sequence)."""
+    fence = await log.last_subject_seq(subjects.DECISIONS)
+    await mark_endings(log, [("c0", "AllocationExpired", "n0")], fence, at=1001.0)
+    mark = await log.last_subject_seq(subjects.ending("c0"))
+    await until(lambda: allocator.state.last_seq >= mark, "the mark folded")
+    return fence, mark
+
+
+async def test_a_claim_another_allocator_is_ending_leaves_the_record_until_its_batch(allocated):
+    log, allocator = allocated
+    assert "c0" in listed(allocator)
+    fence, _ = await marked_by_the_other(log, allocator)
+    assert "c0" not in listed(allocator), "a claim another allocator is ending was listed as bindable"
+    await log.append(subjects.DECISIONS, ev.DecisionBatch(allocator="other", decisions=[
+        ev.AllocationExpired(claim_id="c0", last_renewed=0.0, at=1001.0)]), expected_last_subject_seq=fence)
+    await until(lambda: "c0" not in allocator.state.claims, "the expiry folded")
+    assert listed(allocator) == {} and allocator.fences.ending == {}
+
+
+async def test_a_mark_whose_batch_was_fenced_out_lets_the_claim_be_bound(allocated):
+    log, allocator = allocated
+    fence, mark = await marked_by_the_other(log, allocator)
+    assert "c0" not in listed(allocator)
+    # a third allocator's batch takes the fence first: the marker's batch is fenced out
+    await log.append(subjects.DECISIONS, ev.DecisionBatch(allocator="third", decisions=[]),
+                     expected_last_subject_seq=fence)
+    with pytest.raises(AppendConflict):
+        await log.append(subjects.DECISIONS, ev.DecisionBatch(allocator="other", decisions=[
+            ev.AllocationExpired(claim_id="c0", last_renewed=0.0, at=1001.0)]), expected_last_subject_seq=fence)
+    await until(lambda: "c0" in listed(allocator), "listed again once the fence moved on")
+    assert listed(allocator) == {"c0": mark}
+    devices = {d.uuid: d for d in h100_node("n0", gpus=1, islands=1).devices}
+    binder = Binder("n0", log, lambda: devices, clock=lambda: 1002.0)
+    await binder.apply(record_of(allocator.state, "n0", allocator.fences))
+    stored = [s.event for s in [s async for s in log.subject_after(subjects.node_bindings("n0"))]]
+    assert [e.claim_id for e in stored if isinstance(e, ClaimBound)] == ["c0"]
+
+
+async def test_an_allocator_started_after_the_mark_looks_it_up_and_respects_it(allocated, fresh_nats):
+    """A claim folded before the allocator went live (snapshot, catch-up) has no fence in its fold:
+    its record leaves the claim out and the allocator asks the server (fence_lookup.py)."""
+    from services.allocator.fence_lookup import resolve_fences
+
+    log, _ = allocated
+    fence = await log.last_subject_seq(subjects.DECISIONS)
+    await mark_endings(log, [("c0", "AllocationExpired", "n0")], fence, at=1001.0)
+    mark = await log.last_subject_seq(subjects.ending("c0"))
+    late = Allocator(log, settings_for(fresh_nats.url), "late", clock=lambda: 1000.0)
+    following = asyncio.ensure_future(late.follow(await log.last_seq()))
+    try:
+        await late.caught_up.wait()
+        assert "c0" not in listed(late) and "c0" in late.fences.unknown
+        assert await resolve_fences(log.js, late) == 1
+        assert late.fences.ending == {"c0": fence} and "c0" not in listed(late)
+        await log.append(subjects.DECISIONS, ev.DecisionBatch(allocator="third", decisions=[]),
+                         expected_last_subject_seq=fence)
+        await until(lambda: "c0" in listed(late), "listed again once the fence moved on")
+        assert listed(late) == {"c0": mark}
+    finally:
+        following.cancel()
+        await asyncio.gather(following, return_exceptions=True)
