@@ -21,6 +21,8 @@ from shared.natscluster import INBOX_PREFIX_ENV
 from shared.service import Builder, ServiceContext, serve
 from shared.settings import Settings
 from services.node_agent.agent import AgentConfig, NodeAgent
+from services.node_agent.beats import FleetBeats
+from services.node_agent.fleet_watch import FleetWatch
 from services.node_agent.fakenvml import FakeNvml
 from services.node_agent.fleet import DEFAULT_FLEET, FleetSpecError, SimNodeSpec, parse_fleet
 from services.node_agent.health import APPLICATION_XIDS
@@ -133,18 +135,27 @@ def real_nvml() -> Any:
 REGISTERING = 32  # registrations in flight at once: a fleet of thousands starts in seconds
 
 
-async def _start_agents(ctx: ServiceContext, agents: list[NodeAgent]) -> None:
-    """Register every node, start its loops, then watch the records of all of them at once."""
+async def _start_agents(ctx: ServiceContext, agents: list[NodeAgent], fleet: bool = False) -> None:
+    """Register every node, start its loops, then watch the records of all of them at once. A
+    simulated `fleet` beats and watches its hardware together (services/node_agent/beats.py,
+    fleet_watch.py), a real node in loops of its own."""
     gate = asyncio.Semaphore(REGISTERING)
+    looks = FleetWatch(agents) if fleet else None
 
     async def start(agent: NodeAgent) -> None:
         async with gate:
             await agent.register()
-        ctx.spawn(agent.heartbeat_loop(), f"heartbeat-{agent.node}")
-        ctx.spawn(agent.watch_loop(), f"watch-{agent.node}")
         ctx.spawn(agent.binder.run(), f"bind-{agent.node}")
+        if looks is None:
+            ctx.spawn(agent.heartbeat_loop(), f"heartbeat-{agent.node}")
+            ctx.spawn(agent.watch_loop(), f"watch-{agent.node}")
+        else:
+            looks.first_look(agent)
 
     await asyncio.gather(*(start(agent) for agent in agents))
+    if looks is not None:
+        ctx.spawn(FleetBeats(agents, ctx.nc, lambda: agents[0].config.heartbeat_s).run(), "heartbeats")
+        ctx.spawn(looks.run(), "health-and-usage")
     watch = watch_records(ctx.nc, [agent.binder for agent in agents])
     await watch.start()  # the records are watched before the process says it is ready
     ctx.spawn(watch.run(), "node-records")
@@ -202,7 +213,7 @@ def build_simulated(fleet_spec: str = DEFAULT_FLEET, settings: Settings | None =
                                                   return_exceptions=True))
         if workloads:
             _wire_workloads(fleet, agents)
-        await _start_agents(ctx, agents)
+        await _start_agents(ctx, agents, fleet=True)
     return build
 
 
