@@ -205,24 +205,33 @@ class Usage:
 
 
 class Group:
-    """All schedulable nodes that share one view, ordered by rank."""
+    """All schedulable nodes that share one view, ordered by rank. `rank0` and `name0` are the
+    first node's, kept as nodes join and leave: the decision's rank-ordered scan sorts hundreds
+    of groups per claim at 10,000 nodes and reads them without a look-up."""
 
-    __slots__ = ("view", "ranks", "names")
+    __slots__ = ("view", "ranks", "names", "rank0", "name0")
 
     def __init__(self, view: NodeView):
         self.view = view
         self.ranks: list[int] = []
         self.names: dict[int, str] = {}
+        self.rank0, self.name0 = -1, ""  # no node yet; an empty group leaves the index
 
     def add(self, rank: int, name: str) -> None:
         bisect.insort(self.ranks, rank)
         self.names[rank] = name
+        if self.ranks[0] == rank:
+            self.rank0, self.name0 = rank, name
 
     def remove(self, rank: int) -> None:
-        i = bisect.bisect_left(self.ranks, rank)
-        if i < len(self.ranks) and self.ranks[i] == rank:
-            del self.ranks[i]
+        ranks = self.ranks
+        i = bisect.bisect_left(ranks, rank)
+        if i < len(ranks) and ranks[i] == rank:
+            del ranks[i]
         self.names.pop(rank, None)
+        if ranks and ranks[0] != self.rank0:
+            self.rank0 = ranks[0]
+            self.name0 = self.names[self.rank0]
 
     def first(self, excluded: frozenset[str] | set[str] = frozenset()) -> tuple[int, str] | None:
         for rank in self.ranks:

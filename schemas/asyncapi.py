@@ -160,7 +160,8 @@ def asyncapi_document(schemas: dict[str, dict]) -> dict:
 
 
 _INFO = ("Event-sourced GPU allocation on NATS JetStream. Publish claims to gpu.intake.claim and read "
-         "each claim's outcome on gpu.outcome.claim.<token> (docs/contract.md says how).")
+         "each claim's outcome on gpu.outcome.claim.<token> (docs/contract.md says how). Every "
+         "request subject and the intake refuse a JSON object that repeats a key.")
 
 
 def _component_schemas(schemas: dict[str, dict]) -> dict:
@@ -220,7 +221,9 @@ def _operation(doc, op_id, action, channel_id, summary, reply=None, messages=Non
 def _add_publisher_channels(doc: dict) -> None:
     _add_channel(doc, "intake", subjects.INTAKE_CLAIMS,
                  f"Publish a claim (JetStream stream {subjects.INTAKE_STREAM}, a work queue: stored "
-                 "before anyone reads it). Set Nats-Msg-Id to the claim id.",
+                 "before anyone reads it). Set Nats-Msg-Id to the claim id. Beyond the schema: a key "
+                 "written twice in one object, a lone UTF-16 surrogate (\\ud800) or bytes that are not "
+                 "UTF-8 are refused too (docs/contract.md).",
                  ["ClaimSpec"], "publish", {})
     _operation(doc, "publishClaim", "send", "intake", "Publish a claim.", messages=["ClaimSpec"])
     _add_channel(doc, "outcomes", "gpu.outcome.claim.{claimToken}",

@@ -38,3 +38,13 @@ def in_words(message: str) -> str:
         return message
     return f"{message[:match.start()]}Expected {words} (`str` matching regex {match.group('pattern')})" \
            f"{message[match.end():]}"
+
+
+def whole_payload_words(message: str, data: bytes) -> str | None:
+    """Plain words for what msgspec says of a payload as a whole (None: not such a message)."""
+    if message.startswith("Expected `object`, got `") and " - at " not in message:
+        return f"the payload must be one JSON object; it is {message.split('got ', 1)[1]}"
+    if message == "Input data was truncated":  # msgspec's words for an empty or cut-off payload
+        return ("malformed JSON: the payload is empty" if not data.strip()
+                else "malformed JSON: the payload ends before its JSON value does (cut off?)")
+    return None

@@ -16,7 +16,7 @@ import msgspec
 
 from schemas.commands import Reply, fail
 from schemas.strict_json import DuplicateKeyError, check_no_duplicate_keys
-from schemas.wording import in_words
+from schemas.wording import in_words, whole_payload_words
 from shared.telemetry import extract_context, tracer
 
 log = logging.getLogger("gpuledger")
@@ -53,14 +53,44 @@ def field_of(error: Exception) -> str:
     return path
 
 
-def invalid_reply(error: Exception) -> Reply:
+def invalid_reply(error: Exception, body: bytes = b"", decode: Callable[[bytes], Any] | None = None) -> Reply:
+    """The refusal of a command `decode` could not read from `body`, naming the field."""
+    whole = whole_payload_words(str(error), body)
+    if whole:
+        return fail("invalid", whole)
     if isinstance(error, msgspec.ValidationError):
-        return fail("invalid", in_words(str(error)), field_of(error))
+        field = field_of(error)
+        return fail("invalid", in_words(str(error)), name_the_key(field, body, decode) if decode else field)
     if isinstance(error, UnicodeDecodeError):
         return fail("invalid", f"malformed JSON: not valid UTF-8 (at byte {error.start})")
     if isinstance(error, RecursionError):
         return fail("invalid", "malformed JSON: nested too deep")
     return fail("invalid", f"malformed JSON: {error}")
+
+
+def name_the_key(field: str, body: bytes, decode: Callable[[bytes], Any]) -> str:
+    """`labels.team` for msgspec's `labels[...]`, which says a map holds a bad value but not under
+    which key: the map is tried one entry at a time until one fails at the same place."""
+    path = field.removesuffix("[...]")
+    names = path.split(".")
+    if path == field or not all(name.isidentifier() for name in names):
+        return field
+    try:
+        raw = msgspec.json.decode(body)
+    except Exception:  # a value nested too deep to read: the map is all that can be named
+        return path
+    holder = raw
+    for name in names[:-1]:
+        holder = holder.get(name) if isinstance(holder, dict) else None
+    entries = holder.get(names[-1]) if isinstance(holder, dict) else None
+    for key, value in entries.items() if isinstance(entries, dict) else ():
+        holder[names[-1]] = {key: value}
+        try:
+            decode(msgspec.json.encode(raw))
+        except Exception as err:  # msgspec's errors
+            if field_of(err) == field:
+                return f"{path}.{key}"
+    return path
 
 
 def encode_reply(reply: Reply) -> bytes:
@@ -84,7 +114,7 @@ def command(broker, subject: str, command_type: type,
         try:
             cmd = decoder.decode(body)
         except Exception as err:  # msgspec's errors, invalid UTF-8 (ValueError), nesting (RecursionError)
-            return encode_reply(invalid_reply(err))
+            return encode_reply(invalid_reply(err, body, decoder.decode))
         try:
             reply = await handler(cmd)
         except DomainError as err:
@@ -142,7 +172,7 @@ async def batched_command(nc, subject: str, command_type: type,
                 commands.append(decoder.decode(msg.data))
                 answered.append(msg)
             except Exception as err:  # msgspec's errors, invalid UTF-8, nesting
-                await _respond(msg, encode_reply(invalid_reply(err)))
+                await _respond(msg, encode_reply(invalid_reply(err, msg.data, decoder.decode)))
         if not commands:
             return
         with tracer().start_as_current_span(subject) as span:  # one span per batch

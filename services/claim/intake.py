@@ -25,8 +25,8 @@ from schemas import subjects
 from schemas.seed import CLAIM_WIRE, SeedClaimSpec, convert_seed, from_seed_claim, is_seed_claim, seed_field
 from schemas.strict_json import check_no_duplicate_keys
 from schemas.types import ClaimSpec, Reason
-from schemas.wording import in_words
-from shared.commands import DomainError, field_of
+from schemas.wording import in_words, whole_payload_words
+from shared.commands import DomainError, field_of, name_the_key
 from shared.retry import TRANSIENT, Backoff
 from shared.telemetry import tracer
 
@@ -47,7 +47,6 @@ _TRANSIENT = (NatsTimeout, nats.errors.ConnectionClosedError, nats.errors.NoServ
               nats.errors.ConnectionReconnectingError, nats.errors.StaleConnectionError,
               nats.errors.OutboundBufferLimitError, asyncio.TimeoutError, OSError)
 _spec_decoder = msgspec.json.Decoder(ClaimSpec)
-_raw_map = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
 
 async def consume_intake(js, service, batch: int = 256) -> None:
@@ -241,7 +240,7 @@ async def _accept(service, data: bytes, headers: dict[str, str],
         spec = decode_claim(data)
     except Exception as err:  # msgspec's errors, invalid UTF-8 (ValueError), nesting (RecursionError)
         await _reject(service, _readable_id(data, headers), "invalid", decode_error(err, data),
-                      name_the_key(field_of(err), data), data, specs, seq)
+                      name_the_key(field_of(err), data, decode_claim), data, specs, seq)
         return None
     trace = {k: v for k, v in headers.items() if k in ("traceparent", "tracestate")}
     try:
@@ -266,32 +265,12 @@ def decode_error(err: Exception, data: bytes = b"") -> str:
     if isinstance(err, RecursionError):
         return "malformed JSON: nested too deep"
     text = str(err)
+    whole = whole_payload_words(text, data)
+    if whole:
+        return whole
     if isinstance(err, msgspec.ValidationError):
-        if text.startswith("Expected `object`, got `") and " - at " not in text:
-            return f"a claim is one JSON object; the payload is {text.split('got ', 1)[1]}"
         return in_words(text)
-    if text == "Input data was truncated":  # msgspec's words for an empty or cut-off payload
-        return ("malformed JSON: the payload is empty" if not data.strip()
-                else "malformed JSON: the payload ends before its JSON value does (cut off?)")
     return f"malformed JSON: {text}"
-
-
-def name_the_key(field: str, data: bytes) -> str:
-    """`labels.team` for msgspec's `labels[...]` (a bad value in a map, whose key it does not say)."""
-    name = field.removesuffix("[...]")
-    if name == field or not name.isidentifier():  # only the claim's own maps (labels, node_selector)
-        return field
-    try:  # each value kept raw: one nested too deep to parse is the bad one, not a second error
-        entries = _raw_map.decode(_raw_map.decode(data)[name])
-    except Exception:  # a value nested too deep even to skip: the map is all that can be named
-        return name
-    for key, value in entries.items():
-        try:
-            msgspec.convert({"claim_id": "x", "namespace": "x", name: {key: msgspec.json.decode(value)}},
-                            ClaimSpec)
-        except Exception:  # msgspec's errors, RecursionError
-            return f"{name}.{key}"
-    return field
 
 
 def decode_claim(data: bytes) -> ClaimSpec:

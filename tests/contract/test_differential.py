@@ -29,7 +29,7 @@ from tests.contract.node import require_node, run_node
 from tests.service.helpers import running
 
 # refusals about the payload as a whole name no field; every other one must
-_WHOLE_PAYLOAD = ("malformed JSON", "a claim is one JSON object")
+_WHOLE_PAYLOAD = ("malformed JSON", "the payload must be one JSON object")
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ scores stay the same.
 
 from __future__ import annotations
 
+import operator
 from typing import NamedTuple
 
 from ledger.state import NodeView, State
@@ -52,26 +53,28 @@ def _choose_by_rank(state: State, need: Need, policy: Policy, ctx: PlacementCont
     no later one can win, since ties go to the lowest rank.
 
     The hot loop of a pass at 10,000 nodes (a share that never reaches the ceiling walks every
-    candidate view, 400 or more): `_scored` spelled out, with no generator and no `Choice` per
-    candidate, only for a new best."""
-    excluded, firsts = ctx.excluded, []
-    append = firsts.append
+    candidate view, 400 or more): `_scored` spelled out, with no generator, no tuple and no
+    `Choice` per candidate; the groups are sorted by the first node each keeps (`Group.rank0`),
+    and the winner's first node is read once, at the end."""
+    excluded = ctx.excluded
+    groups = _groups_for(state, need)
+    firsts = None  # with nodes excluded: each group's first node that is not, by group
     if excluded:
-        for group in _groups_for(state, need):
+        firsts = {}
+        for group in groups:
             first = group.first(excluded)
             if first is not None:
-                append((first[0], first[1], group))
+                firsts[group] = first
+        groups = list(firsts)
+        groups.sort(key=firsts.__getitem__)  # (rank, name): ranks differ, so by rank
     else:
-        for group in _groups_for(state, need):
-            rank = group.ranks[0]
-            append((rank, group.names[rank], group))
-    firsts.sort(key=_rank_of)
+        groups.sort(key=_first_rank)
     scored, mem, cpu = _scored_need(need), need.mem, need.cpu
     exact_memo, blind_memo, margin = _memos(state, need, policy, ctx, scored)
-    best, best_score = None, 0.0
+    best, best_picks, best_score = None, None, 0.0
     # the memo look-up below is `_scored`'s, written out: this loop visits hundreds of nodes per
     # claim at 10,000 nodes, and a call per candidate cost more than the look-up itself
-    for rank, name, group in firsts:
+    for group in groups:
         view = group.view
         if view.mem_free < mem:
             continue
@@ -86,14 +89,16 @@ def _choose_by_rank(state: State, need: Need, policy: Policy, ctx: PlacementCont
         if picks is None:
             continue
         if best is None or score > best_score:
-            best, best_score = (name, rank, view, picks), score
+            best, best_picks, best_score = group, picks, score
             if score >= ceiling:
                 break
-    return None if best is None else Choice(*best, best_score)
+    if best is None:
+        return None
+    rank, name = firsts[best] if firsts is not None else (best.rank0, best.name0)
+    return Choice(name, rank, best.view, best_picks, best_score)
 
 
-def _rank_of(first: tuple) -> int:
-    return first[0]
+_first_rank = operator.attrgetter("rank0")
 
 
 def _candidates(state: State, need: Need, policy: Policy, ctx: PlacementContext) -> list[Choice]:
