@@ -86,6 +86,9 @@ class Follower:
         self.listeners: list[Hook] = []
         self.before_live: list[Hook] = []
         self.after_live: list[Hook] = []
+        # told (seq, subject) of each live message no fold believes (undecodable, or refused by
+        # authority): it is stored all the same, and moves its subject's last sequence
+        self.skipped_live: list[Callable[[int, str], None]] = []
         # asked before each live event is folded: True when its writer already applied it to this
         # state (the allocator's own decision batch), so the fold skips it; hooks still hear it
         self.applied: Callable[[int, str, ev.Event], bool] | None = None
@@ -167,6 +170,8 @@ class Follower:
                 if subject == subjects.DECISIONS:
                     self._skipped_decision(seq)
                 state.last_seq = seq
+                for hook in self.skipped_live:
+                    hook(seq, subject)
                 continue
             if applied is not None and applied(seq, subject, event):
                 if before:

@@ -58,3 +58,17 @@ async def test_the_fold_counts_what_the_server_counts_over_the_wildcard():
         if subject != subjects.DECISIONS and "x" not in fences.ending:
             assert fences.fence_of("x") == await log.last_subject_seq(subjects.claim_fence("x")), subject
     assert fences.fence_of("x") == 6 and fences.ending == {}
+
+
+def test_a_record_is_rewritten_when_an_unbound_claim_s_fence_moves_and_not_for_a_binding():
+    """A renewal after the record refuses the binding; the next record must carry the renewal's
+    fence (so the writer may not skip it as unchanged), while a binding alone rewrites nothing."""
+    from schemas.grants import LiveClaim, NodeGrants
+
+    def record(fence: int, bound: bool = False) -> NodeGrants:
+        return NodeGrants(node="n0", through_seq=9, claims=[LiveClaim(claim_id="c1", namespace="ns", fence=fence,
+                                                                      bound=bound)])
+
+    assert record(5).same_claims(record(5))
+    assert not record(7).same_claims(record(5))  # renewed: the agent needs fence 7
+    assert record(0, bound=True).same_claims(record(5))  # bound since: nothing to rewrite
