@@ -9,7 +9,8 @@ that the server still finds that sequence there. Anything appended there after t
 release, an ending mark, a renewal) refuses the binding, and the next record carries the new
 fence, or drops the claim.
 
-Kept here, beside the pure fold, from the live events and their subjects:
+Kept here, beside the pure fold, from the live messages and their subjects (those no fold
+believes too, a forgery on a claim's subject or garbage: the server counts them in the check):
 - `last`: token -> the last sequence seen on a four-token `gpu.evt.<kind>.<token>` subject, for
   the tokens of claims (an aggregate of another kind named like a claim matches the wildcard
   too, and is counted once the claim is known). A claim submitted before this allocator went
@@ -37,9 +38,10 @@ class ClaimFences:
         self.ending: dict[str, int] = {}  # claim id -> fence of its unsettled ClaimEnding
         self.unknown: dict[str, None] = {}  # claims a record needed and this fold cannot tell
 
-    def heard(self, seq: int, subject: str, event: ev.Event) -> list[str]:
-        """A live event (an EventBatch's members one by one, with the batch's subject): the claims
-        whose fence or ending moved, for their nodes' records."""
+    def heard(self, seq: int, subject: str, event: ev.Event | None) -> list[str]:
+        """A live event (an EventBatch's members one by one, with the batch's subject; None for a
+        stored message no fold believes): the claims whose fence or ending moved, for their
+        nodes' records."""
         if subject == subjects.DECISIONS:
             return self._settle(seq) if self.ending else []
         if isinstance(event, ev.ClaimSubmitted):

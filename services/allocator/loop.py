@@ -77,6 +77,7 @@ class Allocator:
         self.follower = Follower(event_log, state, keep_ended=False)  # decides on live claims only
         self.follower.before_live.append(self._before)
         self.follower.after_live.append(self._after)
+        self.follower.skipped_live.append(self._skipped)
         # the batch in flight stays applied until the fold reaches it (own_batch.py)
         self.own = OwnBatch()
         self.follower.applied = lambda seq, subject, event: self.own.settle(self.state, seq, subject, event)
@@ -144,6 +145,14 @@ class Allocator:
         if self.node_records is not None:
             if moved:
                 self.node_records.mark(self.claim_nodes(moved))
+            self.node_records.flush()
+
+    def _skipped(self, seq: int, subject: str) -> None:
+        """A stored message no fold believes (a forgery on a claim's subject, garbage) still moves
+        the subject a binding is conditioned on: its claim's fence follows, or it is never bound."""
+        moved = self.fences.heard(seq, subject, None)
+        if moved and self.node_records is not None:
+            self.node_records.mark(self.claim_nodes(moved))
             self.node_records.flush()
 
     def claim_nodes(self, claim_ids) -> list[str]:

@@ -122,3 +122,25 @@ async def test_an_allocator_started_after_the_mark_looks_it_up_and_respects_it(a
     finally:
         following.cancel()
         await asyncio.gather(following, return_exceptions=True)
+
+
+async def test_a_renewal_before_the_binding_moves_the_claim_s_fence_in_the_record(allocated):
+    """The agent's binding on the old fence is refused by the server; the record it gets next
+    carries the renewal's sequence, so the claim is bound on that one."""
+    log, allocator = allocated
+    renewed = await log.append(subjects.claim("c0"), ev.LeaseRenewed(claim_id="c0", at=1000.5))
+    await until(lambda: allocator.state.last_seq >= renewed.seq, "the renewal folded")
+    assert listed(allocator) == {"c0": renewed.seq}
+    assert allocator.claim_nodes(["c0"]) == ["n0"]  # its node's record is written again
+
+
+async def test_a_forged_mark_on_the_claim_s_subject_is_dropped_yet_moves_the_fence(allocated):
+    """The claim service's user may write the claim's own subject: a `ClaimEnding` it forges there
+    is believed by no fold (the claim is not held as ending), but nats-server counts the message
+    in the binding's check, so the record's fence follows it: the claim stays bindable."""
+    log, allocator = allocated
+    forged = await log.append(subjects.claim("c0"), ev.ClaimEnding(
+        claim_id="c0", decision="ClaimEvicted", fence=0, node="n0", at=1000.5))
+    await until(lambda: allocator.state.last_seq >= forged.seq, "the forgery read")
+    assert allocator.fences.ending == {} and listed(allocator) == {"c0": forged.seq}
+    assert allocator.follower.admission.refused >= 1

@@ -134,12 +134,16 @@ class GpuLedger(FGD):
     integer sigmoid: finer scores spread load and lose 1 to 2 points on openb. FGD's drop is taken
     without its model mismatch (model_mismatch.py): with half the openb pods bound to models it
     sent unbound pods to the scarce models (5.2 % unallocated at 100 %, now 4.2); without bound
-    shapes nothing changes. A share's drop also counts the fall in its card's expected waste
-    (card_waste.py): FGD looks one pod ahead and put a 320 beside a 470 (210 left, room no
-    typical pod fits) rather than beside another 320 (360 left, room for a third); openb 4.21 ->
-    4.10 at 100 % arrived. Among cards of equal score a share takes the one with least room left. Whole-card claims keep NVLink-contiguous
-    picks (`default_pick`); typical shapes come from the caller, or from the claims the allocator
-    has seen (`DecideContext.typical_shapes`).
+    shapes nothing changes. A plain share (one card, no MIG, no pool) is scored instead by the
+    fall in its card's waste (card_waste.py: the room left, priced by the best packing of the
+    typical mix) plus the same stranding term: FGD looks one pod ahead and put a 320 beside a
+    lone 470 (210 left, room no typical pod fits, and the 470's partner lost) rather than on a
+    fresh card that a 650 or two more 320s fill. The room a share leaves is what decides how many
+    cards the shares take in the end; FGD's drop for a share, kept at full or half weight beside
+    it, did no better on openb (docs/benchmarks.md; 4.09 -> 3.78 % at 100 % arrived). Among cards
+    of equal score a share takes the one with least room left. Whole-card claims keep
+    NVLink-contiguous picks (`default_pick`); typical shapes come from the caller, or from the
+    claims the allocator has seen (`DecideContext.typical_shapes`).
     """
 
     name = "gpuledger"
@@ -155,9 +159,8 @@ class GpuLedger(FGD):
         if need.count != 1 or need.milli >= FREE:
             return picks, self._gpu_score(view, need, picks, ctx, strand)
         best, best_score, best_int = None, None, 0
-        for i, drop in _share_drops(view, need, ctx):
-            drop += self._waste_drop(view, need, i, ctx)
-            score = _to_int(drop - model_mismatch_drop(view, need, (i,), ctx) + strand)
+        for i, drop in self._card_drops(view, need, ctx):
+            score = _to_int(drop + strand)
             ranked = score - self.TIE * view.units[i].milli_free / FREE
             if best_score is None or ranked > best_score:
                 best, best_score, best_int = (i,), ranked, score
@@ -168,21 +171,31 @@ class GpuLedger(FGD):
             return self._int_score(view, need, picks, ctx)
         return self._gpu_score(view, need, picks, ctx, self._strand_drop(view, need, ctx))
 
-    @classmethod
-    def _gpu_score(cls, view: NodeView, need: Need, picks, ctx: PlacementContext, strand: float) -> int:
-        drop = frag_drop(view, need, picks, ctx) - model_mismatch_drop(view, need, picks, ctx)
-        if need.count == 1 and need.milli < FREE:
-            drop += cls._waste_drop(view, need, picks[0], ctx)
+    @staticmethod
+    def _gpu_score(view: NodeView, need: Need, picks, ctx: PlacementContext, strand: float) -> int:
+        if _plain_share(need):
+            drop = waste_drop(view.units[picks[0]].milli_free, need.milli, ctx.typical_shapes, ctx.frag)
+        else:
+            drop = frag_drop(view, need, picks, ctx) - model_mismatch_drop(view, need, picks, ctx)
         return _to_int(drop + strand)
 
     @staticmethod
-    def _waste_drop(view: NodeView, need: Need, unit: int, ctx: PlacementContext) -> float:
-        """How much the expected waste of the card a share takes falls (card_waste.py): FGD's
-        measure looks one pod ahead, this looks at what the room left can still become. Like the
-        measure it sees plain cards outside pools only."""
-        if need.mig_profile or need.pool:
-            return 0.0
-        return waste_drop(view.units[unit].milli_free, need.milli, ctx.typical_shapes, ctx.frag)
+    def _card_drops(view: NodeView, need: Need, ctx: PlacementContext):
+        """(unit index, drop in milli) for each distinct card a one-GPU share may take. A plain
+        share's drop is the fall in its card's waste (card_waste.py), the room it leaves priced
+        by the best packing of the typical mix: FGD's measure looks one pod ahead, this at what
+        the room can still become. A MIG instance or a pool's card keeps FGD's drop: the waste,
+        like the measure, sees plain cards outside pools only."""
+        if not _plain_share(need):
+            for i, drop in _share_drops(view, need, ctx):
+                yield i, drop - model_mismatch_drop(view, need, (i,), ctx)
+            return
+        seen = set()
+        for i in fitting_units(view, need):
+            left = view.units[i].milli_free
+            if left not in seen:  # the waste depends on the room alone: equal cards score alike
+                seen.add(left)
+                yield i, waste_drop(left, need.milli, ctx.typical_shapes, ctx.frag)
 
     @staticmethod
     def _strand_drop(view: NodeView, need: Need, ctx: PlacementContext) -> float:
@@ -206,15 +219,23 @@ class GpuLedger(FGD):
         return max(super().cpu_margin(ctx), keeps)
 
     def max_score(self, need: Need, ctx: PlacementContext) -> int:
-        """FGD's bound plus the term's: `cpu_stranded` falls by at most the GPU taken less the
-        GPU the need's CPU would have served, `max(0, r - cpu / rate)`."""
+        """FGD's bound (for a plain share, the largest fall of a card's waste) plus the
+        stranding term's: `cpu_stranded` falls by at most the GPU taken less the GPU the need's
+        CPU would have served, `max(0, r - cpu / rate)`."""
         weights = sum(weight for weight, _ in ctx.typical_shapes) if ctx.typical_shapes else 1.0
         taken = need.count * need.milli
         rate = gpu_pods_cpu_per_milli(ctx.typical_shapes, ctx.frag)
         strand = max(0.0, taken - need.cpu / rate) if rate > 0 and need.count else 0.0
-        waste = (max_waste_drop(need.milli, ctx.typical_shapes, ctx.frag)
-                 if need.count == 1 and need.milli < FREE and not (need.mig_profile or need.pool) else 0.0)
-        return _to_int((taken * weights + strand + max(waste, 0.0)) * (1 + 1e-9))
+        if _plain_share(need):  # scored by its card's waste, not FGD's drop
+            frag = max(max_waste_drop(need.milli, ctx.typical_shapes, ctx.frag), 0.0)
+        else:
+            frag = taken * weights
+        return _to_int((frag + strand) * (1 + 1e-9))
+
+
+def _plain_share(need: Need) -> bool:
+    """A share of one plain card outside pools: gpuledger scores it by the room it leaves."""
+    return need.count == 1 and need.milli < FREE and not (need.mig_profile or need.pool)
 
 
 def _to_int(drop: float) -> int:
