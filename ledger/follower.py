@@ -13,6 +13,9 @@ Options:
 - `places=False` for services that never place (claim, quota, pool-controller, projector): the
   placement index (node views and their groups, rebuilt after every change of a node) is never
   built; `reindex_node` only notes the node.
+- `linger_s` for services that need not see each event at once (quota, pool-controller,
+  dashboard): the live tail is read a pull every `linger_s` (`shared.paced`), one wake-up for
+  whatever was stored meanwhile, instead of one per message.
 - `keep_ended=False` for the allocator, which decides on live claims only: ended claims leave the
   state. During catch-up they go a slice at a time (`SHED_SLICE` more claims than were live at the
   last slice), freed at once; the last slice when caught up (`dropped`, for the caller to free a
@@ -75,8 +78,9 @@ def refreeze() -> None:
 
 class Follower:
     def __init__(self, event_log, state: State | None = None, *, places: bool = True,
-                 keep_ended: bool = True):
+                 keep_ended: bool = True, linger_s: float = 0.0):
         self.log = event_log
+        self.linger_s = linger_s  # > 0: the live tail in bursts (shared.paced), for slow readers
         self.state = state or State()
         self.places, self.keep_ended = places, keep_ended
         self.listeners: list[Hook] = []
@@ -112,7 +116,8 @@ class Follower:
             self._start_catch_up()
         else:
             self._end_catch_up()
-        async for batch in self.log.follow_raw(self.state.last_seq + 1):
+        paced = {"linger_s": self.linger_s} if self.linger_s else {}  # logs in tests lack it
+        async for batch in self.log.follow_raw(self.state.last_seq + 1, **paced):
             if self.caught_up.is_set():
                 self._fold_live(batch)
             else:

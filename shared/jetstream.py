@@ -17,6 +17,7 @@ from schemas import subjects
 from schemas.events import Event, decode_event, encode_event
 from shared.natscluster import connect_args
 from shared.fastread import RangeReadError, open_range_reader
+from shared.paced import PacedTail
 from shared.retry import TRANSIENT as TRANSIENT_ERRORS, quiet_error, until_done
 from shared.eventlog import (
     EXPECTED_LAST_SUBJECT_SEQ,
@@ -241,13 +242,15 @@ class JetStreamEventLog:
                 yield StoredEvent(seq, subj, decode_event(data), headers)
 
     async def follow_raw(self, from_seq: int = 1, subject: str | None = None,
-                         stop_at: int | None = None):
+                         stop_at: int | None = None, linger_s: float = 0.0):
         """Batches of (seq, subject, payload, headers) as they arrive, with no decoding.
 
         What is stored when the call starts is read with `shared.fastread` (a pull consumer over a
         connection of its own, frames parsed in place: several times nats-py's rate); the rest, and
         everything when that cannot be used, with an ordered push consumer, the fastest way nats-py
-        reads a stream (DESIGN.md), batching whatever arrived between two wake-ups.
+        reads a stream (DESIGN.md), batching whatever arrived between two wake-ups. With
+        `linger_s` (and no `stop_at`), the live tail comes in bursts instead, a pull every
+        `linger_s` (`shared.paced`): for followers that need not see each event at once.
         """
         end = await self.last_seq() if stop_at is None else stop_at
         if end - from_seq + 1 >= FAST_READ_MIN:
@@ -257,6 +260,10 @@ class JetStreamEventLog:
             from_seq = position[0]
             if stop_at is not None and from_seq > stop_at:
                 return
+        if linger_s > 0 and stop_at is None:
+            async for batch in PacedTail(self.nc, self.stream, subject, linger_s).batches(from_seq):
+                yield batch
+            return
         async for batch in self._follow_ordered(from_seq, subject, stop_at):
             yield batch
 

@@ -18,6 +18,7 @@ import msgspec
 from schemas import subjects
 from shared.httpserve import Request, Response, Router, Stream, fetch
 from shared.metrics import Metrics
+from shared.paced import SLOW_READER_LINGER_S
 
 from ledger.follower import Follower
 from services.dashboard import render, render_claim, views
@@ -30,7 +31,8 @@ STATIC = Path(__file__).parent / "static"
 class Dashboard:
     def __init__(self, nc, event_log, targets: dict[str, str]):
         self.nc, self.log, self.targets = nc, event_log, targets
-        self.follower = Follower(event_log, places=False)  # draws, never places
+        # draws, never places; a page may show an event 50 ms late: read in bursts (shared.paced)
+        self.follower = Follower(event_log, places=False, linger_s=SLOW_READER_LINGER_S)
         self.feed = Feed()
         self.follower.listeners.append(self.feed)
         self.metrics = Metrics()

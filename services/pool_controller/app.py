@@ -29,6 +29,7 @@ from services.pool_controller.validation import ClusterFacts
 from services.pool_controller.webhook import AdmissionConfigError, admission_listen, start_webhook
 from shared.commands import command
 from shared.eventlog import AppendConflict
+from shared.paced import SLOW_READER_LINGER_S
 from shared.service import ServiceContext, serve
 from shared.settings import Settings
 
@@ -45,8 +46,10 @@ class PoolController:
         self.admission = admission
         self.clock = clock
         self.projection = PoolProjection()
-        # the allocator's fold, without its placement index: pools and units are what it reads
-        self.follower = Follower(event_log, self.projection.state, places=False)
+        # the allocator's fold, without its placement index: pools and units are what it reads; in
+        # bursts (shared.paced): a pool or node change may reach admission 50 ms later
+        self.follower = Follower(event_log, self.projection.state, places=False,
+                                 linger_s=SLOW_READER_LINGER_S)
         self.follower.listeners.append(self.projection.saw)
         self.boot_seq: int | None = None  # the log's end at start: ready once read that far
         self._writing = asyncio.Lock()

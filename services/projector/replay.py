@@ -19,15 +19,17 @@ from ledger.admission import Admission, read_batch
 log = logging.getLogger("gpuledger.projector")
 
 
-async def batches(log_, from_seq: int = 1, stop_at: int | None = None, admission: Admission | None = None
-                  ) -> AsyncIterator[list[tuple[int, Event | None]]]:
+async def batches(log_, from_seq: int = 1, stop_at: int | None = None, admission: Admission | None = None,
+                  linger_s: float = 0.0) -> AsyncIterator[list[tuple[int, Event | None]]]:
     """Decoded batches of (seq, event) from `from_seq` (forever unless `stop_at`); None where the
-    fold skips a message (undecodable, or refused by the writer-authority table)."""
+    fold skips a message (undecodable, or refused by the writer-authority table). `linger_s`: the
+    live tail in bursts (shared.paced)."""
     admission = admission or Admission()
     if stop_at is not None and stop_at < from_seq:
         return
     if hasattr(log_, "follow_raw"):
-        async for raw in log_.follow_raw(from_seq, stop_at=stop_at):
+        paced = {"linger_s": linger_s} if linger_s else {}
+        async for raw in log_.follow_raw(from_seq, stop_at=stop_at, **paced):
             yield read_batch(admission, raw)
         return
     source = log_.read(from_seq, stop_at) if stop_at is not None else log_.follow(from_seq)

@@ -10,6 +10,7 @@ import logging
 
 from services.projector.projector import Projector
 from services.projector.replay import batches
+from shared.paced import SLOW_READER_LINGER_S
 from services.projector.store import Changes, PositionMoved, commit
 
 log = logging.getLogger("gpuledger.projector")
@@ -65,7 +66,8 @@ async def _project(projector: Projector, event_log, max_batch: int, on_commit) -
 
 
 async def _read(event_log, from_seq: int, queue: asyncio.Queue) -> None:
-    async for batch in batches(event_log, from_seq):
+    # in bursts: the read models are committed a window at a time anyway
+    async for batch in batches(event_log, from_seq, linger_s=SLOW_READER_LINGER_S):
         await queue.put(batch)
 
 

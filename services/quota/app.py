@@ -22,6 +22,8 @@ from shared.settings import Settings
 from ledger import census
 from ledger.cohorts import quota_source, tree_of
 from ledger.follower import Follower
+from shared.paced import SLOW_READER_LINGER_S
+from shared.retry import TRANSIENT
 from services.quota.alerts import alert_changes
 from services.quota.drift import drift_changes
 from services.quota.status import QuotaStatus, all_statuses, known_namespaces, namespace_status
@@ -38,6 +40,7 @@ RECONCILE_EVERY_S = 0.25
 # at the node's last report looked like a process outliving its claim: a DriftDetected and a
 # DriftCleared per released claim, 45 % of the log in `bench e2e`.
 SETTLE_AFTER_END_S = 5.0
+QUERY_WAIT_S = 2.0  # a query waits at most this long for the fold to read what is stored
 
 
 class QuotaService(QuotaWrites):
@@ -46,7 +49,8 @@ class QuotaService(QuotaWrites):
         self.settings = settings
         self.clock = clock
         self.view = QuotaView()
-        self.follower = Follower(event_log, self.view.state, places=False)  # reports use, never places
+        # reports use, never places; reads the log in bursts (alerts and drift are looked at 4x a second)
+        self.follower = Follower(event_log, self.view.state, places=False, linger_s=SLOW_READER_LINGER_S)
         self.follower.listeners.append(self._folded)
         self.changed = asyncio.Event()
         self.dirty_nodes: set[str] = set()
@@ -174,6 +178,16 @@ class QuotaService(QuotaWrites):
         members = set(tree_of(self.view.state).members(parent))
         return [s for s in statuses if s.namespace in members]
 
+    async def up_to_date(self) -> None:
+        """Before a query is answered: the fold has read what was stored when it was asked (it
+        reads the log in bursts, so its own alerts and drift reports come back up to 50 ms late).
+        NATS trouble, or a fold that takes longer than `QUERY_WAIT_S`: answered from what is read."""
+        try:
+            end = await self.log.last_seq()
+        except TRANSIENT:
+            return
+        await self.follower.wait_for_seq(end, timeout=QUERY_WAIT_S)
+
     def status(self, namespace: str = "") -> dict:
         quotas = [self._quota_status(namespace)] if namespace else all_statuses(self.view)
         drift = sorted(self.view.drifts.values(), key=lambda d: (d.node, d.kind, d.uuid, d.claim_id))
@@ -222,18 +236,22 @@ def register_handlers(ctx: ServiceContext, service: QuotaService) -> None:
         return cmd.ok(await service.delete_quota(c))
 
     async def get_quota(c: cmd.GetQuota):
+        await service.up_to_date()
         return cmd.ok(service.get(c.namespace))
 
     async def list_quotas(c: cmd.ListQuotas):
+        await service.up_to_date()
         return cmd.ok(service.list(c.parent))
 
     async def quota_status(c: cmd.GetQuotaStatus):
+        await service.up_to_date()
         return cmd.ok(service.status(c.namespace))
 
     async def set_default(c: cmd.SetDefaultQuota):
         return cmd.ok(await service.set_default(c))
 
     async def get_default(c: cmd.Query):
+        await service.up_to_date()
         return cmd.ok(service.get_default())
 
     async def delete_default(c: cmd.Query):

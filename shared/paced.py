@@ -1,0 +1,135 @@
+"""Following the log in bursts: a pull consumer asked for what is stored every `linger_s`.
+
+An ordered push consumer hands each message over the moment it is stored: at 200 claims/s about
+650 messages a second, each a socket write by nats-server and a wake-up of the follower, whatever
+the follower then does with it. A service that need not see an event within milliseconds (quota,
+pool-controller, projector, dashboard) asks instead: a pull without waiting for everything stored
+since the last one (one write and one wake-up for however many messages), then a pause of
+`linger_s`; when a pull finds nothing, a long pull for the next message, so an idle follower asks
+about once a second and the first message after a quiet spell comes at once.
+
+The consumer is ephemeral (no acks, in memory, from the next sequence to read). When it is gone
+(a restarted or re-elected server, a reconnect, a pull that got no answer) a new one is made from
+the sequence after the last one handed over; a message seen twice is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+from nats.js import api
+
+from shared.retry import Backoff, TRANSIENT
+
+log = logging.getLogger("gpuledger")
+SLOW_READER_LINGER_S = 0.05  # the pause of a follower that may see events this much later
+PULL_BATCH = 1000  # messages one pull may bring (a pull with fewer stored ends with a status)
+LONG_PULL_S = 1.0  # an idle follower's pull waits this long for the next message
+ANSWER_GRACE_S = 2.0  # a pull not finished this long after it should have: the consumer is lost
+_LOST = {"409", "503"}  # consumer deleted, no responders: make a new one
+
+
+class PacedTail:
+    def __init__(self, nc, stream: str, subject: str | None, linger_s: float):
+        self.nc, self.js = nc, nc.jetstream()
+        self.stream, self.subject, self.linger_s = stream, subject, linger_s
+        self.consumer = ""
+        self.inbox = ""
+        self._sub = None
+        self._got: list = []
+        self._ended = asyncio.Event()
+        self._lost = False
+        self._want = PULL_BATCH
+        self.pulls = self.renewals = 0
+
+    async def batches(self, from_seq: int):
+        """Batches of (seq, subject, payload, headers) from `from_seq` on, forever."""
+        last = max(from_seq, 1) - 1
+        backoff = Backoff()
+        reconnects = -1
+        try:
+            while True:
+                if not self.consumer or reconnects != _reconnects(self.nc):
+                    try:
+                        reconnects = _reconnects(self.nc)
+                        await self._renew(last + 1)
+                        backoff.reset()
+                    except TRANSIENT as err:
+                        log.warning("paced follower: no consumer yet (%s); trying again", err)
+                        await asyncio.sleep(backoff.next(err))
+                        continue
+                batch = await self._pull(wait_s=0.0)
+                if batch is not None and not batch and not self._lost:
+                    batch = await self._pull(wait_s=LONG_PULL_S)
+                if self._lost or batch is None:
+                    self.consumer = ""  # made anew from `last` on the next turn
+                    continue
+                fresh = [m for m in batch if m[0] > last]
+                if fresh:
+                    last = fresh[-1][0]
+                    yield fresh
+                    await asyncio.sleep(self.linger_s)  # what is stored meanwhile comes in one pull
+        finally:
+            await self._drop()
+
+    async def _renew(self, start: int) -> None:
+        await self._drop()
+        config = api.ConsumerConfig(deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
+                                    opt_start_seq=start, ack_policy=api.AckPolicy.NONE,
+                                    filter_subject=self.subject, inactive_threshold=30.0,
+                                    mem_storage=True, num_replicas=1, max_waiting=4)
+        info = await self.js.add_consumer(self.stream, config=config)
+        self.inbox = self.nc.new_inbox()
+        self._sub = await self.nc.subscribe(self.inbox, cb=self._on_msg)
+        self.consumer, self._lost = info.name, False
+        self.renewals += 1
+
+    async def _drop(self) -> None:
+        sub, self._sub, consumer, self.consumer = self._sub, None, self.consumer, ""
+        if sub is not None:
+            try:
+                await sub.unsubscribe()
+            except Exception:  # the connection is closing: the subscription goes with it
+                pass
+        if consumer:
+            try:
+                await self.js.delete_consumer(self.stream, consumer)
+            except Exception:  # gone already, or the server is: it expires by itself
+                pass
+
+    async def _pull(self, wait_s: float) -> list | None:
+        """One pull: the messages it brought (empty: none stored), None when it got no answer."""
+        self._got, self._ended = [], asyncio.Event()
+        if wait_s:  # ends with the first message: the rest come in the next pull, a linger later
+            self._want, request = 1, {"batch": 1, "expires": int(wait_s * 1e9)}
+        else:
+            self._want, request = PULL_BATCH, {"batch": PULL_BATCH, "no_wait": True}
+        self.pulls += 1
+        try:
+            await self.nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{self.stream}.{self.consumer}",
+                                  json.dumps(request).encode(), reply=self.inbox)
+            await asyncio.wait_for(self._ended.wait(), wait_s + ANSWER_GRACE_S)
+        except asyncio.TimeoutError:
+            return None
+        except TRANSIENT:
+            return None
+        return self._got
+
+    async def _on_msg(self, msg) -> None:
+        status = (msg.headers or {}).get("Status") if msg.headers else None
+        if status:  # the pull is over: nothing (more) stored, it expired, or the consumer is gone
+            self._lost = self._lost or status in _LOST
+            self._ended.set()
+            return
+        if msg.subject == self.inbox:  # neither a message nor a status: not ours to read
+            return
+        seq = msg.metadata.sequence.stream
+        self._got.append((seq, msg.subject, msg.data, dict(msg.headers or {})))
+        if len(self._got) >= self._want:
+            self._ended.set()
+
+
+def _reconnects(nc) -> int:
+    return nc.stats.get("reconnects", 0)
