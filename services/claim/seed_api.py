@@ -13,8 +13,8 @@ import msgspec
 
 from schemas.commands import CreateEndpoint, SubmitClaim, UpdateEndpoint
 from shared.commands import DomainError
-from schemas.seed import (SeedClaimSpec, SeedEndpointSpec, convert_seed, from_seed_claim, from_seed_endpoint,
-                          is_seed_claim, is_seed_endpoint, seed_field)
+from schemas.seed import (SeedClaimSpec, SeedEndpointSpec, _integral, convert_seed, from_seed_claim,
+                          from_seed_endpoint, is_seed_claim, is_seed_endpoint, seed_field)
 
 
 class SeedCreateEndpoint(CreateEndpoint):
@@ -63,7 +63,12 @@ def _endpoint_command(body: bytes, decoder, seed_type):
 def decode_submit_claim(body: bytes) -> SubmitClaim:
     split = _split(body, "claim", is_seed_claim)
     if split is None:
-        return _submit.decode(body)
+        try:
+            return _submit.decode(body)
+        except msgspec.ValidationError as err:  # an integer written 2.0: JSON Schema's `integer`
+            if "Expected `int`, got `float`" not in str(err):  # allows it, and so does the intake
+                raise
+        return msgspec.convert(_integral(msgspec.json.decode(body)), SubmitClaim)
     rest, seed = split
     wait = msgspec.convert(rest, _Wait)
     return SeedSubmitClaim(claim=from_seed_claim(convert_seed(seed, SeedClaimSpec, "claim"), seed),

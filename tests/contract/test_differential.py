@@ -16,6 +16,7 @@ import base64
 import uuid
 
 import nats
+import msgspec
 import nats.errors
 import pytest
 
@@ -116,3 +117,38 @@ async def test_the_intake_does_what_the_schema_and_the_rules_say(fresh_nats, sam
     assert vague == [], "refusals that name no field (or no key of a map):\n" + "\n".join(map(repr, vague))
     crashed = [(name, said) for (name, _), (_, said) in zip(samples, intake) if said.startswith("unprocessable")]
     assert crashed == [], "hostile payloads the intake failed on instead of refusing:\n" + "\n".join(map(repr, crashed))
+
+
+def _as_request(data: bytes) -> bytes:
+    return b'{"claim": ' + data + b"}"
+
+
+@pytest.fixture(scope="module")
+def judged_requests(samples):
+    require_node()
+    return run_node("judge.mjs", stdin={"schema": str(OUT / "command.SubmitClaim.json"), "max_payload": MAX_PAYLOAD,
+                                        "samples": [base64.b64encode(_as_request(d)).decode() for _, d in samples]})
+
+
+async def test_the_submit_request_does_what_its_schema_and_the_rules_say(fresh_nats, samples, judged_requests):
+    """The same corpus as the `claim` of a gpu.cmd.claim.submit request: its reply must agree."""
+    said = []
+    async with running(fresh_nats.url, "claim"):
+        nc = await nats.connect(fresh_nats.url)
+        for _, data in samples:
+            try:
+                reply = msgspec.json.decode((await nc.request(subjects.command("claim.submit"), _as_request(data),
+                                                              timeout=30.0)).data)
+            except nats.errors.MaxPayloadError as err:
+                said.append((False, f"server: {err}"))
+                continue
+            error = reply.get("error") or {}
+            said.append((reply["ok"], f"{error.get('code')} [{error.get('field')}] {error.get('message')}"))
+        await nc.close()
+    differ = [(name, data[:160], judge["why"], text)
+              for (name, data), judge, (ok, text) in zip(samples, judged_requests, said) if judge["valid"] is not ok]
+    assert differ == [], f"{len(differ)} disagreements (name, claim, ajv and rules, reply):\n" + \
+        "\n".join(map(repr, differ))
+    odd = [(name, text) for (name, _), (ok, text) in zip(samples, said)
+           if not ok and not text.startswith(("invalid [", "server:"))]
+    assert odd == [], "refusals other than `invalid`:\n" + "\n".join(map(repr, odd))
