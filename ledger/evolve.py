@@ -27,6 +27,11 @@ def evolve(state: State, event: ev.Event, seq: int = 0) -> State:
     return state
 
 
+def folds_to_nothing(event: ev.Event) -> bool:
+    """Folding `event` leaves every state as it was: no handler (alerts, drift cleared, marks)."""
+    return type(event) not in _HANDLERS
+
+
 def fold(events, state: State | None = None) -> State:
     """Replay as a fold: `for event in events: state = evolve(state, event)`."""
     state = state or State()
@@ -522,5 +527,5 @@ _HANDLERS = {
     ev.EventBatch: _event_batch,
 }
 
-__all__ = ["evolve", "fold", "fold_batch", "apply_decision", "drop_ended_claims", "defer_dropping",
+__all__ = ["evolve", "fold", "fold_batch", "folds_to_nothing", "apply_decision", "drop_ended_claims", "defer_dropping",
            "shed_ended_claims"]

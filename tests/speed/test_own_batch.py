@@ -161,3 +161,39 @@ def test_a_namespace_s_tflops_add_up_the_same_in_any_order():
         return state.usage_of("ns").tflops, state.usage_of("ns").limit_tflops
 
     assert charged([0.1, 0.2, 0.3]) == charged([0.3, 0.2, 0.1]) == (0.6, 0.6)
+
+
+def test_drift_and_alerts_stored_before_the_batch_keep_it_unless_they_name_one_of_its_claims():
+    """Under load the quota service's drift reports came between a third of the batches and their
+    fold: one about another claim, or an event the fold ignores, commutes with the batch."""
+    ctx = DecideContext(now=2.0)
+    folded, kept = _two_nodes_half_full(), _two_nodes_half_full()
+    decisions = decide(folded, ctx)
+    batch = ev.DecisionBatch(decisions=decisions, allocator="a")
+    between = [
+        ev.DriftDetected(node="n0", kind="idle-allocation", claim_id="c0", at=1.5),
+        ev.DriftCleared(node="n0", kind="idle-allocation", claim_id="c1"),
+        ev.QuotaAlertRaised(namespace="ns0", resource="gpus", used_percent=90.0, threshold_percent=80.0),
+        ev.QuotaAlertCleared(namespace="ns1", resource="gpus", used_percent=10.0, threshold_percent=80.0),
+    ]
+    for seq, event in enumerate(between, 12):
+        evolve(folded, event, seq)
+    evolve(folded, batch, 16)
+    decisions_kept, journal = decide_kept(kept, ctx)
+    own = OwnBatch()
+    own.hold(kept, batch, journal)
+    for seq, event in enumerate(between, 12):
+        assert not own.settle(kept, seq, subjects.drift("n0"), event) and own.holding, event
+        evolve(kept, event, seq)
+    assert own.settle(kept, 16, subjects.DECISIONS, batch) and own.kept == 1 and own.undone == 0
+    kept.last_seq = 16
+    assert compact_digest(kept) == compact_digest(folded)
+    assert kept.claims["c0"].trail == folded.claims["c0"].trail
+
+    # a drift report about a claim the batch decides on does not commute: rolled back first
+    again, ref = _two_nodes_half_full(), _two_nodes_half_full()
+    decisions, journal = decide_kept(again, ctx)
+    own.hold(again, ev.DecisionBatch(decisions=decisions, allocator="a"), journal)
+    about_c4 = ev.DriftDetected(node="n1", kind="idle-allocation", claim_id="c4", at=1.5)
+    assert not own.settle(again, 12, subjects.drift("n1"), about_c4) and not own.holding
+    assert compact_digest(again) == compact_digest(ref)

@@ -227,7 +227,7 @@ class GpuLedger(FGD):
         rate = gpu_pods_cpu_per_milli(ctx.typical_shapes, ctx.frag)
         strand = max(0.0, taken - need.cpu / rate) if rate > 0 and need.count else 0.0
         if _plain_share(need):  # scored by its card's waste, not FGD's drop
-            frag = max(max_waste_drop(need.milli, ctx.typical_shapes, ctx.frag), 0.0)
+            frag = max_waste_drop(need.milli, ctx.typical_shapes, ctx.frag)  # may be below 0: exact
         else:
             frag = taken * weights
         return _to_int((frag + strand) * (1 + 1e-9))
