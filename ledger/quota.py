@@ -162,13 +162,13 @@ def _at_node(books: Subtrees, namespace: str, path: list[str], level: int, dim: 
     if capacity is None:
         return False
     used = books.used(node, dim)
-    held = 0.0
-    if used + requested <= capacity + EPS:  # it fits unless branches leaving the path hold it back
-        held = books.held_along(path, level, dim)
-        if used + requested + held <= capacity + EPS:
-            return False
+    # what branches leaving the path hold back (lending limits) is as taken as what they use: the
+    # node borrows from its parent whatever the claim needs beyond the room left after both
+    held = books.held_along(path, level, dim)
+    over = used + requested + held - capacity
+    if over <= EPS:
+        return False
     parent = books.tree.parent.get(node)
-    over = used + requested - capacity
     limit = books.borrowing_limit(node, dim)
     if parent is None or dim.borrowable is None or (limit is not None and over > limit + EPS):
         return _refusal(books, namespace, node, level, dim, requested, held, within, cost)

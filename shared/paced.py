@@ -70,6 +70,7 @@ class PacedTail:
                 if fresh:
                     last = fresh[-1][0]
                     yield fresh
+                if fresh and len(batch) < PULL_BATCH:  # a full pull: more is waiting, no pause
                     await asyncio.sleep(self.linger_s)  # what is stored meanwhile comes in one pull
         finally:
             await self._drop()

@@ -75,3 +75,25 @@ async def test_a_paced_follower_goes_on_across_a_nats_server_restart(tmp_path):
         await reader.close()
         await writer.close()
         server.stop()
+
+
+async def test_a_backlog_larger_than_one_pull_comes_in_full_pulls_every_event_once(fresh_client, monkeypatch):
+    import shared.paced
+
+    monkeypatch.setattr(shared.paced, "PULL_BATCH", 10)
+    log = JetStreamEventLog(fresh_client)
+    seqs = [await beat(log, i) for i in range(35)]
+    got: list[list[int]] = []
+
+    async def follow():
+        async for batch in log.follow_raw(seqs[0], linger_s=0.05):
+            got.append([seq for seq, *_ in batch])
+
+    task = asyncio.ensure_future(follow())
+    try:
+        more = [await beat(log, i) for i in range(35, 60)]
+        assert await until(lambda: sum(map(len, got)) == 60)
+        assert [seq for batch in got for seq in batch] == seqs + more
+        assert max(map(len, got)) == 10, "a pull brings at most PULL_BATCH, a backlog full pulls"
+    finally:
+        task.cancel()
