@@ -47,3 +47,20 @@ def test_prices_are_feasible_and_at_least_the_simple_bounds(mix):
     by_volume = sum(weight * milli / FREE for milli, weight in weights)
     by_big = sum(weight for milli, weight in weights if 2 * milli > FREE)
     assert cards >= max(by_volume, by_big) - 1e-6
+
+
+def test_a_mix_of_many_sizes_is_priced_over_its_most_wanted_and_stays_feasible():
+    """The LP's cost grows about with the cube of its sizes (0.76 s for 50), so a mix of more than
+    MAX_SIZES is solved over its most wanted sizes; a rarer one is priced at what the room it takes
+    holds of those, and no card pattern is worth more than a card."""
+    from services.allocator.core.card_prices import MAX_SIZES
+
+    weights = [(milli, 10.0 if milli % 50 == 0 else 0.1) for milli in range(10, 1001, 10)]
+    common = [(m, w) for m, w in weights if w == 10.0]
+    assert len(common) == MAX_SIZES and len(weights) > MAX_SIZES
+    prices, alone = share_prices(weights), share_prices(common)
+    assert set(prices) == {m for m, _ in weights}
+    value = room_values(alone)
+    for milli, _ in weights:
+        assert prices[milli] == pytest.approx(alone.get(milli, value[milli]))
+    assert _worth(prices) <= 1 + 1e-6
