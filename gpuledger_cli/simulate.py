@@ -109,18 +109,18 @@ def simulate(
         from simulator.plot import plot_curves
 
         plot_curves(summaries, plot, f"{Path(pods_path).name}, seeds {seeds}")
-    _print(summaries, trace, seeds, elapsed, as_json)
+    _print(summaries, trace, seeds, elapsed, as_json, runner.is_published_trace(nodes_path, pods_path))
 
 
-def _print(summaries, trace, seeds: str, elapsed: float, as_json: bool) -> None:
+def _print(summaries, trace, seeds: str, elapsed: float, as_json: bool, on_published_trace: bool) -> None:
     from simulator import report
 
     if as_json:
-        typer.echo(json.dumps(report.to_json(summaries), indent=2))
+        typer.echo(json.dumps(report.to_json(summaries, on_published_trace), indent=2))
         return
     typer.echo(f"trace: {len(trace.nodes)} nodes, {trace.capacity // 1000} GPUs, {len(trace.pods)} pods; "
                f"seeds {seeds}; {elapsed:.0f} s\n")
-    typer.echo(report.table(summaries) + "\n")
+    typer.echo(report.table(summaries, on_published_trace) + "\n")
     typer.echo(report.curves(summaries) + "\n")
     typer.echo(report.failures(summaries))
 

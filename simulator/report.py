@@ -9,19 +9,20 @@ def _ms(v: dict | None) -> str:
     return "-" if not v or v.get("n", 0) == 0 else f"{v['mean']:.2f} ± {v['sd']:.2f}"
 
 
-def _published(policy: str, which: int) -> str:
-    pub = PUBLISHED.get(policy)
+def _published(policy: str, which: int, on_published_trace: bool) -> str:
+    pub = PUBLISHED.get(policy) if on_published_trace else None
     return f"{pub[which][0]:.2f} ± {pub[which][1]:.2f}" if pub else "-"
 
 
-def table(summaries: list[Summary]) -> str:
-    """The headline table: Unalloc(100)/(130) beside the published numbers, frag, speed."""
+def table(summaries: list[Summary], on_published_trace: bool = True) -> str:
+    """The headline table: Unalloc(100)/(130) beside the published numbers (on the trace they
+    were published for; '-' on any other), frag, speed."""
     head = ("| policy | Unalloc(100) | published | Unalloc(130) | published | frag % GPUs @100 "
             "| ms/decision |")
     lines = [head, "| --- | --- | --- | --- | --- | --- | --- |"]
     for s in summaries:
-        lines.append(f"| {s.policy} | {_ms(s.unalloc.get(100))} | {_published(s.policy, 0)} "
-                     f"| {_ms(s.unalloc.get(130))} | {_published(s.policy, 1)} "
+        lines.append(f"| {s.policy} | {_ms(s.unalloc.get(100))} | {_published(s.policy, 0, on_published_trace)} "
+                     f"| {_ms(s.unalloc.get(130))} | {_published(s.policy, 1, on_published_trace)} "
                      f"| {_ms(s.frag.get(100))} | {s.ms_per_decision:.3f} |")
     return "\n".join(lines)
 
@@ -44,5 +45,5 @@ def failures(summaries: list[Summary]) -> str:
     return "\n".join(lines)
 
 
-def to_json(summaries: list[Summary]) -> dict:
-    return {s.policy: s.to_json() for s in summaries}
+def to_json(summaries: list[Summary], on_published_trace: bool = True) -> dict:
+    return {s.policy: s.to_json(on_published_trace) for s in summaries}

@@ -38,8 +38,8 @@ class Summary:
     ms_per_decision: float = 0.0
     decisions: int = 0
 
-    def to_json(self) -> dict:
-        published = PUBLISHED.get(self.policy)
+    def to_json(self, on_published_trace: bool = True) -> dict:
+        published = PUBLISHED.get(self.policy) if on_published_trace else None
         return {
             "seeds": self.seeds,
             "unalloc_100": self.unalloc.get(100), "unalloc_130": self.unalloc.get(130),
@@ -68,6 +68,12 @@ def summarise(policy: str, results: list[PassResult]) -> Summary:
     seconds = sum(r.decide_seconds for r in results)
     summary.ms_per_decision = 1000 * seconds / max(summary.decisions, 1)
     return summary
+
+
+def is_published_trace(nodes_path: str | Path, pods_path: str | Path) -> bool:
+    """The published figures were measured on the default node and pod lists only: beside any
+    other trace they would read as a comparison that was never made."""
+    return Path(nodes_path).name == DEFAULT_NODES.name and Path(pods_path).name == DEFAULT_PODS.name
 
 
 _TRACES: dict[str, Trace] = {}  # in each worker: the traces its jobs name

@@ -64,7 +64,24 @@ def test_cli_prints_json_per_policy(small_trace):
     data = json.loads(out.stdout)
     assert set(data) == {"bestfit", "gpuledger"}
     assert set(data["bestfit"]["unalloc_100"]) >= {"mean", "sd"}
+    # the paper's figures were measured on the default trace, not on this one
+    assert data["bestfit"]["published"] is None
+
+
+def test_cli_shows_the_published_figures_beside_the_trace_they_were_published_for(small_trace, tmp_path):
+    from simulator.trace import DEFAULT_NODES, DEFAULT_PODS
+
+    nodes, pods = small_trace
+    (tmp_path / DEFAULT_NODES.name).write_bytes(nodes.read_bytes())
+    (tmp_path / DEFAULT_PODS.name).write_bytes(pods.read_bytes())
+    args = ["simulate", "--nodes", str(tmp_path / DEFAULT_NODES.name), "--pods",
+            str(tmp_path / DEFAULT_PODS.name), "--seeds", "1", "--policy", "bestfit", "--workers", "1"]
+    data = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)
     assert data["bestfit"]["published"]["unalloc_100"]["mean"] == 7.14
+    assert "7.14 ± 0.14" in CliRunner().invoke(app, args).stdout
+    other = CliRunner().invoke(app, ["simulate", "--nodes", str(nodes), "--pods", str(pods), "--seeds", "1",
+                                     "--policy", "bestfit", "--workers", "1"]).stdout
+    assert "7.14" not in other
 
 
 def test_cli_names_bad_input(small_trace, write):
