@@ -30,9 +30,19 @@ class Journal:
     def push(self, undo: Callable[[], None]) -> None:
         self._undo.append(undo)
 
-    def rollback(self, state: State, mark: int = 0) -> None:
-        while len(self._undo) > mark:
-            self._undo.pop()()
+    def rollback(self, state: State, mark: int = 0, keep_shared: bool = False) -> None:
+        """Undo back to `mark`. `keep_shared`: run only the undos of claims and their book
+        memberships, not the restores of units, nodes and namespace use (`shared`): the caller
+        has taken its own changes to those back by their amounts (own_batch.py), because events
+        folded since changed them too and a restore of the saved values would erase those."""
+        undo = self._undo
+        if keep_shared:
+            while len(undo) > mark:
+                step = undo.pop()
+                if not getattr(step, "shared", False):
+                    step()
+        while len(undo) > mark:
+            undo.pop()()
         for node in self.touched_nodes.values():
             reindex_node(state, node)
         if mark == 0:
@@ -57,6 +67,7 @@ def _save_unit(unit: Unit, journal: Journal | None) -> None:
     def undo() -> None:
         unit.milli_free, unit.holders = milli, holders
 
+    undo.shared = True
     journal.push(undo)
 
 
@@ -68,6 +79,7 @@ def save_node(node: Node, journal: Journal | None) -> None:
     def undo() -> None:
         node.cpu_free, node.mem_free, node.lost, node.claims = cpu, mem, lost, claims
 
+    undo.shared = True
     journal.push(undo)
     journal.touched_nodes[node.name] = node
 
@@ -84,6 +96,7 @@ def _save_usage(state: State, namespace: str, journal: Journal | None) -> None:
          usage.gpus) = saved
         state.usage_version += 1
 
+    undo.shared = True
     journal.push(undo)
 
 
@@ -172,6 +185,23 @@ def allocate(state: State, claim: Claim, grants: list[Grant], node_name: str,
     if claim.reasons:
         claim.reasons = []
     claim.allocated_at = claim.last_renewed = claim.last_activity = at
+    reindex_node(state, node)
+
+
+def unallocate(state: State, claim: Claim) -> None:
+    """Take back, by their amounts, the units, host room and namespace use `allocate` gave an
+    allocated claim, leaving every other holder's share as it is now; the claim's own fields and
+    book memberships are the caller's to restore (own_batch.py: the journal's claim undos)."""
+    cid, spec = claim.spec.claim_id, claim.spec
+    units = state.units
+    for grant in claim.grants:
+        unit = units[grant.uuid]
+        unit.milli_free += unit.holders.pop(cid)
+    node = state.nodes[claim.node]
+    node.cpu_free += spec.cpu_milli
+    node.mem_free += spec.memory_mib
+    node.claims.pop(cid, None)
+    _charge(state, claim, -1)
     reindex_node(state, node)
 
 

@@ -28,7 +28,7 @@ from schemas import events as ev
 from schemas import subjects
 
 from ledger.evolve import folds_to_nothing
-from ledger.holdings import Journal
+from ledger.holdings import Journal, unallocate
 from ledger.state import State
 
 KEEPABLE = (ev.ClaimAllocated, ev.ClaimPending, ev.QuotaBorrowed)
@@ -55,6 +55,10 @@ class OwnBatch:
         self.batch: ev.DecisionBatch | None = None
         self.claims: set[str] = set()  # the claims the kept batch decides on
         self.journal: Journal | None = None
+        # an event was folded on top of the kept batch: the journal's saved units, nodes and
+        # namespace use are no longer the state before the batch, so an undo takes the batch's
+        # own amounts back instead of restoring them
+        self.folded_on_top = False
         self.kept = 0  # batches that came back next and were not folded again
         self.undone = 0  # batches rolled back (not keepable, interleaved, fenced out or failed)
 
@@ -67,14 +71,21 @@ class OwnBatch:
         if keepable(state, batch.decisions):
             self.batch, self.journal = batch, journal
             self.claims = {d.claim_id for d in batch.decisions}
+            self.folded_on_top = False
         else:
             journal.rollback(state)
             self.undone += 1
 
     def undo(self, state: State) -> None:
-        """Roll the kept batch back (the state is again the log's prefix without it)."""
+        """Roll the kept batch back (the state is again the log's prefix without it). With events
+        folded on top (releases of other claims, say, on the same nodes or namespaces), the
+        batch's allocations are taken back by their amounts, then its claims restored."""
         if self.journal is not None:
-            self.journal.rollback(state)
+            if self.folded_on_top:
+                self._take_back_allocations(state)
+                self.journal.rollback(state, keep_shared=True)
+            else:
+                self.journal.rollback(state)
             self.undone += 1
         self.batch = self.journal = None
         self.claims = set()
@@ -91,9 +102,17 @@ class OwnBatch:
             self.claims = set()
             self.kept += 1
             return True
-        if not self.commutes(state, event):
+        if self.commutes(state, event):
+            self.folded_on_top = True
+        else:
             self.undo(state)
         return False
+
+    def _take_back_allocations(self, state: State) -> None:
+        claims = state.claims
+        for decision in reversed(self.batch.decisions):
+            if isinstance(decision, ev.ClaimAllocated):
+                unallocate(state, claims[decision.claim_id])
 
     def commutes(self, state: State, event: ev.Event) -> bool:
         """Folding `event` before or after the kept batch gives the same state: it touches none

@@ -197,3 +197,39 @@ def test_drift_and_alerts_stored_before_the_batch_keep_it_unless_they_name_one_o
     about_c4 = ev.DriftDetected(node="n1", kind="idle-allocation", claim_id="c4", at=1.5)
     assert not own.settle(again, 12, subjects.drift("n1"), about_c4) and not own.holding
     assert compact_digest(again) == compact_digest(ref)
+
+
+def test_a_kept_batch_undone_after_releases_were_folded_on_top_keeps_those_releases():
+    """Releases of other claims commute with the kept batch and are folded on top of it; when a
+    later event does not commute, undoing the batch must take back only what the batch did. A
+    rollback that restored the units, nodes and namespace use as they were before the batch gave
+    the released claims back their devices: units held by claims the state no longer had, and
+    every later pass failed on them (found by `bench e2e --claims 20000`: KeyError in
+    release_unused and in the fold of usage reports, decisions stalled)."""
+    ctx = DecideContext(now=2.0)
+    folded, kept = _two_nodes_half_full(), _two_nodes_half_full()
+    decisions = decide(folded, ctx)
+    batch = ev.DecisionBatch(decisions=decisions, allocator="a")
+    released = ev.EventBatch(events=[ev.ClaimReleased(claim_id="c0"), ev.ClaimReleased(claim_id="c2")])
+    about_c4 = ev.DriftDetected(node="n1", kind="idle-allocation", claim_id="c4", at=1.5)
+    for seq, event in ((12, released), (13, about_c4), (14, batch)):  # the log, in its order
+        evolve(folded, event, seq)
+
+    decisions_kept, journal = decide_kept(kept, ctx)
+    own = OwnBatch()
+    own.hold(kept, batch, journal)
+    assert not own.settle(kept, 12, subjects.INTAKE_BATCHES, released) and own.holding
+    evolve(kept, released, 12)  # folded on top of the kept batch
+    assert not own.settle(kept, 13, subjects.drift("n1"), about_c4) and not own.holding  # undone
+    evolve(kept, about_c4, 13)
+    for unit in kept.units.values():
+        assert set(unit.holders) <= set(kept.claims), f"{unit.uuid} held by a claim that ended"
+    for node in kept.nodes.values():
+        assert set(node.claims) <= set(kept.claims), f"{node.name} lists a claim that ended"
+    assert not own.settle(kept, 14, subjects.DECISIONS, batch)
+    evolve(kept, batch, 14)  # folded as any event, now that it is not kept
+    assert compact_digest(kept) == compact_digest(folded)
+    assert [(ns, u.tflops, u.vram_mib, u.gpus, u.workers) for ns, u in sorted(kept.usage.items())] == \
+        [(ns, u.tflops, u.vram_mib, u.gpus, u.workers) for ns, u in sorted(folded.usage.items())]
+    assert [(n.name, n.cpu_free, n.mem_free) for n in kept.nodes.values()] == \
+        [(n.name, n.cpu_free, n.mem_free) for n in folded.nodes.values()]
