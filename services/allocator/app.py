@@ -12,6 +12,7 @@ from schemas.commands import Query, ok
 from shared.commands import command
 from shared.service import ServiceContext
 
+from ledger.integrity import dangling_references
 from services.allocator.fence_lookup import resolve_fences_forever
 from services.allocator.loop import Allocator
 from services.allocator.metrics import instrument
@@ -63,8 +64,19 @@ async def _snapshot_forever(js, allocator: Allocator, every: int) -> None:
     last = allocator.state.last_seq
     while True:
         await asyncio.sleep(5.0)
-        # not while a decided batch is kept applied ahead of the log (own_batch.py)
-        if allocator.state.last_seq - last >= every and not allocator.own.holding:
-            size = await save_snapshot(js, allocator.state)
-            last = allocator.state.last_seq
-            log.info("snapshot at seq %d (%d bytes)", last, size)
+        last = await snapshot_if_due(js, allocator, last, every)
+
+
+async def snapshot_if_due(js, allocator: Allocator, last: int, every: int) -> int:
+    """Save a snapshot when `every` events were folded since `last`; returns the new `last`."""
+    # not while a decided batch is kept applied ahead of the log (own_batch.py)
+    if allocator.state.last_seq - last < every or allocator.own.holding:
+        return last
+    damage = dangling_references(allocator.state)
+    if damage:  # never made durable: a restart would load it
+        log.error("snapshot skipped at seq %d: the state is damaged (%s)",
+                  allocator.state.last_seq, "; ".join(damage))
+        return last
+    size = await save_snapshot(js, allocator.state)
+    log.info("snapshot at seq %d (%d bytes)", allocator.state.last_seq, size)
+    return allocator.state.last_seq

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import time
 from collections.abc import Callable
 
@@ -25,6 +26,7 @@ from shared.settings import Settings
 from shared.telemetry import extract_context, inject_headers, tracer
 
 from ledger.follower import Follower
+from ledger.integrity import dangling_references
 from ledger.state import State
 from services.allocator.core.decide import POLICY_VERSION, DecideContext, decide_kept
 from services.allocator.core.frag_cache import FragCache
@@ -67,6 +69,10 @@ async def free_slowly(objects: list, step: int = 2000) -> None:
         await asyncio.sleep(0)
 
 
+FAILED_PASSES_BEFORE_CHECK = 3  # passes failed in a row before the state is checked
+EXIT_DAMAGED_STATE = 70  # EX_SOFTWARE: restarted by the supervisor with a state from the log
+
+
 class Allocator:
     def __init__(self, event_log, settings: Settings, name: str,
                  clock: Callable[[], float] = time.time, state: State | None = None):
@@ -91,6 +97,7 @@ class Allocator:
         self._resync_to = 0  # the stream's last sequence when the connection last came back
         self.conflicts = 0
         self.failed_passes = 0
+        self.failed_in_row = 0
         self.memo: dict = {}  # placement scores per node view, kept across passes
         self.failed_at: dict = {}  # claim -> capacity epoch it last failed at
         self.frag = FragCache()  # the fragmentation measure's memos, this allocator's own
@@ -207,8 +214,11 @@ class Allocator:
             decisions, journal = decide_kept(self.state, self.context(timers))
         except Exception:  # a bug must not stop every later decision: logged, tried again next pass
             self.failed_passes += 1
+            self.failed_in_row += 1
             log.exception("decision pass failed (%d so far)", self.failed_passes)
+            self._start_again_if_damaged()
             return 0
+        self.failed_in_row = 0
         if self.on_pass is not None:
             self.on_pass(time.perf_counter() - started, len(decisions))
         if not decisions:
@@ -228,6 +238,20 @@ class Allocator:
             return await self._append(batch, decisions, fence)
         finally:
             self.own.undo(self.state)  # fenced out or failed (a kept batch was settled by the fold)
+
+    def _start_again_if_damaged(self) -> None:
+        """Passes that keep failing on a state that names claims it no longer holds would fail
+        forever: exit, so the supervisor (`gpuledger up`, a Deployment) starts the allocator again
+        from its last snapshot and the log, which a damaged state never reaches (app.py). Nothing is
+        lost: every decision is in the log, and a kill -9 is a restart this process survives."""
+        if self.failed_in_row < FAILED_PASSES_BEFORE_CHECK:
+            return
+        damage = dangling_references(self.state)
+        if damage:
+            log.critical("the allocator's state is damaged (%s): exiting to rebuild it from the log",
+                         "; ".join(damage))
+            logging.shutdown()
+            os._exit(EXIT_DAMAGED_STATE)
 
     async def _append(self, batch: ev.DecisionBatch, decisions: list, fence: int) -> int:
         endings = unbound_endings(self.state, decisions)
