@@ -100,7 +100,8 @@ async def _allocator_batches(ops) -> dict:
         data = msgspec.json.decode(reply.data).get("data") or {}
     except Exception as err:  # a figure, not the run: say why it is missing
         return {"error": f"{type(err).__name__}: {err}"}
-    return {key: data.get(key) for key in ("batches_appended", "own_batches_kept", "own_batches_undone")}
+    return {key: data.get(key) for key in ("batches_appended", "own_batches_kept", "own_batches_undone",
+                                           "own_batches_undone_by")}
 
 
 async def _idle_cpu(meter: CpuMeter, seconds: float) -> dict[str, float]:

@@ -48,7 +48,8 @@ async def build(ctx: ServiceContext) -> None:
             "nodes": len(s.nodes), "groups": len(s.groups), "pending": len(s.pending),
             "claims": len(s.claims), "batches_appended": allocator.batches_appended,
             "conflicts": allocator.conflicts, "own_batches_kept": allocator.own.kept,
-            "own_batches_undone": allocator.own.undone, "node_records_written": writer.writes,
+            "own_batches_undone": allocator.own.undone, "own_batches_undone_by": allocator.own.undone_by,
+            "node_records_written": writer.writes,
             "node_record_conflicts": writer.conflicts})
 
     command(ctx.broker, subjects.query("allocator.status"), Query, status)

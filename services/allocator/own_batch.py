@@ -61,6 +61,9 @@ class OwnBatch:
         self.folded_on_top = False
         self.kept = 0  # batches that came back next and were not folded again
         self.undone = 0  # batches rolled back (not keepable, interleaved, fenced out or failed)
+        # why, by cause: "not keepable", "not folded" (fenced out or failed), or the type of the
+        # event stored first that did not commute (`allocator.status`, `bench e2e`)
+        self.undone_by: dict[str, int] = {}
 
     @property
     def holding(self) -> bool:
@@ -75,8 +78,12 @@ class OwnBatch:
         else:
             journal.rollback(state)
             self.undone += 1
+            self._count("not keepable")
 
-    def undo(self, state: State) -> None:
+    def _count(self, cause: str) -> None:
+        self.undone_by[cause] = self.undone_by.get(cause, 0) + 1
+
+    def undo(self, state: State, cause: str = "not folded") -> None:
         """Roll the kept batch back (the state is again the log's prefix without it). With events
         folded on top (releases of other claims, say, on the same nodes or namespaces), the
         batch's allocations are taken back by their amounts, then its claims restored."""
@@ -87,6 +94,7 @@ class OwnBatch:
             else:
                 self.journal.rollback(state)
             self.undone += 1
+            self._count(cause)
         self.batch = self.journal = None
         self.claims = set()
 
@@ -105,7 +113,7 @@ class OwnBatch:
         if self.commutes(state, event):
             self.folded_on_top = True
         else:
-            self.undo(state)
+            self.undo(state, _cause(event))
         return False
 
     def _take_back_allocations(self, state: State) -> None:
@@ -140,3 +148,9 @@ class OwnBatch:
         # folded as nothing (a mark for bindings, quota alerts, drift cleared): under load the
         # quota service's drift reports came between a third of the batches and their fold
         return folds_to_nothing(event)
+
+
+def _cause(event: ev.Event) -> str:
+    if isinstance(event, ev.EventBatch):  # the first member that does not commute is unknown here
+        return "EventBatch of " + ",".join(sorted({type(m).__name__ for m in event.events}))
+    return type(event).__name__

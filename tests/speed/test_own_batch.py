@@ -221,6 +221,7 @@ def test_a_kept_batch_undone_after_releases_were_folded_on_top_keeps_those_relea
     assert not own.settle(kept, 12, subjects.INTAKE_BATCHES, released) and own.holding
     evolve(kept, released, 12)  # folded on top of the kept batch
     assert not own.settle(kept, 13, subjects.drift("n1"), about_c4) and not own.holding  # undone
+    assert own.undone_by == {"DriftDetected": 1}  # why, for `allocator.status` and `bench e2e`
     evolve(kept, about_c4, 13)
     for unit in kept.units.values():
         assert set(unit.holders) <= set(kept.claims), f"{unit.uuid} held by a claim that ended"
