@@ -306,16 +306,26 @@ def _node_condition(state: State, e: ev.NodeConditionChanged, seq: int) -> None:
 def _usage_observed(state: State, e: ev.UsageObserved, seq: int) -> None:
     """Activity for the holders of busy devices; when each device was last seen and last busy, so
     an allocation nothing runs on can be released (services/allocator/core/timers.py)."""
+    fold_usage(state, e)
+
+
+def fold_usage(state: State, e: ev.UsageObserved, not_yet: frozenset | set = frozenset()) -> None:
+    """`_usage_observed`, as if the claims in `not_yet` did not hold their devices yet: the
+    allocator folds a usage report stored before its own batch on top of that batch, kept applied
+    (services/allocator/own_batch.py), and the batch's claims were no holders when it was stored."""
     for usage in e.devices:
         unit = state.units.get(usage.uuid)
         if unit is None or unit.node != e.node:
             continue
         unit.observed_at = max(unit.observed_at, e.at)
+        holders = unit.holders
+        if not_yet and holders:
+            holders = [cid for cid in holders if cid not in not_yet]
         if not (usage.pids or usage.utilization_percent > 0):
-            state.idle_watch.update(dict.fromkeys(unit.holders))
+            state.idle_watch.update(dict.fromkeys(holders))
             continue
         unit.busy_at = max(unit.busy_at, e.at)
-        for claim_id in unit.holders:
+        for claim_id in holders:
             claim = state.claims[claim_id]
             claim.last_activity = max(claim.last_activity, e.at)
 

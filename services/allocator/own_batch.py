@@ -11,9 +11,11 @@ allocator keeps the decisions applied (`decide_kept`) while its batch is in flig
 - an event stored between the decision and the batch that commutes with it (`OwnBatch.commutes`:
   a claim submitted, a release, binding or drift report of a claim the batch does not decide on, a
   heartbeat, a usage report of devices none of its claims holds, anything the fold ignores) is
-  folded on top;
-- anything else first rolls the kept decisions back, and the batch is folded as any event when it
-  comes (the state stays a prefix of the log, in the log's order);
+  folded on top; a usage report of devices its claims now hold is folded on top as the log has it,
+  those claims not yet among the holders (`ledger.evolve.fold_usage`);
+- anything else first rolls the kept decisions back (taking back only the batch's own amounts
+  when events were folded on top), and the batch is folded as any event when it comes (the state
+  stays a prefix of the log, in the log's order);
 - a fenced-out or failed append rolls them back too.
 
 Only batches whose every decision the stored fold applies exactly as the tentative one did are
@@ -27,7 +29,7 @@ from __future__ import annotations
 from schemas import events as ev
 from schemas import subjects
 
-from ledger.evolve import folds_to_nothing
+from ledger.evolve import fold_usage, folds_to_nothing
 from ledger.holdings import Journal, unallocate
 from ledger.state import State
 
@@ -100,8 +102,9 @@ class OwnBatch:
 
     def settle(self, state: State, seq: int, subject: str, event: ev.Event) -> bool:
         """The fold's hook before each live event: True when `event` is the kept batch (already
-        applied: the fold skips it); False when the fold must fold it (after undoing the kept
-        batch unless the event commutes with it)."""
+        applied: the fold skips it) or a usage report folded here as the log's order has it;
+        False when the fold must fold it (after undoing the kept batch unless the event commutes
+        with it)."""
         if self.batch is None:
             return False
         if subject == subjects.DECISIONS and event == self.batch:
@@ -109,6 +112,14 @@ class OwnBatch:
             self.batch = self.journal = None
             self.claims = set()
             self.kept += 1
+            return True
+        if isinstance(event, ev.UsageObserved) and not self.commutes(state, event):
+            # a report of devices the batch's claims now hold, stored before the batch: folded
+            # as it would be in the log's order, the batch's claims not yet among their holders
+            # (nearly every undo under load was this: agents report usage all the time)
+            fold_usage(state, event, self.claims)
+            state.last_seq = seq
+            self.folded_on_top = True
             return True
         if self.commutes(state, event):
             self.folded_on_top = True

@@ -102,6 +102,11 @@ def _same(live: State, fresh: State) -> None:
     for unit in live.units.values():
         assert set(unit.holders) <= set(live.claims), f"{unit.uuid} held by a claim that is gone"
     assert set(live.idle_watch) <= set(live.claims)
+    assert set(live.idle_watch) == set(fresh.idle_watch)  # usage reports folded on top of a batch
+    assert {c: x.last_activity for c, x in live.claims.items()} == \
+        {c: x.last_activity for c, x in fresh.claims.items()}
+    assert {u.uuid: (u.observed_at, u.busy_at) for u in live.units.values()} == \
+        {u.uuid: (u.observed_at, u.busy_at) for u in fresh.units.values()}
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
