@@ -1,5 +1,6 @@
 """Subjects and stream names: the one place they are spelled."""
 
+import hashlib
 import re
 
 STREAM = "GPULEDGER"
@@ -100,6 +101,14 @@ def slot(slot_id: str) -> str:
 
 def drift(node_name: str) -> str:
     return f"gpu.evt.drift.{_token(node_name)}"
+
+
+def subject_reader(subject: str) -> str:
+    """The one consumer name a reader of a single subject uses for it (a node agent reading its
+    own binding or drift subject: `JetStreamEventLog.own_subject_after`). Fixed, so that a user's
+    permissions can allow creating, pulling from and deleting that consumer and no other: with
+    random names they had to allow every consumer of the stream (shared.nats_auth)."""
+    return "reader-" + hashlib.sha256(subject.encode()).hexdigest()[:20]
 
 
 def command(name: str) -> str:

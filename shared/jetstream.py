@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import secrets
 
 import nats
 from nats.aio.client import Client
@@ -127,6 +126,7 @@ class JetStreamEventLog:
         self.nc = nc
         self.js = nc.jetstream()
         self.stream = stream
+        self._reader_locks: dict[str, asyncio.Lock] = {}  # own_subject_after: one read per subject
 
     async def append(self, subject: str, event: Event, *, msg_id: str | None = None,
                      expected_last_subject_seq: int | None = None, expected_subject: str | None = None,
@@ -199,11 +199,29 @@ class JetStreamEventLog:
         the subject's last message (its subject in the request's) first: nothing new, no consumer."""
         if await self.last_subject_seq(subject, direct=True) <= after_seq:
             return
-        name = "after-" + secrets.token_hex(8)
-        info = await self.js.add_consumer(self.stream, config=api.ConsumerConfig(
+        async with self._reader_lock(subject):  # one consumer name per subject (permissions)
+            async for stored in self._read_own_subject(subject, after_seq):
+                yield stored
+
+    def _reader_lock(self, subject: str) -> asyncio.Lock:
+        return self._reader_locks.setdefault(subject, asyncio.Lock())
+
+    async def _add_reader(self, subject: str, after_seq: int):
+        """The subject's one reader consumer (`subjects.subject_reader`), made afresh: one left by
+        a read cut short (a crash; it would go after a minute idle) is deleted first."""
+        name = subjects.subject_reader(subject)
+        config = api.ConsumerConfig(
             name=name, filter_subject=subject, deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
             opt_start_seq=after_seq + 1, ack_policy=api.AckPolicy.NONE, inactive_threshold=60.0,
-            mem_storage=True))
+            mem_storage=True)
+        try:
+            return name, await self.js.add_consumer(self.stream, config=config)
+        except APIError:  # exists with another start: a leftover
+            await self.js.delete_consumer(self.stream, name)
+            return name, await self.js.add_consumer(self.stream, config=config)
+
+    async def _read_own_subject(self, subject: str, after_seq: int):
+        name, info = await self._add_reader(subject, after_seq)
         try:
             pending = info.num_pending or 0
             if pending:

@@ -121,11 +121,14 @@ def _own_subjects(nodes: list[str]) -> list[str]:
     is in the body, an unfiltered consumer, another node's subjects, a claim or a decision. A node
     agent binds on condition of the fence its record carries (schemas.grants): it reads no claim."""
     ledger = subjects.STREAM
-    out = [f"$JS.API.STREAM.INFO.{ledger}", f"$JS.API.CONSUMER.INFO.{ledger}.*",
-           f"$JS.API.CONSUMER.DELETE.{ledger}.*", f"$JS.API.CONSUMER.MSG.NEXT.{ledger}.*"]
+    out = [f"$JS.API.STREAM.INFO.{ledger}", f"$JS.API.CONSUMER.INFO.{ledger}.*"]
     for node in nodes:
         for own in (subjects.node_bindings(node), subjects.drift(node)):
-            out += [f"$JS.API.DIRECT.GET.{ledger}.{own}", f"$JS.API.CONSUMER.CREATE.{ledger}.*.{own}"]
+            # its one reader consumer per subject, by name: never another's (the services'
+            # followers read this stream: deleting or pulling from theirs would stall them)
+            reader = subjects.subject_reader(own)
+            out += [f"$JS.API.DIRECT.GET.{ledger}.{own}", f"$JS.API.CONSUMER.CREATE.{ledger}.{reader}.{own}",
+                    f"$JS.API.CONSUMER.MSG.NEXT.{ledger}.{reader}", f"$JS.API.CONSUMER.DELETE.{ledger}.{reader}"]
     return out
 
 

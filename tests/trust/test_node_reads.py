@@ -127,6 +127,38 @@ async def test_of_the_ledger_it_reads_only_its_own_subjects(agent, auth_server):
     assert await _refused(agent, f"$JS.API.CONSUMER.CREATE.{stream}.peek")
 
 
+async def test_it_cannot_delete_or_pull_from_another_consumer_of_the_ledger(agent, auth_server):  # noqa: F811
+    """The services' followers read the ledger through consumers of their own: a node's user
+    (on every GPU host) may delete and pull from only its own reader of each of its subjects."""
+    from shared.jetstream import JetStreamEventLog
+
+    await _write_ledger(auth_server)
+    stream = subjects.STREAM
+    ops = auth_server.ops.jetstream()
+    await ops.add_consumer(stream, config=api.ConsumerConfig(name="allocator-follower", ack_policy=api.AckPolicy.NONE))
+    other_reader = subjects.subject_reader(subjects.node_bindings(OTHER))
+    await ops.add_consumer(stream, config=api.ConsumerConfig(
+        name=other_reader, filter_subject=subjects.node_bindings(OTHER), ack_policy=api.AckPolicy.NONE))
+    for name in ("allocator-follower", other_reader):
+        assert await _refused(agent, f"$JS.API.CONSUMER.DELETE.{stream}.{name}"), name
+        assert await _refused(agent, f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{name}", b'{"batch": 1}'), name
+    assert {c.name async for c in _consumers(ops, stream)} >= {"allocator-follower", other_reader}
+
+    # its own reader: a leftover of a read cut short (same name, another start) is replaced
+    mine = subjects.node_bindings(MINE)
+    await ops.add_consumer(stream, config=api.ConsumerConfig(
+        name=subjects.subject_reader(mine), filter_subject=mine, ack_policy=api.AckPolicy.NONE,
+        deliver_policy=api.DeliverPolicy.LAST))
+    log = JetStreamEventLog(agent.nc)
+    assert [s.event.claim_id async for s in log.own_subject_after(mine)] == [f"c-{MINE}"]
+    assert subjects.subject_reader(mine) not in {c.name async for c in _consumers(ops, stream)}
+
+
+async def _consumers(js, stream: str):
+    for info in await js.consumers_info(stream):
+        yield info
+
+
 async def test_it_cannot_listen_on_the_shared_inbox_where_other_watches_are_delivered(agent):
     """Another watch's deliveries (the allocator's, another agent's) go to `_INBOX.<id>`."""
     assert await agent.refused("_INBOX.>", publish=False)
