@@ -117,7 +117,11 @@ class OwnBatch:
             # a report of devices the batch's claims now hold, stored before the batch: folded
             # as it would be in the log's order, the batch's claims not yet among their holders
             # (nearly every undo under load was this: agents report usage all the time)
-            fold_usage(state, event, self.claims)
+            try:
+                fold_usage(state, event, self.claims)
+            except Exception:  # folded again after the undo, where a failing fold is logged
+                self.undo(state, "usage report failed to fold")  # (folding it twice is harmless)
+                return False
             state.last_seq = seq
             self.folded_on_top = True
             return True

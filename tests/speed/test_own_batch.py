@@ -234,3 +234,20 @@ def test_a_kept_batch_undone_after_releases_were_folded_on_top_keeps_those_relea
         [(ns, u.tflops, u.vram_mib, u.gpus, u.workers) for ns, u in sorted(folded.usage.items())]
     assert [(n.name, n.cpu_free, n.mem_free) for n in kept.nodes.values()] == \
         [(n.name, n.cpu_free, n.mem_free) for n in folded.nodes.values()]
+
+
+def test_a_usage_report_that_fails_to_fold_on_top_undoes_the_batch_and_is_left_to_the_fold():
+    """The fold's hook must never raise into the follower: a report it cannot fold on top of the
+    kept batch (a holder the state lacks) undoes the batch and goes to the fold, which logs it."""
+    from schemas.types import DeviceUsage
+
+    kept = _two_nodes_half_full()
+    decisions, journal = decide_kept(kept, DecideContext(now=2.0))
+    own = OwnBatch()
+    own.hold(kept, ev.DecisionBatch(decisions=decisions, allocator="a"), journal)
+    held = next(d for d in decisions if isinstance(d, ev.ClaimAllocated))
+    unit = kept.units[held.grants[0].uuid]
+    unit.holders["ghost"] = 0  # damage no fold makes
+    busy = ev.UsageObserved(node=held.node, devices=[DeviceUsage(uuid=unit.uuid, utilization_percent=90)], at=3.0)
+    assert not own.settle(kept, 20, subjects.node(held.node), busy) and not own.holding
+    assert own.undone_by == {"usage report failed to fold": 1}
