@@ -67,6 +67,9 @@ async def start_service(name: str, settings: Settings, build: Builder) -> Servic
     ctx.log = JetStreamEventLog(ctx.nc)
     await build(ctx)
     await broker.start()
+    # a round trip: the server has every subscription of this connection before it answers, so a
+    # request sent once the service is up finds its handler (CI saw "no responders" once without)
+    await until_done(lambda: ctx.nc.flush(timeout=5), f"{name}: registering its subscriptions")
     return ctx
 
 
