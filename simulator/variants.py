@@ -2,7 +2,8 @@
 
 `python -m simulator.variants OUT_DIR [--pods PODS.csv --nodes NODES.csv] [--seed N]` writes pod
 lists with more sharing pods, more multi-GPU pods, 10/30/50 % of the GPU pods bound to GPU models
-(`gpu_spec` lists) and more CPU-only pods (the protocol then tops up or cuts each to 130 % of
+(`gpu_spec` lists, models drawn in proportion to the fleet), 15 % bound to the fleet's rarest
+models (`model-scarce-15`: more asked of them than they hold) and more CPU-only pods (the protocol then tops up or cuts each to 130 % of
 capacity as usual). Every variant is a pure function of the trace and the seed.
 """
 
@@ -17,6 +18,8 @@ from pathlib import Path
 from simulator.trace import DEFAULT_NODES, DEFAULT_PODS, POD_COLUMNS, NodeRow, PodRow, read_trace
 
 MODEL_BOUND_PERCENTS = (10, 30, 50)
+MODEL_SCARCE_PERCENTS = (15,)
+SCARCE_SHARE = 0.10  # the rarest models a scarce-bound pod allows hold about this share of its GPUs
 LIST_LENGTHS = ((1, 0.5), (2, 0.3), (3, 0.2))  # how many models a bound pod allows, and how often
 VARIANT_SEED = 7
 
@@ -65,6 +68,33 @@ def model_bound(pods: list[PodRow], nodes: tuple[NodeRow, ...], percent: int,
     return out
 
 
+def scarce_models(gpus: dict[str, int]) -> tuple[str, ...]:
+    """The rarest models (fewest GPUs first, ties by name) until they hold `SCARCE_SHARE` of the
+    GPUs in `gpus`: what users who want "the good cards" bind to, few and wanted."""
+    total, held, chosen = sum(gpus.values()), 0, []
+    for model in sorted(gpus, key=lambda m: (gpus[m], m)):
+        if chosen and held >= SCARCE_SHARE * total:
+            break
+        chosen.append(model)
+        held += gpus[model]
+    return tuple(chosen)
+
+
+def model_scarce(pods: list[PodRow], nodes: tuple[NodeRow, ...], percent: int,
+                 rng: random.Random) -> list[PodRow]:
+    """`percent` % of the GPU pods (drawn at random) bound to the rarest models with a node big
+    enough for the pod (`scarce_models`): with `percent` above `SCARCE_SHARE` x 100 they ask more of
+    those models than the fleet has, the case where a policy must keep them for the pods bound to
+    them. (model-bound-N draws models in proportion to the fleet: no model is ever scarce there.)"""
+    gpu_pods = [i for i, p in enumerate(pods) if p.num_gpu]
+    bound = set(rng.sample(gpu_pods, round(len(gpu_pods) * percent / 100)))
+    out = []
+    for i, pod in enumerate(pods):
+        gpus = _gpus_by_model(nodes, pod) if i in bound else {}
+        out.append(replace(pod, models=scarce_models(gpus)) if gpus else pod)
+    return out
+
+
 def variants(pods: list[PodRow], nodes: tuple[NodeRow, ...], seed: int = VARIANT_SEED) -> dict[str, list[PodRow]]:
     """Every variant by name; each from its own generator, so one does not move another."""
     def rng(name: str) -> random.Random:
@@ -76,6 +106,9 @@ def variants(pods: list[PodRow], nodes: tuple[NodeRow, ...], seed: int = VARIANT
     for percent in MODEL_BOUND_PERCENTS:
         name = f"model-bound-{percent}"
         out[name] = model_bound(pods, nodes, percent, rng(name))
+    for percent in MODEL_SCARCE_PERCENTS:
+        name = f"model-scarce-{percent}"
+        out[name] = model_scarce(pods, nodes, percent, rng(name))
     out["cpu-only-heavy"] = _more(pods, lambda p: p.num_gpu == 0, 4, rng("cpu-only-heavy"))
     return out
 

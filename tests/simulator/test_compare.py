@@ -81,3 +81,26 @@ def test_cli_compares_on_variants_and_names_bad_options(small_trace):
                           (["--against", "nope"], "--policy: unknown nope")]:
         bad = CliRunner().invoke(app, [*base, *args])
         assert bad.exit_code == 2 and message in bad.output, bad.output
+
+
+def test_model_scarce_binds_the_share_of_gpu_pods_to_the_rarest_models_that_can_hold_them(fleet):
+    from simulator.variants import SCARCE_SHARE, model_scarce, scarce_models
+
+    assert scarce_models({"G2": 80, "T4": 15, "V100M16": 3, "V100M32": 4}) == ("V100M16", "V100M32", "T4")
+    assert scarce_models({"G2": 80}) == ("G2",)
+    pods = [replace(p, name=f"{p.name}-{i}", models=()) for i, p in enumerate(list(fleet.pods) * 10)]
+    bound = model_scarce(pods, fleet.nodes, 15, random.Random(1))
+    changed = [b for p, b in zip(pods, bound) if b.models != p.models]
+    assert len(changed) == round(0.15 * len([p for p in pods if p.num_gpu]))
+    for b in changed:
+        fits = {n.model: 0 for n in fleet.nodes}
+        for n in fleet.nodes:
+            if n.gpus >= b.num_gpu and n.cpu_milli >= b.cpu_milli and n.memory_mib >= b.memory_mib:
+                fits[n.model] += n.gpus
+        held = sum(fits[m] for m in b.models)
+        assert held > 0 and all(fits[m] for m in b.models)  # every bound pod fits an empty node
+        # the rarest first: no model left out is rarer than one chosen
+        assert max(fits[m] for m in b.models) <= min((g for m, g in fits.items() if g and m not in b.models),
+                                                      default=10**9)
+        assert held - max(fits[m] for m in b.models) < SCARCE_SHARE * sum(fits.values())  # no more than needed
+    assert "model-scarce-15" in variants(pods, fleet.nodes, 3)
