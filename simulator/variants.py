@@ -3,8 +3,9 @@
 `python -m simulator.variants OUT_DIR [--pods PODS.csv --nodes NODES.csv] [--seed N]` writes pod
 lists with more sharing pods, more multi-GPU pods, 10/30/50 % of the GPU pods bound to GPU models
 (`gpu_spec` lists, models drawn in proportion to the fleet), 15 % bound to the fleet's rarest
-models (`model-scarce-15`: more asked of them than they hold) and more CPU-only pods (the protocol then tops up or cuts each to 130 % of
-capacity as usual). Every variant is a pure function of the trace and the seed.
+models (`model-scarce-15`: more asked of them than they hold) and more CPU-only pods (the
+protocol then tops up or cuts each to 130 % of capacity as usual). Every variant is a pure
+function of the trace and the seed.
 """
 
 from __future__ import annotations
@@ -59,12 +60,19 @@ def model_bound(pods: list[PodRow], nodes: tuple[NodeRow, ...], percent: int,
     """`percent` % of the GPU pods (drawn at random) get a `gpu_spec` list of 1 to 3 models, each
     model drawn in proportion to the fleet's GPUs among the models with a node big enough for the
     pod (so every bound pod still fits an empty cluster). Names and everything else stay."""
+    return _bind(pods, nodes, percent, rng, _draw_models)
+
+
+def _bind(pods: list[PodRow], nodes: tuple[NodeRow, ...], percent: int, rng: random.Random,
+          choose) -> list[PodRow]:
+    """`percent` % of the GPU pods (drawn at random) bound to `choose(gpus_by_model, rng)`, where
+    `gpus_by_model` counts the GPUs of the models with a node big enough for the pod."""
     gpu_pods = [i for i, p in enumerate(pods) if p.num_gpu]
     bound = set(rng.sample(gpu_pods, round(len(gpu_pods) * percent / 100)))
     out = []
     for i, pod in enumerate(pods):
         gpus = _gpus_by_model(nodes, pod) if i in bound else {}
-        out.append(replace(pod, models=_draw_models(gpus, rng)) if gpus else pod)
+        out.append(replace(pod, models=choose(gpus, rng)) if gpus else pod)
     return out
 
 
@@ -86,13 +94,7 @@ def model_scarce(pods: list[PodRow], nodes: tuple[NodeRow, ...], percent: int,
     enough for the pod (`scarce_models`): with `percent` above `SCARCE_SHARE` x 100 they ask more of
     those models than the fleet has, the case where a policy must keep them for the pods bound to
     them. (model-bound-N draws models in proportion to the fleet: no model is ever scarce there.)"""
-    gpu_pods = [i for i, p in enumerate(pods) if p.num_gpu]
-    bound = set(rng.sample(gpu_pods, round(len(gpu_pods) * percent / 100)))
-    out = []
-    for i, pod in enumerate(pods):
-        gpus = _gpus_by_model(nodes, pod) if i in bound else {}
-        out.append(replace(pod, models=scarce_models(gpus)) if gpus else pod)
-    return out
+    return _bind(pods, nodes, percent, rng, lambda gpus, _rng: scarce_models(gpus))
 
 
 def variants(pods: list[PodRow], nodes: tuple[NodeRow, ...], seed: int = VARIANT_SEED) -> dict[str, list[PodRow]]:
