@@ -125,10 +125,10 @@ async def _handle_alone(service, msg, one: tuple) -> None:
     except _TRANSIENT:
         raise
     except Exception as err:  # poison: recorded once, never delivered again
-        data, headers, seq, *_system = one
+        data, headers, seq, system = one
         await _dead_letter(service, _readable_id(data, headers), "unprocessable",
                            f"the claim service could not handle this message: {type(err).__name__}: {err}",
-                           "", data, seq)
+                           "", data, seq, system)
         await msg.term()
         return
     await msg.ack()
@@ -146,7 +146,8 @@ async def _give_up_on_redelivered(service, msgs) -> list:
         data, headers = msg.data, dict(msg.headers or {})
         await _reject(service, _readable_id(data, headers), "undeliverable",
                       f"delivered {delivered} times without being handled (the claim service stopped "
-                      "or failed on it each time): not tried again", "", data, {}, _stream_seq(msg))
+                      "or failed on it each time): not tried again", "", data, {}, _stream_seq(msg),
+                      _system(msg))
         await msg.term()
     return keep
 
@@ -253,7 +254,7 @@ async def _accept(service, data: bytes, headers: dict[str, str], specs: dict[str
         spec = decode_claim(data)
     except Exception as err:  # msgspec's errors, invalid UTF-8 (ValueError), nesting (RecursionError)
         await _reject(service, _readable_id(data, headers), "invalid", decode_error(err, data),
-                      name_the_key(field_of(err), data, decode_claim), data, specs, seq)
+                      name_the_key(field_of(err), data, decode_claim), data, specs, seq, system)
         return None
     trace = {k: v for k, v in headers.items() if k in ("traceparent", "tracestate")}
     try:
@@ -263,7 +264,7 @@ async def _accept(service, data: bytes, headers: dict[str, str], specs: dict[str
         field = err.field.removeprefix("claim.")
         if _seed_spelled(data):  # answered in the names the publisher wrote
             field = seed_field(field, CLAIM_WIRE) if field else field
-        await _reject(service, spec.claim_id, err.code, err.message, field, data, specs, seq)
+        await _reject(service, spec.claim_id, err.code, err.message, field, data, specs, seq, system)
         return None
 
 
@@ -322,10 +323,10 @@ def _batch_id(claim_ids: list[str]) -> str:
 
 
 async def _reject(service, claim_id: str, code: str, message: str, field: str, data: bytes,
-                  specs: dict[str, ClaimSpec], seq: int = 0) -> None:
+                  specs: dict[str, ClaimSpec], seq: int = 0, system: str = "") -> None:
     """A refusal on the claim's subject, so its sender can look it up, unless that id is already
     a claim: a different claim (or a malformed payload) reusing the id must never touch it."""
-    event = await _dead_letter(service, claim_id, code, message, field, data, seq)
+    event = await _dead_letter(service, claim_id, code, message, field, data, seq, system)
     if claim_id and not _known(service, claim_id, specs):
         await service.log.append(subjects.claim(claim_id), event, msg_id=f"rejected-{claim_id}")
 
@@ -338,10 +339,12 @@ def _known(service, claim_id: str, specs: dict[str, ClaimSpec]) -> bool:
 
 
 async def _dead_letter(service, claim_id: str, code: str, message: str, field: str, data: bytes,
-                       seq: int = 0) -> ev.ClaimRejected:
+                       seq: int = 0, system: str = "") -> ev.ClaimRejected:
     """Every refusal once on the dead-letter subject: keyed on the intake message's sequence, so
     a redelivery (the service died before its ack) is stored once."""
     detail = {"field": field, "payload": data[:1024].decode("utf-8", "replace")}
+    if system:  # which publishing system sent it (for operators reading the dead letters)
+        detail["system"] = system
     event = ev.ClaimRejected(claim_id=claim_id, code=code,
                              reasons=[Reason(code, message, detail=detail)], at=service.clock())
     log.info("intake rejected claim %r: %s", claim_id, message)

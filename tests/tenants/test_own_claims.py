@@ -9,6 +9,7 @@ import json
 
 from schemas import subjects, systems
 from shared import nats_auth
+from shared.jetstream import JetStreamEventLog
 from tests.contract.test_outcomes import outcome_when
 from tests.service.helpers import request
 
@@ -79,6 +80,9 @@ async def test_a_claim_outside_the_system_s_namespaces_is_rejected_naming_them(t
     assert outcome.status == "rejected" and outcome.code == "forbidden", outcome
     reason = outcome.reasons[0]
     assert reason.field == "namespace" and "'team-c'" in reason.message and "team-a, team-b" in reason.message
+    dead = [e async for stored in JetStreamEventLog(tenants.ops).read()
+            if stored.subject.startswith(subjects.DEAD_LETTER) for e in [stored.event] if e.claim_id == "bill-x"]
+    assert [d.reasons[0].detail["system"] for d in dead] == ["billing"]  # operators see who sent it
     replied = await request(billing.nc, systems.command("submit", "billing"), {"claim": _claim("bill-y", "team-c")})
     assert replied["error"] == {"code": "forbidden", "field": "claim.namespace",
                                 "message": replied["error"]["message"]} and "team-c" in replied["error"]["message"]

@@ -61,6 +61,9 @@ async def test_up_gives_a_system_its_user_and_the_claim_service_its_namespaces(t
             assert elsewhere["error"]["code"] == "forbidden" and elsewhere["error"]["field"] == "claim.namespace"
             released = await _ask(nc, "release", {"claim_id": "up-sys-1"})
             assert released["ok"] and released["data"]["status"] == "released", released
+            shown = subprocess.run([str(BIN), "claim", "get", "up-sys-1"], capture_output=True, text=True,
+                                   timeout=60, env=dict(os.environ, GPULEDGER_NATS_URL=lines["GPULEDGER_NATS_URL"]))
+            assert "submitted by system bill-ing" in shown.stdout, (shown.stdout, shown.stderr)
         finally:
             await nc.close()
     finally:
