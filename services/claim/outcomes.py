@@ -36,12 +36,6 @@ _SEQ, _AT, _SIG, _WRITTEN = range(4)  # fields of a tracked claim: [seq, at, sig
 # allocated, bound and released within a few tens of ms, and a flush after every folded batch
 # wrote about 4 outcomes per claim (each a stored message and an ack).
 COALESCE_S = 0.02
-# Under load the pause widens: after a flush of BUSY_FLUSH outcomes or more (some hundreds of claims
-# a second), changes are gathered for BUSY_COALESCE_S. A claim allocated and released within it is
-# written once (at 1,000 claims/s a 20 ms pause still wrote 3.3 outcomes per claim: pending,
-# allocated, released), each a stored message and an ack. A quiet service keeps the short pause.
-BUSY_COALESCE_S = 0.1
-BUSY_FLUSH = 100
 
 
 class OutcomeWriter:
@@ -63,7 +57,6 @@ class OutcomeWriter:
         self.stored_through = 0  # every outcome up to here acked
         self.checkpointed, self._last_checkpoint = 0, 0.0
         self.failures = 0  # outcomes not sent or not acked (each written again)
-        self.last_flush = 0  # outcomes the last flush wrote: how busy the writer is
         self.wake = asyncio.Event()
 
     # --- noting changes (a follower listener: runs inside the fold, no I/O) ------------------
@@ -129,11 +122,7 @@ class OutcomeWriter:
     async def coalescing_window(self) -> None:
         """The pause after a flush: changes noted meanwhile go out together in the next one (a
         test holds it open on an event instead of a time)."""
-        await asyncio.sleep(self.pause_s())
-
-    def pause_s(self) -> float:
-        """The pause after the last flush: longer when it was a big one (a busy service)."""
-        return max(self.coalesce_s, BUSY_COALESCE_S) if self.last_flush >= BUSY_FLUSH else self.coalesce_s
+        await asyncio.sleep(self.coalesce_s)
 
     def _after_catch_up(self) -> None:
         claims = self.service.state.claims
@@ -161,7 +150,6 @@ class OutcomeWriter:
                 continue
             sent.append((claim_id, seq, at, ack))
         self.flushes.append((through, asyncio.ensure_future(self._settle(sent))))
-        self.last_flush = len(sent)
         return failed
 
     def _build(self, dirty: dict[str, None]) -> list[tuple[str, bytes, int, float]]:
