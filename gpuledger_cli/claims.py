@@ -184,7 +184,8 @@ def _show(data: dict, as_json: bool) -> None:
     typer.echo(f"{data['claim_id']}  {data['status']}  {data.get('shape', '')}")
     if data.get("submitted_at"):
         allocated = f", allocated {local_time(data['allocated_at'])}" if data.get("allocated_at") else ""
-        typer.echo(f"  submitted {local_time(data['submitted_at'])}{allocated}")
+        by = f" by system {data['system']}" if data.get("system") else ""
+        typer.echo(f"  submitted{by} {local_time(data['submitted_at'])}{allocated}")
     if data.get("node"):
         devices = ", ".join(_device(d) for d in data.get("devices", []))
         typer.echo(f"  node {data['node']}: {devices}")

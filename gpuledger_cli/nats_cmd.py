@@ -9,7 +9,9 @@ from typing import Optional
 
 import typer
 
+from schemas.systems import System, SystemsError, parse_systems
 from shared import nats_auth
+from shared.settings import Settings
 
 nats_app = typer.Typer(help="NATS users and permissions: a server configuration, a user's URL.",
                        no_args_is_help=True)
@@ -40,11 +42,15 @@ def config(data_dir: Path = DataDir,
            use_nkeys: bool = typer.Option(False, "--nkeys", help="nkey users (public keys only in the "
                                           "configuration; each user's seed in DATA_DIR/nats-nkeys.json, "
                                           "printed by `gpuledger nats nkey USER`) instead of passwords"),
+           system: list[str] = typer.Option([], "--system", help="add a publishing system's user "
+                                            "`system-NAME` (NAME:NS[,NS...], repeat per system; "
+                                            "default: GPULEDGER_SYSTEMS); the claim service must be "
+                                            "given the same systems (GPULEDGER_SYSTEMS)"),
            port: int = typer.Option(4222, "--port", help="client port of the whole configuration"),
            store_dir: Path = typer.Option(Path("jetstream"), "--store-dir",
                                           help="JetStream store of the whole configuration")) -> None:
     """Print a nats-server configuration with every gpuledger user and its permissions."""
-    roles = nats_auth.roles(agent_nodes=node, demo_fleet=_fleet_nodes(demo_fleet))
+    roles = nats_auth.roles(agent_nodes=node, demo_fleet=_fleet_nodes(demo_fleet), systems=_systems(system))
     if use_nkeys and env_passwords:
         _die("--nkeys and --env-passwords exclude each other: nkey users have no password")
     passwords = public_keys = None
@@ -60,8 +66,8 @@ def config(data_dir: Path = DataDir,
 
 
 @nats_app.command("nkey")
-def nkey(user: str = typer.Argument(..., help="ops, publisher, a service (claim, allocator, ...), "
-                                     "node-agents or node-NAME"),
+def nkey(user: str = typer.Argument(..., help="ops, publisher, system-NAME, a service (claim, "
+                                     "allocator, ...), node-agents or node-NAME"),
          data_dir: Path = DataDir,
          public: bool = typer.Option(False, "--public", help="print the public key instead of the seed")) -> None:
     """Print one user's nkey seed (secret: give it to that client only, as a file named by
@@ -77,8 +83,9 @@ def nkey(user: str = typer.Argument(..., help="ops, publisher, a service (claim,
 
 
 @nats_app.command("creds")
-def creds(user: str = typer.Argument(..., help="ops, publisher, a service (claim, allocator, ...), "
-                                      "node-agents (the demo fleet) or node-NAME"),
+def creds(user: str = typer.Argument(..., help="ops, publisher, system-NAME (a publishing "
+                                      "system), a service (claim, allocator, ...), node-agents (the "
+                                      "demo fleet) or node-NAME"),
           data_dir: Path = DataDir,
           host: str = typer.Option("127.0.0.1", "--host", help="host in the printed URL"),
           port: Optional[int] = typer.Option(None, "--port", help="port in the printed URL (default: "
@@ -91,8 +98,15 @@ def creds(user: str = typer.Argument(..., help="ops, publisher, a service (claim
         _die(f"no NATS users in {path} ({err}): run `gpuledger up --data-dir {data_dir}` first")
     if user not in known:
         _die(f"user {user!r} unknown in {path}; known: {', '.join(sorted(known))} (a node agent's "
-             f"user comes with `gpuledger up --agent-node NAME`)")
+             f"user comes with `gpuledger up --agent-node NAME`, a system's with `--system NAME:NS`)")
     typer.echo(nats_auth.user_url(user, known[user], host, port or _up_port(data_dir)))
+
+
+def _systems(declared: list[str]) -> tuple[System, ...]:
+    try:
+        return parse_systems(declared) if declared else Settings().systems
+    except SystemsError as err:
+        _die(f"--system: {err}")
 
 
 def _fleet_nodes(spec: str) -> list[str]:

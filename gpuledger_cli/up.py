@@ -35,6 +35,7 @@ from shared.jetstream import ensure_streams
 from shared.retry import until_done
 from shared.service import READY_SUBJECT
 from shared.settings import Settings
+from schemas.systems import System, SystemsError, parse_systems, spec_of
 
 DEFAULT_FLEET = "4xH100x8:islands=2,1xA100x4:mig"
 DEMO_MODELS = Path(schemas.__file__).parent / "data" / "demo_models.yaml"  # slots offered by --demo
@@ -167,10 +168,20 @@ def register(app: typer.Typer) -> None:
            agent_node: list[str] = typer.Option([], "--agent-node", help="a real node agent will "
                                                 "join as this node: give it a NATS user of its own "
                                                 "(repeat per node; `gpuledger nats creds node-NAME` "
-                                                "prints its URL)")) -> None:
+                                                "prints its URL)"),
+           system: list[str] = typer.Option([], "--system", help="a publishing system NAME:NS[,NS...] "
+                                            "(`*`: every namespace): a NATS user `system-NAME` that "
+                                            "submits on gpu.intake.claim.NAME and may release and "
+                                            "renew its own claims, in those namespaces only (repeat "
+                                            "per system; default: GPULEDGER_SYSTEMS); its URL is "
+                                            "printed as GPULEDGER_SYSTEM_<NAME>_URL")) -> None:
         """Run NATS (embedded by default), all five services and, with --demo, simulated nodes."""
+        try:
+            systems = parse_systems(system) if system else Settings().systems
+        except SystemsError as err:
+            raise typer.BadParameter(str(err), param_hint="--system")
         _run_up(demo, data_dir, nats_url, fleet, port or None, ready_timeout, dashboard, cluster, auth,
-                agent_node)
+                agent_node, systems)
 
 
 def _expected_nodes(fleet: str) -> int:
@@ -198,16 +209,23 @@ def _user_urls(users: up_auth.StackUsers | None, ports: list[int]) -> dict[str, 
     return {user: users.url(user, ports) for user in users.passwords} if users else {}
 
 
-def _printed(nats_url: str, urls: dict[str, str], book: PortBook, dashboard: bool) -> list[tuple[str, str]]:
+def _printed(nats_url: str, urls: dict[str, str], book: PortBook, dashboard: bool,
+             systems: tuple[System, ...] = ()) -> list[tuple[str, str]]:
     lines = [("GPULEDGER_NATS_URL", nats_url)]
     if urls:
         lines.append(("GPULEDGER_PUBLISHER_URL", urls[nats_auth.PUBLISHER]))
+        lines += [(system_url_variable(s.name), urls[s.user]) for s in systems]
     return lines + (up_web.printed_lines(book) if dashboard else [])
+
+
+def system_url_variable(name: str) -> str:
+    """Where `up` prints a publishing system's URL: GPULEDGER_SYSTEM_<NAME>_URL."""
+    return "GPULEDGER_SYSTEM_" + name.replace("-", "_").upper() + "_URL"
 
 
 def _run_up(demo: bool, data_dir: Path, nats_url: str | None, fleet: str, port: int | None,
             ready_timeout: float, dashboard: bool = True, cluster: int = 0, auth: bool = True,
-            agent_nodes: list[str] = ()) -> None:
+            agent_nodes: list[str] = (), systems: tuple[System, ...] = ()) -> None:
     data_dir = data_dir.resolve()
     log_dir = data_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -215,7 +233,8 @@ def _run_up(demo: bool, data_dir: Path, nats_url: str | None, fleet: str, port: 
     book = PortBook(data_dir)
     urls: dict[str, str] = {}
     replicas = {}
-    users = up_auth.prepare(data_dir, fleet if demo else None, agent_nodes) if auth and nats_url is None else None
+    users = (up_auth.prepare(data_dir, fleet if demo else None, agent_nodes, systems)
+             if auth and nats_url is None else None)
     if nats_url is None and cluster:
         server, nats_url = _start_cluster(data_dir, cluster, book.take("nats", port), users)
         replicas = {"GPULEDGER_STREAM_REPLICAS": str(min(cluster, 3))}
@@ -229,6 +248,8 @@ def _run_up(demo: bool, data_dir: Path, nats_url: str | None, fleet: str, port: 
     nats_url = urls.get(nats_auth.OPS, nats_url)
     env = dict(os.environ, GPULEDGER_NATS_URL=nats_url, GPULEDGER_DATA_DIR=str(data_dir),
                PYTHONUNBUFFERED="1", **replicas)
+    if systems:  # the claim service checks each system's namespaces and claims
+        env["GPULEDGER_SYSTEMS"] = spec_of(systems)
     if demo and not os.environ.get("GPULEDGER_MODELS"):  # slots to try: `gpuledger slot acquire llama3-8b`
         env["GPULEDGER_MODELS"] = str(DEMO_MODELS)
     services = _available_services()
@@ -255,7 +276,7 @@ def _run_up(demo: bool, data_dir: Path, nats_url: str | None, fleet: str, port: 
         except Exception as err:
             _say(f"{err}; see the logs in {log_dir}")
             raise typer.Exit(1)
-        lines = _printed(nats_url, urls, book, dashboard)
+        lines = _printed(nats_url, urls, book, dashboard, systems)
         sys.stdout.writelines(f"{name}={value}\n" for name, value in lines)
         sys.stdout.flush()
         _say(f"these lines are also in {write_env(data_dir, lines)}: the CLI reads the URL from there")

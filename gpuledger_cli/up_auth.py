@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from schemas.systems import System
 from shared import nats_auth
 
 CONFIG_FILE = "nats-auth.conf"
@@ -36,11 +37,12 @@ def fleet_nodes(fleet: str | None) -> list[str]:
     return [spec.name for spec in parse_fleet(fleet)]
 
 
-def prepare(data_dir: Path, fleet: str | None, agent_nodes: list[str] = ()) -> StackUsers:
+def prepare(data_dir: Path, fleet: str | None, agent_nodes: list[str] = (),
+            systems: tuple[System, ...] = ()) -> StackUsers:
     """Passwords (kept) and the users block for nats-server, for the services, ops, publisher,
-    the simulated fleet's agents when there is one, and a user per real agent's node
-    (`gpuledger nats creds node-<name>` prints its URL)."""
-    roles = nats_auth.roles(agent_nodes=list(agent_nodes), demo_fleet=fleet_nodes(fleet))
+    each publishing system (`system-<name>`), the simulated fleet's agents when there is one, and
+    a user per real agent's node (`gpuledger nats creds node-<name>` prints its URL)."""
+    roles = nats_auth.roles(agent_nodes=list(agent_nodes), demo_fleet=fleet_nodes(fleet), systems=systems)
     passwords = nats_auth.load_secrets(data_dir, [r.user for r in roles])
     path = data_dir / CONFIG_FILE
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

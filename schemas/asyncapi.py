@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 
 from schemas import subjects
+from schemas import systems
 
 _NATS = {"nats": {"bindingVersion": "0.1.0"}}
 
@@ -110,6 +111,15 @@ REQUESTS = (
     (subjects.query("gpus.availability"), "Query", "GPUs per model in the fleet: cards, free, healthy, "
                                                    "MIG instances, nodes, most on one node"),
 )
+# a publishing system's own request subjects (schemas/systems.py): `<subject>.{system}`, which
+# only that system's NATS user may publish on; it acts on its own claims only
+_SYSTEM = "a publishing system's name (GPULEDGER_SYSTEMS; its NATS user is system-<name>)"
+SYSTEM_REQUESTS = (
+    ("submit", "SubmitClaim", "submit a claim as this system (in one of its namespaces)"),
+    ("release", "ReleaseClaim", "release one of this system's claims"),
+    ("renew", "RenewLease", "renew the lease of one of this system's allocated claims"),
+    ("activity", "ReportActivity", "report one of this system's claims in use"),
+)
 # simulated fleets only (`gpuledger up --demo`): their Structs live with the simulated node agent
 SIMULATION_REQUESTS = (
     (subjects.command("node.fault"), "inject a device fault into a simulated node"),
@@ -159,9 +169,11 @@ def asyncapi_document(schemas: dict[str, dict]) -> dict:
     return doc
 
 
-_INFO = ("Event-sourced GPU allocation on NATS JetStream. Publish claims to gpu.intake.claim and read "
-         "each claim's outcome on gpu.outcome.claim.<token> (docs/contract.md says how). Every "
-         "request subject and the intake refuse a JSON object that repeats a key.")
+_INFO = ("Event-sourced GPU allocation on NATS JetStream. Publish claims to gpu.intake.claim (a "
+         "publishing system with a user of its own: gpu.intake.claim.<system>, and it may release "
+         "and renew its own claims on gpu.cmd.claim.<verb>.<system>) and read each claim's outcome on "
+         "gpu.outcome.claim.<token> (docs/contract.md says how). Every request subject and the "
+         "intake refuse a JSON object that repeats a key.")
 
 
 def _component_schemas(schemas: dict[str, dict]) -> dict:
@@ -226,6 +238,14 @@ def _add_publisher_channels(doc: dict) -> None:
                  "UTF-8 are refused too (docs/contract.md).",
                  ["ClaimSpec"], "publish", {})
     _operation(doc, "publishClaim", "send", "intake", "Publish a claim.", messages=["ClaimSpec"])
+    _add_channel(doc, "systemIntake", systems.intake("{system}"),
+                 f"Publish a claim as a publishing system (JetStream stream {subjects.INTAKE_STREAM}): "
+                 "only that system's NATS user may publish here; the claim is recorded as the "
+                 "system's, must be in one of its namespaces (else rejected, code forbidden), and only "
+                 "the system may release or renew it on its own request subjects. Otherwise as the "
+                 "intake.", ["ClaimSpec"], "publish", {"system": _SYSTEM})
+    _operation(doc, "publishSystemClaim", "send", "systemIntake", "Publish a claim as a publishing system.",
+               messages=["ClaimSpec"])
     _add_channel(doc, "outcomes", "gpu.outcome.claim.{claimToken}",
                  f"Each claim's current outcome (stream {subjects.OUTCOMES_STREAM}, the latest per "
                  "subject kept): subscribe before publishing, or read the last message (direct get).",
@@ -242,11 +262,15 @@ def _add_requests(doc: dict) -> None:
         _request(doc, subject, struct, summary)
     for subject, summary in SIMULATION_REQUESTS:
         _request(doc, subject, None, summary + " (simulation only)")
+    for verb, struct, summary in SYSTEM_REQUESTS:
+        channel_id = f"cmdClaim{verb.capitalize()}OfSystem"
+        _request(doc, systems.command(verb, "{system}"), struct, summary, channel_id)
+        doc["channels"][channel_id]["parameters"] = {"system": {"description": _SYSTEM}}
 
 
-def _request(doc: dict, subject: str, struct: str | None, summary: str) -> None:
+def _request(doc: dict, subject: str, struct: str | None, summary: str, channel_id: str = "") -> None:
     kind, *words = subject.split(".")[1:]  # gpu.cmd.claim.submit -> cmdClaimSubmit
-    channel_id = kind + "".join(w[0].upper() + w[1:] for w in words)
+    channel_id = channel_id or kind + "".join(w[0].upper() + w[1:] for w in words)
     name = struct or "SimulationCommand"
     if struct is None and "SimulationCommand" not in doc["components"]["schemas"]:
         doc["components"]["schemas"]["SimulationCommand"] = {

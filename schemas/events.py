@@ -33,6 +33,10 @@ class Event(msgspec.Struct, tag_field="type", kw_only=True, frozen=True, omit_de
 class ClaimSubmitted(Event, tag=True):
     claim: ClaimSpec
     trace: dict[str, str] = {}  # W3C trace context of the submit, so the decision joins the trace
+    # the publishing system it came from (schemas/systems.py: read from the subject it arrived on,
+    # never from the payload); "" for ops and the shared `publisher` user. Only that system may
+    # release, renew or report activity for it on its own subjects.
+    system: str = ""
 
 
 class ClaimRejected(Event, tag=True):

@@ -55,6 +55,9 @@ REASONS: tuple[ReasonCode, ...] = (
     ReasonCode("invalid", "never", "the claim breaks the contract; the reason names the field"),
     ReasonCode("conflict", "never", "the claim id is already used by a different claim (that claim is "
                                     "untouched; the refusal is only on the dead-letter subject)"),
+    ReasonCode("forbidden", "never", "the publishing system may not claim in the claim's namespace, "
+                                     "or is not declared to the claim service (schemas/systems.py): "
+                                     "the reason names the namespace or the system"),
     ReasonCode("unprocessable", "never", "the claim service could not handle the message at all; "
                                          "dead-lettered once with the error"),
     ReasonCode("undeliverable", "never", "the intake delivered the message many times and the claim "

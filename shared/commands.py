@@ -33,9 +33,10 @@ class DomainError(Exception):
         self.code, self.message, self.field = code, message, field
 
 
-async def raw_body(msg) -> tuple[bytes, dict]:
+async def raw_body(msg) -> tuple[bytes, dict, str]:
     # faststream's default decoder would parse JSON first; we decode once, typed, with msgspec.
-    return msg.body, dict(msg.headers or {})
+    # The subject the request arrived on: a wildcard subscription learns which one it was.
+    return msg.body, dict(msg.headers or {}), getattr(msg.raw_message, "subject", "")
 
 
 _UNKNOWN = re.compile(r"(?:unknown|missing required) field `([^`]*)`")
@@ -98,25 +99,27 @@ def encode_reply(reply: Reply) -> bytes:
 
 
 def command(broker, subject: str, command_type: type,
-            handler: Callable[[Any], Awaitable[Reply]], decode: Callable[[bytes], Any] | None = None,
-            **subscriber_kwargs) -> None:
+            handler: Callable[..., Awaitable[Reply]], decode: Callable[[bytes], Any] | None = None,
+            with_subject: bool = False, **subscriber_kwargs) -> None:
     """Register `handler` for typed commands on `subject` (request/reply). `decode` replaces the
-    typed decoding (a command with a second spelling); it raises msgspec errors like a decoder."""
+    typed decoding (a command with a second spelling); it raises msgspec errors like a decoder.
+    `with_subject`: the handler is called as `handler(command, subject_it_arrived_on)` (for a
+    wildcard `subject`)."""
     decoder = _Strict(msgspec.json.Decoder(command_type).decode if decode is None else decode)
 
     @broker.subscriber(subject, decoder=raw_body, **subscriber_kwargs)
     async def _handle(raw: Any) -> bytes:
-        body, headers = raw
+        body, headers, arrived_on = raw
         with tracer().start_as_current_span(subject, context=extract_context(headers)):
-            return await _answer(body)
+            return await _answer(body, arrived_on)
 
-    async def _answer(body: bytes) -> bytes:
+    async def _answer(body: bytes, arrived_on: str) -> bytes:
         try:
             cmd = decoder.decode(body)
         except Exception as err:  # msgspec's errors, invalid UTF-8 (ValueError), nesting (RecursionError)
             return encode_reply(invalid_reply(err, body, decoder.decode))
         try:
-            reply = await handler(cmd)
+            reply = await (handler(cmd, arrived_on) if with_subject else handler(cmd))
         except DomainError as err:
             reply = fail(err.code, err.message, err.field)
         except Exception as err:  # a bug must not kill the subscriber; the client gets an answer
@@ -144,14 +147,15 @@ BATCH_MAX = 1000  # requests handled together at most
 
 async def batched_command(nc, subject: str, command_type: type,
                     handle_many: Callable[[list[Any]], Awaitable[list[Reply]]],
-                    spawn: Callable[[Any, str], Any]) -> Any:
+                    spawn: Callable[[Any, str], Any], with_subject: bool = False) -> Any:
     """Answer the requests on `subject` a batch at a time: whatever arrived while the previous
     batch was being handled goes to `handle_many` together (one reply per command, in order), so
     a handler that appends can append once per batch instead of once per request. A malformed
     request is answered on its own (invalid, naming the field) and never reaches `handle_many`.
     Subscribed through nats-py, not faststream: faststream's per-message dispatch cost more CPU
     than the command itself (DESIGN.md). `spawn(coro, name)` runs the worker (ServiceContext.spawn).
-    Returns the subscription."""
+    `with_subject`: `handle_many` gets (command, subject it arrived on) pairs (a wildcard
+    `subject`). Returns the subscription."""
     decoder = _Strict(msgspec.json.Decoder(command_type).decode)
     queue: asyncio.Queue = asyncio.Queue()
 
@@ -169,7 +173,8 @@ async def batched_command(nc, subject: str, command_type: type,
         commands, answered = [], []
         for msg in msgs:
             try:
-                commands.append(decoder.decode(msg.data))
+                decoded = decoder.decode(msg.data)
+                commands.append((decoded, msg.subject) if with_subject else decoded)
                 answered.append(msg)
             except Exception as err:  # msgspec's errors, invalid UTF-8, nesting
                 await _respond(msg, encode_reply(invalid_reply(err, msg.data, decoder.decode)))

@@ -2,8 +2,9 @@
 
 Every writer of the ledger gets a user of its own that may publish only the subjects its events
 belong on (only the allocator writes `gpu.evt.decision` and the node-grant records; a node agent
-only its own node's subjects), `ops` may do everything (the CLI), and `publisher` may only submit
-claims and read their outcomes. `gpuledger up`, `gpuledger nats config` and deploy/nats all build
+only its own node's subjects), `ops` may do everything (the CLI), `publisher` may only submit
+claims and read their outcomes, and each declared publishing system (`system-<name>`,
+schemas/systems.py) may submit, release and renew on the subjects carrying its own name. `gpuledger up`, `gpuledger nats config` and deploy/nats all build
 their nats-server configuration from `roles()` here, so the three cannot drift apart.
 
 JetStream is driven through request subjects (`$JS.API.<verb>.<stream>...`): a user gets the verbs
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from schemas import subjects
+from schemas import systems as sysmod
 
 OBJECT_STREAM = f"OBJ_{subjects.SNAPSHOT_BUCKET}"
 ALL_STREAMS = (subjects.STREAM, subjects.INTAKE_STREAM, subjects.OUTCOMES_STREAM,
@@ -154,25 +156,43 @@ def node_role(user: str, nodes: list[str], simulated: bool = False) -> Role:
 
 def publisher_role() -> Role:
     """Submit claims (the intake stream, or the submit request) and read outcomes; no consumer of
-    its own (a push consumer's deliveries could be pointed at another stream's subjects)."""
-    outcomes = subjects.OUTCOMES_STREAM
-    pub = [subjects.INTAKE_CLAIMS, subjects.command("claim.submit"), "$JS.API.INFO",
-           f"$JS.API.STREAM.INFO.{outcomes}", f"$JS.API.STREAM.INFO.{subjects.INTAKE_STREAM}",
-           f"$JS.API.DIRECT.GET.{outcomes}", f"$JS.API.DIRECT.GET.{outcomes}.>",
-           f"$JS.API.STREAM.MSG.GET.{outcomes}"]
+    its own (a push consumer's deliveries could be pointed at another stream's subjects). One user
+    shared by every system that has none of its own: it gets no power over claims once submitted
+    (a system of its own may release and renew its claims: `system_role`)."""
+    pub = [subjects.INTAKE_CLAIMS, subjects.command("claim.submit"), *_outcome_reads()]
     return Role(PUBLISHER, tuple(pub), ("gpu.outcome.claim.>", "_INBOX.>"), allow_responses=False,
                 notes="submit claims, read outcomes")
+
+
+def _outcome_reads() -> list[str]:
+    outcomes = subjects.OUTCOMES_STREAM
+    return ["$JS.API.INFO", f"$JS.API.STREAM.INFO.{outcomes}", f"$JS.API.STREAM.INFO.{subjects.INTAKE_STREAM}",
+            f"$JS.API.DIRECT.GET.{outcomes}", f"$JS.API.DIRECT.GET.{outcomes}.>",
+            f"$JS.API.STREAM.MSG.GET.{outcomes}"]
+
+
+def system_role(system: sysmod.System) -> Role:
+    """A publishing system (schemas/systems.py): submit, release, renew and report activity on the
+    subjects carrying its own name only, so no system can speak on another's; read outcomes.
+    Replies and acks on its own inbox prefix (`_INBOX_system-<name>`): no system reads another's
+    replies (which carry claims' devices and env)."""
+    pub = [sysmod.intake(system.name), *(sysmod.command(verb, system.name) for verb in sysmod.VERBS),
+           *_outcome_reads()]
+    return Role(system.user, tuple(pub), ("gpu.outcome.claim.>", f"{user_inbox(system.user)}.>"),
+                allow_responses=False,
+                notes=f"system {system.name}: its own claims, in {', '.join(system.namespaces)}")
 
 
 def ops_role() -> Role:
     return Role(OPS, (">",), (">",), notes="the CLI and operators: everything")
 
 
-def roles(agent_nodes: list[str] = (), demo_fleet: list[str] = ()) -> list[Role]:
-    """Every user: the services, ops, publisher, one user per node agent in `agent_nodes`
-    (`node-<name>`, as in production), and one user for the whole simulated `demo_fleet`, which
-    `up --demo` runs in one process."""
-    out = [*service_roles(), ops_role(), publisher_role()]
+def roles(agent_nodes: list[str] = (), demo_fleet: list[str] = (),
+          systems: tuple[sysmod.System, ...] = ()) -> list[Role]:
+    """Every user: the services, ops, publisher, one user per publishing system (`system-<name>`),
+    one user per node agent in `agent_nodes` (`node-<name>`, as in production), and one user for
+    the whole simulated `demo_fleet`, which `up --demo` runs in one process."""
+    out = [*service_roles(), ops_role(), publisher_role(), *(system_role(s) for s in systems)]
     out += [node_role(node_user_name(node), [node]) for node in agent_nodes]
     if demo_fleet:
         out.append(node_role(DEMO_AGENTS, list(demo_fleet), simulated=True))
@@ -198,7 +218,8 @@ def user_inbox(user: str) -> str:
     """A user's inbox prefix (nats-py's `inbox_prefix`): only that user may subscribe under it, so
     no service or agent reads another's replies or consumer deliveries. Each process sets its own
     (shared.service.serve, the node agent, the dashboard: shared.natscluster.INBOX_PREFIX_ENV).
-    The publisher keeps `_INBOX` (any NATS client works with it), ops may read everything."""
+    The publisher keeps `_INBOX` (any NATS client works with it), ops may read everything; a
+    system sets `_INBOX_system-<name>` in its client (nats.js `inboxPrefix`)."""
     return "_INBOX_" + user
 
 

@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from schemas.systems import System, SystemsError, parse_systems
+
 
 def _float(name: str, default: float) -> float:
     raw = os.environ.get(name)
@@ -30,6 +32,13 @@ def _bool(name: str, default: bool) -> bool:
     if raw in ("0", "false", "no", "off"):
         return False
     raise SystemExit(f"{name} must be true or false, got {raw!r}")
+
+
+def _systems(name: str) -> tuple[System, ...]:
+    try:
+        return parse_systems(os.environ.get(name, ""))
+    except SystemsError as err:
+        raise SystemExit(f"{name}: {err}")
 
 
 @dataclass(frozen=True)
@@ -89,6 +98,11 @@ class Settings:
     # Prometheus /metrics of this process: 0 = not served (`gpuledger up` assigns one per child).
     metrics_port: int = field(default_factory=lambda: int(_float("GPULEDGER_METRICS_PORT", 0)))
     metrics_host: str = field(default_factory=lambda: os.environ.get("GPULEDGER_METRICS_HOST", "127.0.0.1"))
+    # Publishing systems (schemas/systems.py): `NAME:NS[,NS...]`, several separated by `;`. Each
+    # publishes on subjects carrying its name, as NATS user `system-NAME`, and may release and renew
+    # only its own claims, in its own namespaces (the claim service checks; nats-server keeps it off
+    # other systems' subjects: `gpuledger up --system`, `gpuledger nats config --system`).
+    systems: tuple[System, ...] = field(default_factory=lambda: _systems("GPULEDGER_SYSTEMS"))
 
     @property
     def database_url(self) -> str:

@@ -12,6 +12,7 @@ import time
 from schemas import commands as cmd
 from schemas import events as ev
 from schemas import subjects
+from schemas import systems as sysmod
 from schemas.seed import CLAIM_WIRE
 from schemas.types import ClaimSpec
 from shared.commands import DomainError, batched_command, command
@@ -19,7 +20,7 @@ from shared.service import ServiceContext
 from shared.telemetry import inject_headers
 
 from ledger.follower import Follower
-from services.claim.intake import consume_intake, wait_intake_drained
+from services.claim.intake import SYSTEMS_DURABLE, consume_intake, wait_intake_drained
 from services.claim.listing import page
 from services.claim.lookup import Unresolved, claim_with_prefix
 from services.claim.metrics import instrument
@@ -44,21 +45,58 @@ def _siblings(token: str) -> list[str] | None:
     return ids
 
 
+def _forbidden(message: str, field: str) -> DomainError:
+    """A publishing system asked for what is not its own (schemas/systems.py)."""
+    return DomainError(code="forbidden", message=message, field=field)
+
+
 class ClaimService:
-    def __init__(self, event_log, clock=time.time):
+    def __init__(self, event_log, clock=time.time, systems: tuple[sysmod.System, ...] = ()):
         self.log = event_log
         self.clock = clock
+        self.systems = {s.name: s for s in systems}  # publishing systems (schemas/systems.py)
+        self.owners: dict[str, str] = {}  # claim id -> the system that submitted it (none: absent)
         self.follower = Follower(event_log, places=False)  # answers for claims, never places
         self.rejected: dict[str, ev.ClaimRejected] = {}  # intake refusals, by claim id
         self.follower.listeners.append(self._remember_rejections)
         self.by_token: dict[str, str] = {}  # subject token -> claim id, for ids a token rewrites
         self.follower.listeners.append(self._remember_token)
+        self.follower.listeners.append(self._remember_owner)
         self.intake_drained = None  # async () -> None: set where the durable intake is consumed
         self.on_intake_batch = None  # (size) -> None: the intake batch size histogram, when served
 
     def _remember_rejections(self, seq: int, subject: str, event: ev.Event) -> None:
         if isinstance(event, ev.ClaimRejected) and event.claim_id:
             self.rejected[event.claim_id] = event
+
+    def _remember_owner(self, seq: int, subject: str, event: ev.Event) -> None:
+        # the first submit of an id is the claim (the fold ignores a repeat: ledger.evolve)
+        if isinstance(event, ev.ClaimSubmitted) and event.system:
+            self.owners.setdefault(event.claim.claim_id, event.system)
+
+    def owner(self, claim_id: str) -> str:
+        """The system that submitted the claim ("" for ops and the shared `publisher` user)."""
+        return self.owners.get(claim_id, "")
+
+    def _check_system(self, spec: ClaimSpec, system: str) -> None:
+        """A system's claim: the system declared here, the namespace one of its own."""
+        if not system:
+            return
+        declared = self.systems.get(system)
+        if declared is None:
+            raise _forbidden(f"system {system!r} is not declared to the claim service "
+                              "(GPULEDGER_SYSTEMS): its claims are refused until it is", "")
+        if not declared.allows(spec.namespace):
+            raise _forbidden(f"system {system!r} may not claim in namespace "
+                              f"{spec.namespace!r}: its namespaces are {', '.join(declared.namespaces)}",
+                              "claim.namespace")
+
+    def check_owner(self, claim_id: str, system: str, verb: str) -> None:
+        """A system acts on its own claims only; ops and the plain subjects (system "") on any."""
+        if system and self.owner(claim_id) != system and claim_id in self.state.claims:
+            raise _forbidden(f"system {system!r} may not {verb} claim {claim_id!r}: "
+                              "it was not submitted by this system (a system may release, renew and "
+                              "report activity only for its own claims)", "claim_id")
 
     def _remember_token(self, seq: int, subject: str, event: ev.Event) -> None:
         if isinstance(event, ev.ClaimSubmitted):
@@ -85,20 +123,31 @@ class ClaimService:
     # --- commands ------------------------------------------------------------------------------
 
     def prepare(self, spec: ClaimSpec, trace: dict | None = None,
-                pending: dict[str, ClaimSpec] | None = None) -> ev.ClaimSubmitted | None:
+                pending: dict[str, ClaimSpec] | None = None, system: str = "",
+                pending_owners: dict[str, str] | None = None) -> ev.ClaimSubmitted | None:
         """The ClaimSubmitted to append, None for a repeat of a known claim, DomainError if
-        invalid or if the id is taken by a different claim (in the log or in `pending`)."""
+        invalid, outside the submitting `system`'s namespaces, or if the id is taken by a different
+        claim or by another system's (in the log or in `pending`, whose systems are in
+        `pending_owners`)."""
         try:
             spec = validate_claim(spec)
         except ClaimInvalid as err:
             raise DomainError("invalid", err.message, f"claim.{err.field}")
+        self._check_system(spec, system)
         existing = self.state.claims.get(spec.claim_id)
         if existing is None and pending is not None:
             existing_spec = pending.get(spec.claim_id)
+            owner = (pending_owners or {}).get(spec.claim_id, "")
         else:
             existing_spec = existing.spec if existing is not None else None
+            owner = self.owner(spec.claim_id)
         if existing_spec is not None and existing_spec != spec:
             raise DomainError("conflict", f"claim id {spec.claim_id} is already used by a different claim",
+                              "claim.claim_id")
+        if existing_spec is not None and owner != system:
+            raise DomainError("conflict", f"claim id {spec.claim_id} is already used by a claim "
+                              f"{'of another system' if owner else 'not submitted by a system'}: "
+                              "choose another id (prefixing ids with the system's name avoids this)",
                               "claim.claim_id")
         if existing_spec is not None:
             return None
@@ -107,10 +156,11 @@ class ClaimService:
             raise DomainError("conflict", f"claim id {spec.claim_id} would share the subject "
                               f"{subjects.claim(spec.claim_id)} with claim {other} ('.' is written as '_'): "
                               "choose an id that differs in more than '.' and '_'", "claim.claim_id")
-        return ev.ClaimSubmitted(claim=spec, trace=trace or inject_headers(), at=self.clock())
+        return ev.ClaimSubmitted(claim=spec, trace=trace or inject_headers(), at=self.clock(), system=system)
 
-    async def submit(self, spec: ClaimSpec, wait_seconds: float = 0.0, trace: dict | None = None) -> dict:
-        event = self.prepare(spec, trace)
+    async def submit(self, spec: ClaimSpec, wait_seconds: float = 0.0, trace: dict | None = None,
+                     system: str = "") -> dict:
+        event = self.prepare(spec, trace, system=system)
         existing = event is None
         spec = event.claim if event is not None else spec
         if event is not None:
@@ -141,21 +191,29 @@ class ClaimService:
             raise answer
         return answer
 
-    async def release_many(self, releases: list[tuple[str, str]]) -> list[dict | DomainError]:
-        """Release each (claim, reason): the live ones with one append for all (an EventBatch on
-        the claim service's batch subject when there are several), answered once it is folded.
-        One answer per release, in order: the claim's view, or the DomainError for it."""
-        for claim_id, _reason in releases:
+    async def release_many(self, releases: list[tuple]) -> list[dict | DomainError]:
+        """Release each (claim, reason[, system]): the live ones with one append for all (an
+        EventBatch on the claim service's batch subject when there are several), answered once it
+        is folded. A system releases only its own claims. One answer per release, in order: the
+        claim's view, or the DomainError for it."""
+        for claim_id, *_rest in releases:
             await self.catch_up_to(claim_id)
         events: dict[str, ev.ClaimReleased] = {}
-        for claim_id, reason in releases:
+        refused: dict[int, DomainError] = {}
+        for i, (claim_id, reason, *system) in enumerate(releases):
+            try:
+                self.check_owner(claim_id, system[0] if system else "", "release")
+            except DomainError as err:
+                refused[i] = err
+                continue
             claim = self.state.claims.get(claim_id)
             if claim is not None and claim.status in ("pending", "allocated", "bound") and claim_id not in events:
                 events[claim_id] = ev.ClaimReleased(claim_id=claim_id, reason=reason, at=self.clock())
         if events:
             appended = await self._append_releases(list(events.values()))
             await self.follower.wait_for_seq(appended.seq)
-        return [self._released_view(claim_id, claim_id in events) for claim_id, _reason in releases]
+        return [refused.get(i) or self._released_view(claim_id, claim_id in events)
+                for i, (claim_id, *_rest) in enumerate(releases)]
 
     async def _append_releases(self, events: list[ev.ClaimReleased]):
         """One append for the batch; but a claim allocated and not bound yet has its release on
@@ -190,9 +248,10 @@ class ClaimService:
         view = self.view(claim_id)
         return view if released_now else view | {"already": claim.status}
 
-    async def renew(self, claim_id: str) -> dict:
+    async def renew(self, claim_id: str, system: str = "") -> dict:
         await self.catch_up_to(claim_id)
         claim = self._claim(claim_id)
+        self.check_owner(claim_id, system, "renew")
         if not claim.holds_devices:
             raise DomainError("conflict", f"claim {claim_id} is {claim.status}: only an allocated claim "
                                           "can renew its lease", "claim_id")
@@ -201,9 +260,10 @@ class ClaimService:
         await self.follower.wait_for_seq(appended.seq)
         return self.view(claim_id)
 
-    async def activity(self, claim_id: str) -> dict:
+    async def activity(self, claim_id: str, system: str = "") -> dict:
         await self.catch_up_to(claim_id)
         self._claim(claim_id)
+        self.check_owner(claim_id, system, "report activity for")
         await self.log.append(subjects.claim(claim_id), ev.ClaimActivity(claim_id=claim_id, at=self.clock()))
         return {"claim_id": claim_id}
 
@@ -228,7 +288,8 @@ class ClaimService:
     def view(self, claim_id: str) -> dict:
         claim = self.state.claims.get(claim_id)
         if claim is not None:
-            return claim_view(claim, self.state.units)
+            view = claim_view(claim, self.state.units)
+            return view | {"system": self.owners[claim_id]} if claim_id in self.owners else view
         rejected = self.rejected.get(claim_id)
         if rejected is not None:
             return {"claim_id": claim_id, "status": "rejected", "end_reason": rejected.code,
@@ -238,7 +299,8 @@ class ClaimService:
     def explain(self, claim_id: str) -> dict:
         if claim_id in self.rejected and claim_id not in self.state.claims:
             return self.view(claim_id)
-        return explain_view(self._claim(claim_id), self.state.units)
+        view = explain_view(self._claim(claim_id), self.state.units)
+        return view | {"system": self.owners[claim_id]} if claim_id in self.owners else view
 
     def list(self, namespace: str, status: str, limit: int, cursor: str = "") -> tuple[list[dict], str]:
         return page(self.state.claims.values(), namespace, status, limit, cursor)
@@ -247,22 +309,29 @@ class ClaimService:
 async def register_handlers(ctx: ServiceContext, service: ClaimService) -> None:
     b = ctx.broker
 
-    async def submit(c: cmd.SubmitClaim):
+    # Each command on its plain subject (ops, the shared publisher) and on a system's own,
+    # `<subject>.<system>`: only that system's NATS user may publish there (shared.nats_auth), so
+    # the subject says which system asks (schemas/systems.py).
+    def system_of(subject: str, verb: str) -> str:
+        return sysmod.of_subject(subject, subjects.command(f"claim.{verb}"))
+
+    async def submit(c: cmd.SubmitClaim, subject: str = ""):
         try:
-            return cmd.ok(await service.submit(c.claim, c.wait_seconds))
+            return cmd.ok(await service.submit(c.claim, c.wait_seconds, system=system_of(subject, "submit")))
         except DomainError as err:  # a seed-spelled claim hears its own field names
             raise in_seed_names(err, CLAIM_WIRE, "claim") if isinstance(c, SeedSubmitClaim) else err
 
-    async def release_many(commands: list[cmd.ReleaseClaim]) -> list[cmd.Reply]:
-        answers = await service.release_many([(c.claim_id, c.reason) for c in commands])
+    async def release_many(commands: list[tuple[cmd.ReleaseClaim, str]]) -> list[cmd.Reply]:
+        answers = await service.release_many([(c.claim_id, c.reason, system_of(subject, "release"))
+                                              for c, subject in commands])
         return [cmd.fail(a.code, a.message, a.field) if isinstance(a, DomainError) else cmd.ok(a)
                 for a in answers]
 
-    async def renew(c: cmd.RenewLease):
-        return cmd.ok(await service.renew(c.claim_id))
+    async def renew(c: cmd.RenewLease, subject: str = ""):
+        return cmd.ok(await service.renew(c.claim_id, system_of(subject, "renew")))
 
-    async def activity(c: cmd.ReportActivity):
-        return cmd.ok(await service.activity(c.claim_id))
+    async def activity(c: cmd.ReportActivity, subject: str = ""):
+        return cmd.ok(await service.activity(c.claim_id, system_of(subject, "activity")))
 
     async def get(c: cmd.GetClaim):
         await service.catch_up_to(c.claim_id)
@@ -279,16 +348,20 @@ async def register_handlers(ctx: ServiceContext, service: ClaimService) -> None:
         claims, more = service.list(c.namespace, c.status, c.limit, c.cursor)
         return cmd.Reply(ok=True, data=claims, next=more)
 
-    command(b, subjects.command("claim.submit"), cmd.SubmitClaim, submit, decode=decode_submit_claim)
-    command(b, subjects.command("claim.renew"), cmd.RenewLease, renew)
-    command(b, subjects.command("claim.activity"), cmd.ReportActivity, activity)
+    for suffix in ("", ".*"):
+        command(b, subjects.command("claim.submit") + suffix, cmd.SubmitClaim, submit,
+                decode=decode_submit_claim, with_subject=True)
+        command(b, subjects.command("claim.renew") + suffix, cmd.RenewLease, renew, with_subject=True)
+        command(b, subjects.command("claim.activity") + suffix, cmd.ReportActivity, activity, with_subject=True)
     command(b, subjects.query("claim.get"), cmd.GetClaim, get)
     command(b, subjects.query("claim.explain"), cmd.GetClaim, explain)
     command(b, subjects.query("claim.list"), cmd.ListClaims, list_claims)
     command(b, subjects.query("claim.resolve"), cmd.GetClaim, resolve)
     command(b, subjects.query("cluster.summary"), cmd.Query, lambda _: _summary(service))
     # releases come one per claim at the claims' rate: answered a batch at a time, one append each
-    await batched_command(ctx.nc, subjects.command("claim.release"), cmd.ReleaseClaim, release_many, ctx.spawn)
+    for suffix in ("", ".*"):
+        await batched_command(ctx.nc, subjects.command("claim.release") + suffix, cmd.ReleaseClaim, release_many,
+                              ctx.spawn, with_subject=True)
 
 
 async def _summary(service: ClaimService):
@@ -302,7 +375,7 @@ async def _summary(service: ClaimService):
 
 
 async def build(ctx: ServiceContext) -> None:
-    service = ClaimService(ctx.log)
+    service = ClaimService(ctx.log, systems=ctx.settings.systems)
     ctx.claims = service  # type: ignore[attr-defined]  # for in-process tests
     await register_handlers(ctx, service)
     instrument(ctx.metrics, service, ctx.log.last_seq)
@@ -325,6 +398,10 @@ async def build(ctx: ServiceContext) -> None:
     js = ctx.nc.jetstream()
     service.intake_drained = lambda: wait_intake_drained(js)
     ctx.spawn(consume_intake(js, service), "claim-intake")
+    # the systems' own intake subjects (gpu.intake.claim.<system>): a consumer of their own, as a
+    # work-queue stream's consumers may not overlap (and one of several filters needs nats 2.10)
+    ctx.spawn(consume_intake(js, service, subject=f"{subjects.INTAKE_CLAIMS}.*", durable=SYSTEMS_DURABLE),
+              "claim-intake-systems")
     if ctx.settings.kube_controller:  # GpuClaim objects on a cluster (off by default)
         from services.claim.kube_loop import run as run_kube
 

@@ -21,7 +21,7 @@ from nats.errors import TimeoutError as NatsTimeout
 from nats.js import api
 
 from schemas import events as ev
-from schemas import subjects
+from schemas import subjects, systems
 from schemas.seed import CLAIM_WIRE, SeedClaimSpec, convert_seed, from_seed_claim, is_seed_claim, seed_field
 from schemas.strict_json import check_no_duplicate_keys
 from schemas.types import ClaimSpec, Reason
@@ -32,6 +32,7 @@ from shared.telemetry import tracer
 
 log = logging.getLogger("gpuledger.claim")
 DURABLE = "claim-intake"
+SYSTEMS_DURABLE = "claim-intake-systems"  # gpu.intake.claim.<system>: the publishing systems' own
 # A message handled without an answer this often (the service died on it each time) is not
 # delivered again; one that fails with an error is dead-lettered and terminated at once.
 MAX_DELIVER = 20
@@ -49,8 +50,9 @@ _TRANSIENT = (NatsTimeout, nats.errors.ConnectionClosedError, nats.errors.NoServ
 _spec_decoder = msgspec.json.Decoder(ClaimSpec)
 
 
-async def consume_intake(js, service, batch: int = 256) -> None:
-    sub = await js.pull_subscribe(subjects.INTAKE_CLAIMS, durable=DURABLE, stream=subjects.INTAKE_STREAM,
+async def consume_intake(js, service, batch: int = 256, subject: str = subjects.INTAKE_CLAIMS,
+                         durable: str = DURABLE) -> None:
+    sub = await js.pull_subscribe(subject, durable=durable, stream=subjects.INTAKE_STREAM,
                                   config=api.ConsumerConfig(ack_wait=30, max_deliver=MAX_DELIVER))
     backoff = Backoff()
     try:
@@ -103,7 +105,7 @@ async def handle_fetched(service, msgs) -> None:
     msgs = await _give_up_on_redelivered(service, msgs)
     if not msgs:
         return
-    drained = [(m.data, dict(m.headers or {}), _stream_seq(m)) for m in msgs]
+    drained = [(m.data, dict(m.headers or {}), _stream_seq(m), _system(m)) for m in msgs]
     try:
         await handle_intake_batch(service, drained)
     except _TRANSIENT:
@@ -123,10 +125,10 @@ async def _handle_alone(service, msg, one: tuple) -> None:
     except _TRANSIENT:
         raise
     except Exception as err:  # poison: recorded once, never delivered again
-        data, headers, seq = one
+        data, headers, seq, system = one
         await _dead_letter(service, _readable_id(data, headers), "unprocessable",
                            f"the claim service could not handle this message: {type(err).__name__}: {err}",
-                           "", data, seq)
+                           "", data, seq, system)
         await msg.term()
         return
     await msg.ack()
@@ -144,9 +146,17 @@ async def _give_up_on_redelivered(service, msgs) -> list:
         data, headers = msg.data, dict(msg.headers or {})
         await _reject(service, _readable_id(data, headers), "undeliverable",
                       f"delivered {delivered} times without being handled (the claim service stopped "
-                      "or failed on it each time): not tried again", "", data, {}, _stream_seq(msg))
+                      "or failed on it each time): not tried again", "", data, {}, _stream_seq(msg),
+                      _system(msg))
         await msg.term()
     return keep
+
+
+def _system(msg) -> str:
+    """The publishing system a message came from: its subject's last token under the intake
+    subject, which only that system's NATS user may publish on (schemas/systems.py); never a
+    header or a field of the payload, which the publisher writes."""
+    return systems.of_subject(getattr(msg, "subject", "") or "", subjects.INTAKE_CLAIMS)
 
 
 def _deliveries(msg) -> int:
@@ -176,19 +186,23 @@ async def wait_intake_drained(js, timeout: float = 5.0) -> None:
 
 
 async def handle_intake_batch(service, messages: list[tuple]) -> None:
-    """Everything one fetch drained, as (payload, headers[, intake sequence]): each message
+    """Everything one fetch drained, as (payload, headers[, intake sequence[, system]]): each message
     validated on its own (a refusal is recorded per claim), the new claims appended together, as
     one EventBatch when there are several (one message to write and to read back instead of one
     per claim), in as many batches as keep each under the server's message size. A claim repeated
     within the batch is kept once; one already in the log is not appended again."""
     accepted: dict[str, ev.ClaimSubmitted] = {}
     specs: dict[str, ClaimSpec] = {}
+    owners: dict[str, str] = {}  # claim id -> its system, for the claims in `specs` that have one
     with tracer().start_as_current_span("claim.intake") as span:  # one span per drained batch
         span.set_attribute("gpuledger.messages", len(messages))
-        for data, headers, *seq in messages:
-            event = await _accept(service, data, headers, specs, seq[0] if seq else 0)
+        for data, headers, *rest in messages:
+            seq, system = rest[0] if rest else 0, rest[1] if len(rest) > 1 else ""
+            event = await _accept(service, data, headers, specs, seq, system, owners)
             if event is not None:
                 accepted[event.claim.claim_id], specs[event.claim.claim_id] = event, event.claim
+                if system:
+                    owners[event.claim.claim_id] = system
     last = 0
     limit = _max_bytes(service.log)
     # the common case costs no encoding: a claim's event is its payload re-encoded (no longer
@@ -232,25 +246,25 @@ def split_under(events: list[ev.ClaimSubmitted], limit: int) -> list[list[ev.Cla
     return chunks + [current]
 
 
-async def _accept(service, data: bytes, headers: dict[str, str],
-                  specs: dict[str, ClaimSpec], seq: int = 0) -> ev.ClaimSubmitted | None:
+async def _accept(service, data: bytes, headers: dict[str, str], specs: dict[str, ClaimSpec], seq: int = 0,
+                  system: str = "", owners: dict[str, str] | None = None) -> ev.ClaimSubmitted | None:
     # no span per claim (they cost a third of this service): the batch has one, and a publisher's
     # own trace context travels on in the claim's `trace`
     try:
         spec = decode_claim(data)
     except Exception as err:  # msgspec's errors, invalid UTF-8 (ValueError), nesting (RecursionError)
         await _reject(service, _readable_id(data, headers), "invalid", decode_error(err, data),
-                      name_the_key(field_of(err), data, decode_claim), data, specs, seq)
+                      name_the_key(field_of(err), data, decode_claim), data, specs, seq, system)
         return None
     trace = {k: v for k, v in headers.items() if k in ("traceparent", "tracestate")}
     try:
-        return service.prepare(spec, trace or None, pending=specs)
+        return service.prepare(spec, trace or None, pending=specs, system=system, pending_owners=owners)
     except DomainError as err:
         # the intake's payload is the claim itself: `gpus`, not the request's `claim.gpus`
         field = err.field.removeprefix("claim.")
         if _seed_spelled(data):  # answered in the names the publisher wrote
             field = seed_field(field, CLAIM_WIRE) if field else field
-        await _reject(service, spec.claim_id, err.code, err.message, field, data, specs, seq)
+        await _reject(service, spec.claim_id, err.code, err.message, field, data, specs, seq, system)
         return None
 
 
@@ -309,10 +323,10 @@ def _batch_id(claim_ids: list[str]) -> str:
 
 
 async def _reject(service, claim_id: str, code: str, message: str, field: str, data: bytes,
-                  specs: dict[str, ClaimSpec], seq: int = 0) -> None:
+                  specs: dict[str, ClaimSpec], seq: int = 0, system: str = "") -> None:
     """A refusal on the claim's subject, so its sender can look it up, unless that id is already
     a claim: a different claim (or a malformed payload) reusing the id must never touch it."""
-    event = await _dead_letter(service, claim_id, code, message, field, data, seq)
+    event = await _dead_letter(service, claim_id, code, message, field, data, seq, system)
     if claim_id and not _known(service, claim_id, specs):
         await service.log.append(subjects.claim(claim_id), event, msg_id=f"rejected-{claim_id}")
 
@@ -325,10 +339,12 @@ def _known(service, claim_id: str, specs: dict[str, ClaimSpec]) -> bool:
 
 
 async def _dead_letter(service, claim_id: str, code: str, message: str, field: str, data: bytes,
-                       seq: int = 0) -> ev.ClaimRejected:
+                       seq: int = 0, system: str = "") -> ev.ClaimRejected:
     """Every refusal once on the dead-letter subject: keyed on the intake message's sequence, so
     a redelivery (the service died before its ack) is stored once."""
     detail = {"field": field, "payload": data[:1024].decode("utf-8", "replace")}
+    if system:  # which publishing system sent it (for operators reading the dead letters)
+        detail["system"] = system
     event = ev.ClaimRejected(claim_id=claim_id, code=code,
                              reasons=[Reason(code, message, detail=detail)], at=service.clock())
     log.info("intake rejected claim %r: %s", claim_id, message)

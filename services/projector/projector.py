@@ -59,13 +59,16 @@ class Projector:
         affected = self._affected(event)
         before = {c: self.state.claims[c].status for c in affected if c in self.state.claims}
         applied = self._evolve(seq, event)
+        times = None
         for claim_id in affected:
             claim = self.state.claims.get(claim_id)
             if claim is None:
                 continue
             self.claim_seq[claim_id] = seq
             if before.get(claim_id, "pending") in ACTIVE and claim.status not in ACTIVE:
-                self.ended_at[claim_id] = _when(event, claim_id)
+                if times is None:
+                    times = _end_times(event)
+                self.ended_at[claim_id] = times.get(claim_id, event.at)
         self.position = seq
         return applied
 
@@ -195,11 +198,15 @@ def _nodes_that_end_claims(event: ev.Event) -> list[str]:
     return []
 
 
-def _when(event: ev.Event, claim_id: str) -> float:
-    """The time of the decision that ended the claim (a batch carries one per decision)."""
-    if isinstance(event, (ev.DecisionBatch, ev.EventBatch)):
-        parts = event.decisions if isinstance(event, ev.DecisionBatch) else event.events
-        for part in parts:
-            if claim_id in claims_named(part) and part.at:
-                return part.at
-    return event.at
+def _end_times(event: ev.Event) -> dict[str, float]:
+    """The time of the decision that ended each claim a batch names (a batch carries one per
+    decision; the first part that names a claim and has a time); other events: their own `at`.
+    Built once per event: a batch of hundreds of releases was scanned once per claim it ended."""
+    if not isinstance(event, (ev.DecisionBatch, ev.EventBatch)):
+        return {}
+    times: dict[str, float] = {}
+    for part in event.decisions if isinstance(event, ev.DecisionBatch) else event.events:
+        if part.at:
+            for claim_id in claims_named(part):
+                times.setdefault(claim_id, part.at)
+    return times

@@ -8,6 +8,7 @@ import asyncio
 import itertools
 import logging
 
+from services.projector.models import ClaimRow
 from services.projector.projector import Projector
 from services.projector.replay import batches
 from shared.paced import SLOW_READER_LINGER_S
@@ -21,6 +22,14 @@ MAX_BATCH = 5000  # events per transaction: big enough to amortise the commit, s
 # allocated, bound and released within it is one row write, not four, and the transaction, the
 # position update and the rows of its node and namespace are paid once per window, not per event.
 COMMIT_EVERY_S = 0.1
+# Under load the window widens: once claim rows are written at BUSY_ROWS_PER_S or more (the last
+# window's rows over the time since the commit before: some hundreds of claims a second), a window
+# lasts BUSY_COMMIT_EVERY_S. A claim's rows, its devices' and its node's are then written once where
+# they were written two or three times (submitted, then allocated, then released in separate
+# windows), and the transaction is paid five times less often: about a third less CPU per claim at
+# 1,000 claims/s. A quieter log keeps the short window (the read models lag by about COMMIT_EVERY_S).
+BUSY_COMMIT_EVERY_S = 0.5
+BUSY_ROWS_PER_S = 500.0
 RETRY_S = (0.2, 0.5, 1.0, 2.0, 5.0)
 
 
@@ -52,17 +61,26 @@ async def _project(projector: Projector, event_log, max_batch: int, on_commit) -
     queue: asyncio.Queue = asyncio.Queue(maxsize=64)
     reader = asyncio.create_task(_read(event_log, projector.position + 1, queue))
     loop = asyncio.get_running_loop()
+    window_s, last_commit = COMMIT_EVERY_S, loop.time()
     try:
         while True:
-            await _stage_window(projector, queue, max_batch, loop.time() + COMMIT_EVERY_S)
+            await _stage_window(projector, queue, max_batch, loop.time() + window_s)
             changes = projector.take()
             if changes is not None:
+                now = loop.time()
+                window_s, last_commit = commit_window_s(changes, now - last_commit), now
                 await commit_with_retry(projector, changes)
                 if on_commit is not None:
                     on_commit(changes)
     finally:
         reader.cancel()
         await asyncio.gather(reader, return_exceptions=True)
+
+
+def commit_window_s(changes: Changes, span_s: float) -> float:
+    """How long the next window stages events, by how busy the last one (`span_s` long) was."""
+    busy = len(changes.replace.get(ClaimRow, ())) >= BUSY_ROWS_PER_S * span_s
+    return BUSY_COMMIT_EVERY_S if busy else COMMIT_EVERY_S
 
 
 async def _read(event_log, from_seq: int, queue: asyncio.Queue) -> None:

@@ -51,23 +51,25 @@ def test_the_corpus_is_bounded_and_has_both_kinds(samples, judged):
     assert valid >= 60 and len(judged) - valid >= 200, valid
 
 
-async def _publish_all(js, samples) -> dict[int, str]:
+async def _publish_all(js, samples, subject: str = subjects.INTAKE_CLAIMS) -> dict[int, str]:
     """Publish every payload as it is; the ones the server itself refuses, with its error."""
     refused_by_server = {}
     for i, (_, data) in enumerate(samples):
         try:
-            await js.publish(subjects.INTAKE_CLAIMS, data, headers={"Nats-Msg-Id": f"diff-{i}-{uuid.uuid4().hex}"})
+            await js.publish(subject, data, headers={"Nats-Msg-Id": f"diff-{i}-{uuid.uuid4().hex}"})
         except (nats.errors.MaxPayloadError, nats.js.errors.APIError) as err:
             refused_by_server[i] = str(err) or type(err).__name__
     return refused_by_server
 
 
-async def _intake_verdicts(url: str, samples) -> list[tuple[bool | None, str]]:
-    """(True: stored as ClaimSubmitted / False: refused / None: neither, what the service said)."""
-    async with running(url, "claim"):
+async def _intake_verdicts(url: str, samples, subject: str = subjects.INTAKE_CLAIMS,
+                           **settings) -> list[tuple[bool | None, str]]:
+    """(True: stored as ClaimSubmitted / False: refused / None: neither, what the service said),
+    for the payloads published on `subject` to a claim service with `settings`."""
+    async with running(url, "claim", **settings):
         nc = await nats.connect(url)
         js = nc.jetstream()
-        refused_by_server = await _publish_all(js, samples)
+        refused_by_server = await _publish_all(js, samples, subject)
         await wait_intake_drained(js, timeout=120.0)
         accepted, dead = set(), {}
         async for stored in JetStreamEventLog(nc).read():

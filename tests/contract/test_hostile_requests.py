@@ -11,6 +11,9 @@ import pytest
 from tests.service.helpers import running
 
 SUBJECTS = ["gpu.cmd.claim.submit", "gpu.cmd.claim.release", "gpu.cmd.claim.renew", "gpu.cmd.claim.activity",
+            # a publishing system's own (docs/contract.md "One user per system")
+            "gpu.cmd.claim.submit.billing", "gpu.cmd.claim.release.billing", "gpu.cmd.claim.renew.billing",
+            "gpu.cmd.claim.activity.billing",
             "gpu.qry.claim.get", "gpu.qry.claim.explain", "gpu.qry.claim.list", "gpu.qry.claim.resolve",
             "gpu.cmd.endpoint.create", "gpu.cmd.quota.set", "gpu.cmd.quota.get", "gpu.cmd.pool.create",
             "gpu.qry.pool.get"]

@@ -153,10 +153,10 @@ async def test_a_message_whose_handling_fails_is_dead_lettered_terminated_and_th
     from shared.eventlog import InMemoryEventLog
 
     class Failing(ClaimService):  # a bug that only this claim reaches
-        def prepare(self, spec, trace=None, pending=None):
+        def prepare(self, spec, trace=None, pending=None, **system):
             if spec.claim_id == "boom":
                 raise KeyError("a bug")
-            return super().prepare(spec, trace, pending)
+            return super().prepare(spec, trace, pending, **system)
 
     log = InMemoryEventLog()
     service = Failing(log, clock=lambda: 5.0)
