@@ -1,8 +1,8 @@
 """ClaimOutcome: what became of one claim, as one complete message a publisher can read.
 
 The claim service writes it to the stream GPULEDGER_OUTCOMES on `gpu.outcome.claim.<token>`, a
-publishing system's claims on `gpu.outcome.system.<system>.<token>` (see `schemas.subjects.outcome`) each time the claim's status or reasons change; the stream keeps
-the latest per claim. Unlike events, every field is always written (no omitted defaults), so a
+publishing system's claims on `gpu.outcome.system.<system>.<token>` (see `schemas.subjects.outcome`),
+each time the claim's status or reasons change; the stream keeps the latest per claim. Unlike events, every field is always written (no omitted defaults), so a
 reader needs nothing but this message. See docs/contract.md.
 """
 
