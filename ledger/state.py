@@ -9,6 +9,8 @@ decision scores each distinct node shape once instead of every node of the fleet
 from __future__ import annotations
 
 import bisect
+import heapq
+import operator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -209,13 +211,18 @@ class Group:
     first node's, kept as nodes join and leave: the decision's rank-ordered scan sorts hundreds
     of groups per claim at 10,000 nodes and reads them without a look-up."""
 
-    __slots__ = ("view", "ranks", "names", "rank0", "name0")
+    __slots__ = ("view", "ranks", "names", "rank0", "name0", "free", "share", "filed")
 
     def __init__(self, view: NodeView):
         self.view = view
         self.ranks: list[int] = []
         self.names: dict[int, str] = {}
         self.rank0, self.name0 = -1, ""  # no node yet; an empty group leaves the index
+        # the view's room as the index files it (`free_units`, `share_room`), set when indexed,
+        # and the first rank it is filed under in `State.ranked` (-1: not filed)
+        self.free: dict[tuple, int] = {}
+        self.share: dict[tuple, int] = {}
+        self.filed = -1
 
     def add(self, rank: int, name: str) -> None:
         bisect.insort(self.ranks, rank)
@@ -271,6 +278,9 @@ class State:
     groups_by_free: dict[tuple, dict[int, dict["Group", None]]] = field(default_factory=dict)
     # (model, pool, MIG profile) -> largest share left on one unit, floored to 50 milli -> groups
     groups_by_share: dict[tuple, dict[int, dict["Group", None]]] = field(default_factory=dict)
+    # the same buckets, (1 for groups_by_free or 0, kind, room) -> (first rank, group) entries in
+    # rank order, refiled when a group's first node changes: the scan reads them front first
+    ranked: dict[tuple, list[tuple[int, "Group"]]] = field(default_factory=dict)
     shape_counts: dict[tuple, int] = field(default_factory=dict)  # claim shapes seen (for FGD)
     leased: dict[str, None] = field(default_factory=dict)  # allocated claims with a lease
     holding: dict[str, None] = field(default_factory=dict)  # claims holding devices now
@@ -321,14 +331,39 @@ class State:
         whole = milli >= FREE
         index = self.groups_by_free if whole else self.groups_by_share
         seen: dict[Group, None] = {}
-        for (model, unit_pool, unit_mig), buckets in sorted(index.items()):
-            kind_ok = unit_mig != "" if mig_profile == "*" else unit_mig == mig_profile  # "*": any MIG
-            if unit_pool != pool or not kind_ok or (models is not None and model not in models):
+        for kind, buckets in sorted(index.items()):
+            if not _kind_accepted(kind, models, pool, mig_profile):
                 continue
             for room, groups in buckets.items():
                 if (room >= count) if whole else (room + SHARE_STEP > milli):
                     seen.update(groups)
         return list(seen)
+
+    def groups_by_first_rank(self, models: frozenset[str] | None, pool: str, mig_profile: str,
+                             count: int, milli: int):
+        """`groups_with_room`'s groups in the order of their first node's rank. Many (a share of
+        any card at 10,000 nodes: 400 groups): merged lazily from the rank-ordered buckets, so a
+        scan that stops at the first group reaching its policy's ceiling reads only the front
+        (building and sorting all of them cost 200 to 400 us a claim). Few: sorted at once."""
+        whole = milli >= FREE
+        index = self.groups_by_free if whole else self.groups_by_share
+        ranked, tag = self.ranked, 1 if whole else 0
+        buckets = []
+        for kind, rooms in index.items():
+            if not _kind_accepted(kind, models, pool, mig_profile):
+                continue
+            for room in rooms:
+                if (room >= count) if whole else (room + SHARE_STEP > milli):
+                    bucket = ranked.get((tag, kind, room))
+                    if bucket:
+                        buckets.append(bucket)
+        if len(buckets) == 1:
+            return map(_entry_group, buckets[0])
+        if sum(map(len, buckets)) <= LAZY_MERGE_FROM:
+            entries = [entry for bucket in buckets for entry in bucket]
+            entries.sort(key=_entry_rank)  # ranks differ between groups, and a group's repeats are equal
+            return _distinct(entries)
+        return _distinct(heapq.merge(*buckets, key=_entry_rank))
 
     def groups_for_models(self, models: frozenset[str] | None):
         if models is None:
@@ -339,6 +374,27 @@ class State:
         for model in sorted(models):
             seen.update(self.groups_by_model.get(model, {}))
         return list(seen)
+
+
+LAZY_MERGE_FROM = 64  # candidate entries from which `groups_by_first_rank` merges lazily
+_entry_rank = operator.itemgetter(0)
+_entry_group = operator.itemgetter(1)
+
+
+def _distinct(entries):
+    """The groups of rank-ordered (first rank, group) entries, each once (a group filed under
+    two accepted kinds comes twice, one after the other: its rank is its own)."""
+    last = -1
+    for rank, group in entries:
+        if rank != last:
+            last = rank
+            yield group
+
+
+def _kind_accepted(kind: tuple, models: frozenset[str] | None, pool: str, mig_profile: str) -> bool:
+    model, unit_pool, unit_mig = kind
+    kind_ok = unit_mig != "" if mig_profile == "*" else unit_mig == mig_profile  # "*": any MIG
+    return unit_pool == pool and kind_ok and (models is None or model in models)
 
 
 def free_units(view: NodeView) -> dict[tuple, int]:
@@ -427,6 +483,8 @@ def _unindex(state: State, rank: int | None, old: NodeView | None) -> None:
             group.remove(rank)
             if not len(group):
                 _drop_group(state, old)
+            elif group.rank0 != group.filed:
+                _refile(state, group)
 
 
 def _index(state: State, node: Node) -> None:
@@ -444,21 +502,48 @@ def _index(state: State, node: Node) -> None:
     group = state.groups.get(view)
     if group is None:
         group = state.groups[view] = Group(view)
+        group.free, group.share = free_units(view), share_room(view)
         for model in view.static.models or ("",):
             state.groups_by_model.setdefault(model, {})[group] = None
-        for key, free in free_units(view).items():
+        for key, free in group.free.items():
             state.groups_by_free.setdefault(key, {}).setdefault(free, {})[group] = None
-        for key, share in share_room(view).items():
+        for key, share in group.share.items():
             state.groups_by_share.setdefault(key, {}).setdefault(share, {})[group] = None
     group.add(node.rank, node.name)
+    if group.rank0 != group.filed:
+        _refile(state, group)
+
+
+def _buckets(state: State, group: Group):
+    """The rank-ordered buckets a group is filed in (made when first needed)."""
+    ranked = state.ranked
+    for key, free in group.free.items():
+        yield ranked.setdefault((1, key, free), [])
+    for key, share in group.share.items():
+        yield ranked.setdefault((0, key, share), [])
+
+
+def _refile(state: State, group: Group) -> None:
+    """File the group under its first rank now. Every live group's entries carry its own first
+    rank, and no two live groups share one, so entries compare by rank alone."""
+    old, new = group.filed, (group.rank0 if group.ranks else -1)
+    for bucket in _buckets(state, group):
+        if old >= 0:
+            i = bisect.bisect_left(bucket, (old,))
+            if i < len(bucket) and bucket[i][1] is group:
+                del bucket[i]
+        if new >= 0:
+            bisect.insort(bucket, (new, group))
+    group.filed = new
 
 
 def _drop_group(state: State, view: NodeView) -> None:
     group = state.groups.pop(view)
-    for key, free in free_units(view).items():
+    for key, free in group.free.items():
         state.groups_by_free.get(key, {}).get(free, {}).pop(group, None)
-    for key, share in share_room(view).items():
+    for key, share in group.share.items():
         state.groups_by_share.get(key, {}).get(share, {}).pop(group, None)
+    _refile(state, group)  # emptied: out of the rank-ordered buckets
     for model in view.static.models or ("",):
         members = state.groups_by_model.get(model)
         if members is not None:

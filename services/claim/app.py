@@ -24,6 +24,7 @@ from services.claim.intake import SYSTEMS_DURABLE, consume_intake, wait_intake_d
 from services.claim.listing import page
 from services.claim.lookup import Unresolved, claim_with_prefix
 from services.claim.metrics import instrument
+from services.claim.outcome_view import rejected_system
 from services.claim.outcomes import OutcomeWriter
 from services.claim.seed_api import SeedSubmitClaim, decode_submit_claim, in_seed_names
 from services.claim.validation import ClaimInvalid, validate_claim
@@ -292,8 +293,10 @@ class ClaimService:
             return view | {"system": self.owners[claim_id]} if claim_id in self.owners else view
         rejected = self.rejected.get(claim_id)
         if rejected is not None:
-            return {"claim_id": claim_id, "status": "rejected", "end_reason": rejected.code,
+            view = {"claim_id": claim_id, "status": "rejected", "end_reason": rejected.code,
                     "reasons": [{"code": r.code, "message": r.message} for r in rejected.reasons]}
+            system = rejected_system(rejected)  # a system's refused claim: as its outcome says
+            return view | {"system": system} if system else view
         raise DomainError("not-found", f"no claim {claim_id!r}", "claim_id")
 
     def explain(self, claim_id: str) -> dict:

@@ -57,17 +57,19 @@ def _choose_by_rank(state: State, need: Need, policy: Policy, ctx: PlacementCont
     `Choice` per candidate; the groups are sorted by the first node each keeps (`Group.rank0`),
     and the winner's first node is read once, at the end."""
     excluded = ctx.excluded
-    groups = _groups_for(state, need)
     firsts = None  # with nodes excluded: each group's first node that is not, by group
     if excluded:
         firsts = {}
-        for group in groups:
+        for group in _groups_for(state, need):
             first = group.first(excluded)
             if first is not None:
                 firsts[group] = first
         groups = list(firsts)
         groups.sort(key=firsts.__getitem__)  # (rank, name): ranks differ, so by rank
+    elif need.count > 0:  # read front first: the scan often stops after a few of hundreds
+        groups = state.groups_by_first_rank(need.models, need.pool, need.mig_profile, need.count, need.milli)
     else:
+        groups = _groups_for(state, need)
         groups.sort(key=_first_rank)
     scored, mem, cpu = _scored_need(need), need.mem, need.cpu
     exact_memo, blind_memo, margin = _memos(state, need, policy, ctx, scored)
