@@ -228,6 +228,7 @@ def _node_registered(state: State, e: ev.NodeRegistered, seq: int) -> None:
     for claim in carried:
         _hold_again(node, claim)
     state.nodes[e.node] = node
+    state.model_cards = None  # the fleet's cards per model change: counted again when asked
     _assign_pools(state, node)
     grow(state)
     reindex_node(state, node)

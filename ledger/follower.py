@@ -40,9 +40,15 @@ log = logging.getLogger("gpuledger")
 Hook = Callable[[int, str, ev.Event], None]
 # Live events folded between two `gc.collect(); gc.freeze()`: the collector then only ever scans
 # what was made since the last freeze (a full collection over the whole state cost 60-330 ms at
-# 5k-28k claims held). Cyclic garbage among objects older than that goes uncollected; the state's
-# objects form no cycles.
-REFREEZE_EVERY = 50_000
+# 5k-28k claims held). It was 50,000: a service then rescanned every claim folded since its start
+# at each automatic full collection (in `bench e2e --claims 20000`, 10-28 % of the CPU of the
+# claim service, projector, quota and pool-controller went to the collector); a collection of
+# 2,000 events' objects costs a few ms.
+REFREEZE_EVERY = 2_000
+# Cyclic garbage among frozen objects is never collected by the above (the state's objects form
+# none; a future or a message frozen while in flight might): every this many refreezes (a million
+# events) everything is unfrozen and collected once.
+UNFREEZE_EVERY = 500
 # Catch-up with `keep_ended=False`: ended claims are shed once the state holds this many claims more
 # than it kept at the last shedding. Freeing each claim as it ends costs twice as much as freeing
 # them in a slice (their memory comes back cold one at a time); a slice bounds what is held.
@@ -76,9 +82,29 @@ def refreeze() -> None:
     gc.freeze()
 
 
+class Refreezer:
+    """Keeps the cyclic collector off what lives long: `add(n)` after n live events (or other
+    units of work); every `every` of them, `refreeze`; every `unfreeze_every` refreezes, a full
+    collection of everything first."""
+
+    def __init__(self, every: int = REFREEZE_EVERY, unfreeze_every: int = UNFREEZE_EVERY):
+        self.every, self.unfreeze_every = every, unfreeze_every
+        self.count = self.refreezes = 0
+
+    def add(self, n: int = 1) -> None:
+        self.count += n
+        if self.count < self.every:
+            return
+        self.count = 0
+        self.refreezes += 1
+        if self.refreezes % self.unfreeze_every == 0:
+            gc.unfreeze()
+        refreeze()
+
+
 class Follower:
     def __init__(self, event_log, state: State | None = None, *, places: bool = True,
-                 keep_ended: bool = True, linger_s: float = 0.0):
+                 keep_ended: bool = True, linger_s: float = 0.0, refreeze_every: int = REFREEZE_EVERY):
         self.log = event_log
         self.linger_s = linger_s  # > 0: the live tail in bursts (shared.paced), for slow readers
         self.state = state or State()
@@ -95,6 +121,7 @@ class Follower:
         self.caught_up = asyncio.Event()
         self.dropped: list = []  # ended claims the catch-up dropped (keep_ended=False)
         self.live_events = 0
+        self.refreezer = Refreezer(refreeze_every)
         self.admission = Admission()  # what was skipped: undecodable, or refused by authority
         self._advanced = asyncio.Condition()
         self._gc_was_on = False
@@ -191,9 +218,7 @@ class Follower:
             if after:
                 self._tell(after, seq, subject, event)
         self.live_events += len(batch)
-        if self.live_events >= REFREEZE_EVERY:
-            self.live_events = 0
-            refreeze()
+        self.refreezer.add(len(batch))
 
     def _skipped_decision(self, seq: int) -> None:
         """The fence is the decision subject's last sequence as stored: a message there that no

@@ -295,6 +295,8 @@ class State:
     # rank order, refiled when a group's first node changes: the scan reads them front first
     ranked: dict[tuple, list[tuple[int, "Group"]]] = field(default_factory=dict)
     shape_counts: dict[tuple, int] = field(default_factory=dict)  # claim shapes seen (for FGD)
+    # whole cards of each model on the registered nodes; None: count again (a node registered)
+    model_cards: dict[str, int] | None = None
     leased: dict[str, None] = field(default_factory=dict)  # allocated claims with a lease
     holding: dict[str, None] = field(default_factory=dict)  # claims holding devices now
     # claims a usage report showed idle on some device since its last busy one: what the timer rule

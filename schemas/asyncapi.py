@@ -172,7 +172,8 @@ def asyncapi_document(schemas: dict[str, dict]) -> dict:
 _INFO = ("Event-sourced GPU allocation on NATS JetStream. Publish claims to gpu.intake.claim (a "
          "publishing system with a user of its own: gpu.intake.claim.<system>, and it may release "
          "and renew its own claims on gpu.cmd.claim.<verb>.<system>) and read each claim's outcome on "
-         "gpu.outcome.claim.<token> (docs/contract.md says how). Every request subject and the "
+         "gpu.outcome.claim.<token> (a system's own claims: gpu.outcome.system.<system>.<token>, "
+         "which only it may read; docs/contract.md says how). Every request subject and the "
          "intake refuse a JSON object that repeats a key.")
 
 
@@ -252,6 +253,15 @@ def _add_publisher_channels(doc: dict) -> None:
                  ["ClaimOutcome"], "request", {"claimToken": _TOKEN})
     _operation(doc, "readOutcome", "receive", "outcomes", "Read a claim's outcome.",
                messages=["ClaimOutcome"])
+    _add_channel(doc, "systemOutcomes", f"{subjects.SYSTEM_OUTCOMES}.{{system}}.{{claimToken}}",
+                 f"The current outcome of a claim a publishing system submitted (stream "
+                 f"{subjects.OUTCOMES_STREAM}, the latest per subject kept): only that system's NATS "
+                 "user may subscribe here or read it by direct get by subject "
+                 f"($JS.API.DIRECT.GET.{subjects.OUTCOMES_STREAM}.<subject>); the claim is never on "
+                 "gpu.outcome.claim.<token>.", ["ClaimOutcome"], "request",
+                 {"system": _SYSTEM, "claimToken": _TOKEN})
+    _operation(doc, "readSystemOutcome", "receive", "systemOutcomes",
+               "Read the outcome of a publishing system's own claim.", messages=["ClaimOutcome"])
 
 
 def _add_requests(doc: dict) -> None:

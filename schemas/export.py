@@ -42,7 +42,8 @@ def json_schemas() -> dict[str, dict]:
         "claim.json": _document(ClaimSpec, "claim.json", "A claim, as published to gpu.intake.claim"),
         "events.json": _document(AnyEvent, "events.json", "Any event of the log (stream GPULEDGER)"),
         "outcome.json": _document(ClaimOutcome, "outcome.json",
-                                  "A claim's outcome (stream GPULEDGER_OUTCOMES, gpu.outcome.claim.<token>)"),
+                                  "A claim's outcome (stream GPULEDGER_OUTCOMES, gpu.outcome.claim.<token>; "
+                                  "a publishing system's claim: gpu.outcome.system.<system>.<token>)"),
     }
     for command in COMMANDS:
         name = f"command.{command.__name__}.json"

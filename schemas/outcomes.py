@@ -1,8 +1,8 @@
 """ClaimOutcome: what became of one claim, as one complete message a publisher can read.
 
-The claim service writes it to the stream GPULEDGER_OUTCOMES on `gpu.outcome.claim.<token>`
-(see `schemas.subjects.outcome`) each time the claim's status or reasons change; the stream keeps
-the latest per claim. Unlike events, every field is always written (no omitted defaults), so a
+The claim service writes it to the stream GPULEDGER_OUTCOMES on `gpu.outcome.claim.<token>`, a
+publishing system's claims on `gpu.outcome.system.<system>.<token>` (see `schemas.subjects.outcome`),
+each time the claim's status or reasons change; the stream keeps the latest per claim. Unlike events, every field is always written (no omitted defaults), so a
 reader needs nothing but this message. See docs/contract.md.
 """
 
@@ -52,6 +52,11 @@ class ClaimOutcome(msgspec.Struct, tag_field="type", tag=True, frozen=True, kw_o
     reasons: list[OutcomeReason]  # why it waits (pending) or why it was refused (rejected)
     code: str  # why it ended: rejection code, eviction rule, lease-expired, node-lost, released
     message: str  # the same in words
+    # the publishing system that submitted it ("" for the shared publisher, ops and a claim the
+    # intake refused on the plain subject); its outcome is on that system's subjects. Added after
+    # v1 was published: a default, so older writers fit. Kept before seq and at (the writer
+    # compares outcomes without those two, the last fields).
+    system: str = ""
     seq: int  # the ledger (stream GPULEDGER) sequence this outcome reflects: newer is larger
     at: float  # unix seconds of the event that changed it
 

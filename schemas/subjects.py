@@ -12,6 +12,7 @@ INTAKE_BATCHES = "gpu.evt.intake"  # the claim service's drained intake, several
 DEAD_LETTER = "gpu.evt.deadletter"
 OUTCOMES_STREAM = "GPULEDGER_OUTCOMES"
 OUTCOMES = "gpu.outcome.>"
+SYSTEM_OUTCOMES = "gpu.outcome.system"  # + .<system>.<token>: a publishing system's claims
 OUTCOME_CHECKPOINT = "gpu.outcome.checkpoint"  # the claim service's own: outcomes written up to here
 OUTCOMES_MAX_AGE_S = 7 * 24 * 3600  # an ended claim's outcome is kept a week after its last change
 SNAPSHOT_BUCKET = "gpuledger_snapshots"
@@ -43,8 +44,13 @@ def claim_fence(claim_id: str) -> str:
     return f"gpu.evt.*.{_token(claim_id)}"
 
 
-def outcome(claim_id: str) -> str:
-    """Where a claim's ClaimOutcome is written: `gpu.outcome.claim.<token>`."""
+def outcome(claim_id: str, system: str = "") -> str:
+    """Where a claim's ClaimOutcome is written: `gpu.outcome.claim.<token>`, or for a claim a
+    publishing system submitted `gpu.outcome.system.<system>.<token>`, which only that system's
+    NATS user may read (shared.nats_auth.system_role). Outside `gpu.outcome.claim.>`, so a
+    subscriber of every plain outcome sees no system's."""
+    if system:
+        return f"{SYSTEM_OUTCOMES}.{system}.{_token(claim_id)}"
     return f"gpu.outcome.claim.{_token(claim_id)}"
 
 

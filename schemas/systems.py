@@ -99,6 +99,12 @@ def command(verb: str, system: str) -> str:
     return subjects.command(f"claim.{verb}.{system}")
 
 
+def outcomes(system: str) -> str:
+    """Every outcome subject of a system's claims (`schemas.subjects.outcome(id, system)`): what
+    its user may subscribe to and direct-get, and nothing else of the outcomes."""
+    return f"{subjects.SYSTEM_OUTCOMES}.{system}.>"
+
+
 def of_subject(subject: str, base: str) -> str:
     """The system a message on `subject` came from, for a subject under `base` (its last token);
     "" for `base` itself (the shared `publisher` user and ops)."""

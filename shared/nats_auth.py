@@ -173,12 +173,19 @@ def _outcome_reads() -> list[str]:
 
 def system_role(system: sysmod.System) -> Role:
     """A publishing system (schemas/systems.py): submit, release, renew and report activity on the
-    subjects carrying its own name only, so no system can speak on another's; read outcomes.
+    subjects carrying its own name only, so no system can speak on another's; read its own claims'
+    outcomes only (`gpu.outcome.system.<name>.>`), which carry namespace, node, devices and env.
     Replies and acks on its own inbox prefix (`_INBOX_system-<name>`): no system reads another's
-    replies (which carry claims' devices and env)."""
-    pub = [sysmod.intake(system.name), *(sysmod.command(verb, system.name) for verb in sysmod.VERBS),
-           *_outcome_reads()]
-    return Role(system.user, tuple(pub), ("gpu.outcome.claim.>", f"{user_inbox(system.user)}.>"),
+    replies (which carry the same)."""
+    own_outcomes = sysmod.outcomes(system.name)
+    # a direct get by subject only (`$JS.API.DIRECT.GET.<stream>.<subject>`: nats-py's
+    # get_last_msg(direct=True), nats.js' direct.getMessage with last_by_subj), so nats-server
+    # checks the subject; not the get whose subject is in the body, not STREAM.MSG.GET (any
+    # sequence), not the outcome stream's info (its subjects filter lists every claim's token)
+    reads = ["$JS.API.INFO", f"$JS.API.STREAM.INFO.{subjects.INTAKE_STREAM}",
+             f"$JS.API.DIRECT.GET.{subjects.OUTCOMES_STREAM}.{own_outcomes}"]
+    pub = [sysmod.intake(system.name), *(sysmod.command(verb, system.name) for verb in sysmod.VERBS), *reads]
+    return Role(system.user, tuple(pub), (own_outcomes, f"{user_inbox(system.user)}.>"),
                 allow_responses=False,
                 notes=f"system {system.name}: its own claims, in {', '.join(system.namespaces)}")
 

@@ -13,7 +13,7 @@ _END_CODES = {"lease not renewed": "lease-expired",
               "device vanished when the node re-registered": "device-vanished"}
 
 
-def outcome_of(state: State, claim: Claim, seq: int, at: float) -> ClaimOutcome:
+def outcome_of(state: State, claim: Claim, seq: int, at: float, system: str = "") -> ClaimOutcome:
     holding = claim.holds_devices
     return ClaimOutcome(
         v=1, claim_id=claim.claim_id, namespace=claim.spec.namespace, status=claim.status,
@@ -21,7 +21,7 @@ def outcome_of(state: State, claim: Claim, seq: int, at: float) -> ClaimOutcome:
         devices=_devices(state, claim) if holding else [],
         env=visible_devices_env(claim) if holding else {},
         reasons=[_reason(r) for r in claim.reasons],
-        code=end_code(claim), message=claim.end_reason, seq=seq, at=at)
+        code=end_code(claim), message=claim.end_reason, system=system, seq=seq, at=at)
 
 
 def rejected_outcome(event: ev.ClaimRejected, seq: int) -> ClaimOutcome:
@@ -30,7 +30,15 @@ def rejected_outcome(event: ev.ClaimRejected, seq: int) -> ClaimOutcome:
         v=1, claim_id=event.claim_id, namespace="", status="rejected", final=True, node="",
         devices=[], env={}, reasons=[_reason(r) for r in event.reasons],
         code=event.code, message=event.reasons[0].message if event.reasons else event.code,
-        seq=seq, at=event.at)
+        system=rejected_system(event), seq=seq, at=event.at)
+
+
+def rejected_system(event: ev.ClaimRejected) -> str:
+    """The publishing system whose claim the intake refused ("" for the plain subject): the intake
+    names it in the refusal's detail (services/claim/intake.py), which only the claim service
+    writes on a claim's subject (schemas/authority.py)."""
+    system = event.reasons[0].detail.get("system", "") if event.reasons else ""
+    return system if isinstance(system, str) else ""
 
 
 def _reason(reason) -> OutcomeReason:

@@ -1,4 +1,5 @@
-"""The outcome writer: each claim's ClaimOutcome on `gpu.outcome.claim.<token>`, for publishers.
+"""The outcome writer: each claim's ClaimOutcome on `gpu.outcome.claim.<token>` (a publishing
+system's claim: `gpu.outcome.system.<system>.<token>`), for publishers.
 
 It listens to the claim service's fold and notes which claims an event changed; between two
 folded batches it writes the current outcome of each, coalesced (a claim allocated and bound in
@@ -140,9 +141,9 @@ class OutcomeWriter:
         messages = self._build(self.dirty)  # built before any await: one consistent state
         self.dirty = {}
         sent, failed = [], 0
-        for claim_id, data, seq, at in messages:
+        for claim_id, subject, data, seq, at in messages:
             try:
-                ack = await self.window.publish(subjects.outcome(claim_id), data)
+                ack = await self.window.publish(subject, data)
             except Exception as err:  # not connected now: write it again later
                 log.warning("outcome of %s not sent (%s): will retry", claim_id, err)
                 self._retry(claim_id, seq, at)
@@ -152,7 +153,9 @@ class OutcomeWriter:
         self.flushes.append((through, asyncio.ensure_future(self._settle(sent))))
         return failed
 
-    def _build(self, dirty: dict[str, None]) -> list[tuple[str, bytes, int, float]]:
+    def _build(self, dirty: dict[str, None]) -> list[tuple[str, str, bytes, int, float]]:
+        """(claim, subject, outcome, seq, at) of each changed outcome: a publishing system's claim
+        on that system's own subjects, which only its user may read."""
         state, rejected, now = self.service.state, self.service.rejected, self.clock()
         out = []
         for claim_id in dirty:
@@ -161,7 +164,7 @@ class OutcomeWriter:
                 continue
             claim = state.claims.get(claim_id)
             if claim is not None:
-                outcome = outcome_of(state, claim, track[_SEQ], track[_AT])
+                outcome = outcome_of(state, claim, track[_SEQ], track[_AT], self.service.owner(claim_id))
             elif claim_id in rejected:
                 outcome = rejected_outcome(rejected[claim_id], track[_SEQ])
             else:
@@ -174,7 +177,7 @@ class OutcomeWriter:
             track[_SIG], track[_WRITTEN] = signature, now
             if outcome.final:
                 del self.tracked[claim_id]
-            out.append((claim_id, data, outcome.seq, outcome.at))
+            out.append((claim_id, subjects.outcome(claim_id, outcome.system), data, outcome.seq, outcome.at))
         return out
 
     def _retry(self, claim_id: str, seq: int, at: float) -> None:

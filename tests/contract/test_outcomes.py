@@ -18,22 +18,23 @@ from shared.jetstream import JetStreamEventLog
 from tests.service.helpers import h100_node, register_nodes, request, running
 
 
-async def last_outcome(js, claim_id: str) -> ClaimOutcome | None:
-    """What a publisher reads: the last message on the claim's outcome subject (direct get)."""
+async def last_outcome(js, claim_id: str, system: str = "") -> ClaimOutcome | None:
+    """What a publisher reads: the last message on the claim's outcome subject (direct get; a
+    publishing system's claim: on that system's outcome subject)."""
     try:
-        msg = await js.get_last_msg(subjects.OUTCOMES_STREAM, subjects.outcome(claim_id), direct=True)
+        msg = await js.get_last_msg(subjects.OUTCOMES_STREAM, subjects.outcome(claim_id, system), direct=True)
     except NotFoundError:
         return None
     return decode_outcome(msg.data)
 
 
-async def outcome_when(js, claim_id: str, done, timeout: float = 15.0) -> ClaimOutcome:
+async def outcome_when(js, claim_id: str, done, timeout: float = 15.0, system: str = "") -> ClaimOutcome:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    outcome = await last_outcome(js, claim_id)
+    outcome = await last_outcome(js, claim_id, system)
     while not (outcome is not None and done(outcome)) and loop.time() < deadline:
         await asyncio.sleep(0.05)
-        outcome = await last_outcome(js, claim_id)
+        outcome = await last_outcome(js, claim_id, system)
     assert outcome is not None and done(outcome), f"outcome of {claim_id}: {outcome}"
     return outcome
 
@@ -61,7 +62,8 @@ async def test_an_allocated_claim_has_its_devices_and_env_in_its_outcome(stack):
     indices = sorted(d.index for d in outcome.devices)
     assert outcome.env["CUDA_VISIBLE_DEVICES"] == ",".join(map(str, indices))
     assert all(d.uuid.startswith("GPU-node-a-") and d.milli == 1000 for d in outcome.devices)
-    assert subjects.outcome("train.42") == "gpu.outcome.claim.train_42"
+    assert subjects.outcome("train.42") == "gpu.outcome.claim.train_42" and outcome.system == ""
+    assert subjects.outcome("train.42", "billing") == "gpu.outcome.system.billing.train_42"
     assert outcome.seq > 0
 
 

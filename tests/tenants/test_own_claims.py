@@ -33,7 +33,7 @@ async def test_a_system_renews_and_releases_its_own_claim_and_may_not_touch_anot
     render = await tenants.server.connect("system-render")
     await _intake(billing, "billing", _claim("bill-1", "team-a", lease_seconds=600))
     js = billing.nc.jetstream()
-    await outcome_when(js, "bill-1", lambda o: o.status in ("allocated", "bound"))
+    await outcome_when(js, "bill-1", lambda o: o.status in ("allocated", "bound"), system="billing")
     got = await request(tenants.ops, subjects.query("claim.get"), {"claim_id": "bill-1"})
     assert got["data"]["system"] == "billing"
 
@@ -53,7 +53,7 @@ async def test_a_system_renews_and_releases_its_own_claim_and_may_not_touch_anot
 
     released = await _ask(billing, "release", "billing", "bill-1")
     assert released["ok"] and released["data"]["status"] == "released", released
-    await outcome_when(js, "bill-1", lambda o: o.status == "released")
+    await outcome_when(js, "bill-1", lambda o: o.status == "released", system="billing")
 
 
 async def test_a_system_submits_by_request_and_its_claim_id_is_its_own(tenants):
@@ -76,13 +76,15 @@ async def test_a_system_submits_by_request_and_its_claim_id_is_its_own(tenants):
 async def test_a_claim_outside_the_system_s_namespaces_is_rejected_naming_them(tenants):
     billing = await tenants.server.connect("system-billing")
     await _intake(billing, "billing", _claim("bill-x", "team-c"))
-    outcome = await outcome_when(billing.nc.jetstream(), "bill-x", lambda o: o.final)
-    assert outcome.status == "rejected" and outcome.code == "forbidden", outcome
+    outcome = await outcome_when(billing.nc.jetstream(), "bill-x", lambda o: o.final, system="billing")
+    assert outcome.status == "rejected" and outcome.code == "forbidden" and outcome.system == "billing", outcome
     reason = outcome.reasons[0]
     assert reason.field == "namespace" and "'team-c'" in reason.message and "team-a, team-b" in reason.message
     dead = [e async for stored in JetStreamEventLog(tenants.ops).read()
             if stored.subject.startswith(subjects.DEAD_LETTER) for e in [stored.event] if e.claim_id == "bill-x"]
     assert [d.reasons[0].detail["system"] for d in dead] == ["billing"]  # operators see who sent it
+    got = await request(tenants.ops, subjects.query("claim.get"), {"claim_id": "bill-x"})
+    assert got["data"]["status"] == "rejected" and got["data"]["system"] == "billing", got
     replied = await request(billing.nc, systems.command("submit", "billing"), {"claim": _claim("bill-y", "team-c")})
     assert replied["error"] == {"code": "forbidden", "field": "claim.namespace",
                                 "message": replied["error"]["message"]} and "team-c" in replied["error"]["message"]
@@ -96,7 +98,9 @@ async def test_nats_server_keeps_a_system_off_another_system_s_subjects(tenants)
     assert not await billing.refused("gpu.cmd.claim.release.billing")
     assert await billing.refused("_INBOX_system-render.>", publish=False)  # another system's replies
     assert await billing.refused("_INBOX.>", publish=False)
-    assert not await billing.refused("gpu.outcome.claim.>", publish=False)
+    assert not await billing.refused("gpu.outcome.system.billing.>", publish=False)
+    for other in ("gpu.outcome.claim.>", "gpu.outcome.>", "gpu.outcome.system.render.>", "gpu.outcome.system.*.x"):
+        assert await billing.refused(other, publish=False), other  # another's outcomes
 
 
 async def test_the_shared_publisher_and_the_plain_subjects_keep_working(tenants):

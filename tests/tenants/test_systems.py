@@ -65,7 +65,13 @@ def test_a_system_user_may_publish_only_its_own_subjects():
     assert _can_publish(role, "gpu.intake.claim.billing")
     assert not _can_publish(role, "gpu.intake.claim.render") and not _can_publish(role, "gpu.intake.claim")
     assert not any(_can_publish(role, s) for s in ("gpu.evt.claim.x", "gpu.qry.claim.get", "gpu.cmd.quota.set"))
-    assert role.subscribe == ("gpu.outcome.claim.>", "_INBOX_system-billing.>") and not role.allow_responses
+    assert role.subscribe == ("gpu.outcome.system.billing.>", "_INBOX_system-billing.>") and not role.allow_responses
+    assert _can_publish(role, "$JS.API.DIRECT.GET.GPULEDGER_OUTCOMES.gpu.outcome.system.billing.bill-1")
+    for read in ("$JS.API.DIRECT.GET.GPULEDGER_OUTCOMES.gpu.outcome.system.render.r-1",
+                 "$JS.API.DIRECT.GET.GPULEDGER_OUTCOMES.gpu.outcome.claim.x",
+                 "$JS.API.DIRECT.GET.GPULEDGER_OUTCOMES",  # the subject in the body: unchecked
+                 "$JS.API.STREAM.MSG.GET.GPULEDGER_OUTCOMES", "$JS.API.STREAM.INFO.GPULEDGER_OUTCOMES"):
+        assert not _can_publish(role, read), read
     users = [r.user for r in nats_auth.roles(systems=(billing, render))]
     assert "system-billing" in users and "system-render" in users and "publisher" in users
     # the shared publisher may not speak for a system either

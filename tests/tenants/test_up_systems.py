@@ -54,7 +54,8 @@ async def test_up_gives_a_system_its_user_and_the_claim_service_its_namespaces(t
             claim = {"claim_id": "up-sys-1", "namespace": "team-a", "gpus": 1, "lease_seconds": 600}
             await nc.jetstream().publish(systems.intake("bill-ing"), json.dumps(claim).encode(),
                                          headers={"Nats-Msg-Id": "up-sys-1"})
-            await outcome_when(nc.jetstream(), "up-sys-1", lambda o: o.status in ("allocated", "bound"), 60)
+            await outcome_when(nc.jetstream(), "up-sys-1", lambda o: o.status in ("allocated", "bound"), 60,
+                               system="bill-ing")
             renewed = await _ask(nc, "renew", {"claim_id": "up-sys-1"})
             assert renewed["ok"] and renewed["data"]["system"] == "bill-ing", renewed
             elsewhere = await _ask(nc, "submit", {"claim": {"claim_id": "up-sys-2", "namespace": "team-b"}})
