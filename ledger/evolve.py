@@ -14,7 +14,7 @@ from schemas.types import DeviceInfo, PoolSpec
 from ledger.holdings import Journal, allocate, fitting_units, free, park_if_fleet_bound, save_claim
 from ledger.pools import assign_pools
 from ledger.shapes import shapes_from_counts
-from ledger.state import Claim, Node, State, Unit, grow, reindex_node
+from ledger.state import Claim, Node, State, Unit, grow, milli_tflops, reindex_node
 
 
 def evolve(state: State, event: ev.Event, seq: int = 0) -> State:
@@ -471,6 +471,7 @@ def _apply_allocated(state: State, d: ev.ClaimAllocated, journal: Journal | None
         save_claim(claim, journal)
     claim.tflops, claim.vram_mib = d.tflops, d.vram_mib
     claim.limit_tflops, claim.limit_vram_mib = d.limit_tflops, d.limit_vram_mib
+    claim.tflops_m, claim.limit_tflops_m = milli_tflops(d.tflops), milli_tflops(d.limit_tflops)
     claim.borrowed_from = d.borrowed_from
     allocate(state, claim, d.grants, node_name, d.at, journal, granted)
     # the allocator's own words on why here (score, NVLink island): `claim explain` shows them

@@ -15,7 +15,7 @@ from schemas.upcast import current, upcast
 
 from ledger.evolve import refresh_typical
 from ledger.holdings import requeue_all
-from ledger.state import Claim, Node, State, Usage, reindex_node
+from ledger.state import Claim, Node, State, Usage, milli_tflops, reindex_node
 
 # 2: claim history as `trail` entries (was formatted lines); older ones are upgraded on read
 SNAPSHOT_VERSION = 2
@@ -107,6 +107,10 @@ def from_snapshot(data: bytes) -> State:
     state.shape_counts = {tuple(k): v for k, v in snap.shape_counts}
     refresh_typical(state, {tuple(k): v for k, v in snap.shapes_seen})
     state.claims = {c.spec.claim_id: c for c in snap.claims}
+    for claim in snap.claims:  # the milli sums are derived, not trusted from the bytes (older ones lack them)
+        claim.tflops_m, claim.limit_tflops_m = milli_tflops(claim.tflops), milli_tflops(claim.limit_tflops)
+    for usage in state.usage.values():
+        usage.tflops_m, usage.limit_tflops_m = milli_tflops(usage.tflops), milli_tflops(usage.limit_tflops)
     state.ended = dict.fromkeys(snap.ended)
     state.ignored = dict(snap.ignored)
     state.pending = dict.fromkeys(snap.pending)

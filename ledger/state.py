@@ -145,6 +145,10 @@ class Claim:
     borrowed_from: str = ""
     env: dict[str, str] = field(default_factory=dict)
     end_reason: str = ""
+    # `tflops` and `limit_tflops` in milli-TFLOPs, set with them: what the namespace's use adds
+    # (integers: the sums are exact in any order); derived again when a snapshot is loaded
+    tflops_m: int = 0
+    limit_tflops_m: int = 0
     # what `claim explain` shows after the submit line, as (at, kind, *details) entries: the fold
     # only keeps references (no string formatting per event); `history` formats them when asked
     trail: list[tuple] = field(default_factory=list)
@@ -204,6 +208,15 @@ class Usage:
     limit_vram_mib: int = 0
     workers: int = 0
     gpus: int = 0
+    # the sums themselves, in milli-TFLOPs (integers: exact in any order, with no rounding step);
+    # `tflops` and `limit_tflops` are these / 1000. Derived again when a snapshot is loaded.
+    tflops_m: int = 0
+    limit_tflops_m: int = 0
+
+
+def milli_tflops(tflops: float) -> int:
+    """A TFLOPs figure (3 decimals, as granted) in milli-TFLOPs."""
+    return round(tflops * 1000)
 
 
 class Group:
