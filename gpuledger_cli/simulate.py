@@ -51,7 +51,7 @@ def simulate(
                                 "this baseline seed by seed (paired), on the trace and --variant's"),
     variant: list[str] = typer.Option(None, "--variant", help="--against: a variant of the pod list "
                                       "(repeatable; default, share-heavy, multi-gpu-heavy, "
-                                      "model-bound-10/30/50, model-scarce-15, cpu-only-heavy, or all); "
+                                      "model-bound-10/30/50, model-scarce-8/15/30, cpu-only-heavy, or all); "
                                       "default: default"),
     variant_seed: int = typer.Option(7, "--variant-seed", help="--against: the seed the variants are "
                                      "drawn with (the protocol's seeds are --seeds)"),

@@ -89,11 +89,11 @@ def _save_usage(state: State, namespace: str, journal: Journal | None) -> None:
         return
     usage = state.usage_of(namespace)
     saved = (usage.tflops, usage.vram_mib, usage.limit_tflops, usage.limit_vram_mib, usage.workers,
-             usage.gpus)
+             usage.gpus, usage.tflops_m, usage.limit_tflops_m)
 
     def undo() -> None:
         (usage.tflops, usage.vram_mib, usage.limit_tflops, usage.limit_vram_mib, usage.workers,
-         usage.gpus) = saved
+         usage.gpus, usage.tflops_m, usage.limit_tflops_m) = saved
         state.usage_version += 1
 
     undo.shared = True
@@ -299,16 +299,14 @@ def _charge(state: State, claim: Claim, sign: int) -> None:
     usage = state.usage.get(claim.spec.namespace)  # `usage_of`, spelled out: every charge
     if usage is None:
         usage = state.usage_of(claim.spec.namespace)
-    # rounded to the 3 decimals every granted TFLOPs figure has (place.py): the sum is then the
-    # same in any order (the allocator folds a release stored beside its own batch either side of
-    # it: services/allocator/own_batch.py), not one that drifts by the float rounding of each step
-    usage.tflops = round(usage.tflops + sign * claim.tflops, 3)
+    # summed in milli-TFLOPs (every granted figure has 3 decimals, place.py): integers, so the sum
+    # is the same in any order (the allocator folds a release stored beside its own batch either
+    # side of it: services/allocator/own_batch.py), with no float drift and no rounding step
+    tflops_m = usage.tflops_m = usage.tflops_m + sign * claim.tflops_m
+    usage.tflops = tflops_m / 1000
+    limit_m = usage.limit_tflops_m = usage.limit_tflops_m + sign * claim.limit_tflops_m
+    usage.limit_tflops = limit_m / 1000
     usage.vram_mib += sign * claim.vram_mib
-    usage.limit_tflops = round(usage.limit_tflops + sign * claim.limit_tflops, 3)
     usage.limit_vram_mib += sign * claim.limit_vram_mib
     usage.workers += sign
     usage.gpus += sign * len(claim.grants)
-    if abs(usage.tflops) < 1e-6:
-        usage.tflops = 0.0
-    if abs(usage.limit_tflops) < 1e-6:
-        usage.limit_tflops = 0.0

@@ -145,6 +145,10 @@ class Claim:
     borrowed_from: str = ""
     env: dict[str, str] = field(default_factory=dict)
     end_reason: str = ""
+    # `tflops` and `limit_tflops` in milli-TFLOPs, set with them: what the namespace's use adds
+    # (integers: the sums are exact in any order); derived again when a snapshot is loaded
+    tflops_m: int = 0
+    limit_tflops_m: int = 0
     # what `claim explain` shows after the submit line, as (at, kind, *details) entries: the fold
     # only keeps references (no string formatting per event); `history` formats them when asked
     trail: list[tuple] = field(default_factory=list)
@@ -204,6 +208,15 @@ class Usage:
     limit_vram_mib: int = 0
     workers: int = 0
     gpus: int = 0
+    # the sums themselves, in milli-TFLOPs (integers: exact in any order, with no rounding step);
+    # `tflops` and `limit_tflops` are these / 1000. Derived again when a snapshot is loaded.
+    tflops_m: int = 0
+    limit_tflops_m: int = 0
+
+
+def milli_tflops(tflops: float) -> int:
+    """A TFLOPs figure (3 decimals, as granted) in milli-TFLOPs."""
+    return round(tflops * 1000)
 
 
 class Group:
@@ -282,6 +295,9 @@ class State:
     # rank order, refiled when a group's first node changes: the scan reads them front first
     ranked: dict[tuple, list[tuple[int, "Group"]]] = field(default_factory=dict)
     shape_counts: dict[tuple, int] = field(default_factory=dict)  # claim shapes seen (for FGD)
+    # whole cards of each model on the registered nodes (None: not counted yet; then kept up to
+    # date as nodes register, see ledger.evolve._count_cards)
+    model_cards: dict[str, int] | None = None
     leased: dict[str, None] = field(default_factory=dict)  # allocated claims with a lease
     holding: dict[str, None] = field(default_factory=dict)  # claims holding devices now
     # claims a usage report showed idle on some device since its last busy one: what the timer rule
@@ -298,6 +314,9 @@ class State:
     # and keeping it fixed between checkpoints keeps the per-view score memo valid
     shapes_seen: dict[tuple, int] = field(default_factory=dict)
     typical: tuple = ()
+    # the mix with the models claims are bound to (ledger.shapes.bound_mix), as of `bound_seen`
+    bound_seen: dict[tuple, int] = field(default_factory=dict)
+    typical_bound: tuple = ()
     last_seq: int = 0
     last_decision_seq: int = 0
     capacity_epoch: int = 0  # bumps when capacity is freed or added: pending claims retry

@@ -2,8 +2,9 @@
 
 `python -m simulator.variants OUT_DIR [--pods PODS.csv --nodes NODES.csv] [--seed N]` writes pod
 lists with more sharing pods, more multi-GPU pods, 10/30/50 % of the GPU pods bound to GPU models
-(`gpu_spec` lists, models drawn in proportion to the fleet), 15 % bound to the fleet's rarest
-models (`model-scarce-15`: more asked of them than they hold) and more CPU-only pods (the
+(`gpu_spec` lists, models drawn in proportion to the fleet), 8, 15 or 30 % bound to the fleet's
+rarest models, which hold about 10 % of its GPUs (`model-scarce-8/15/30`: at 15 and 30 more is
+asked of them than they hold, at 8 a little less) and more CPU-only pods (the
 protocol then tops up or cuts each to 130 % of capacity as usual). Every variant is a pure
 function of the trace and the seed.
 """
@@ -19,7 +20,7 @@ from pathlib import Path
 from simulator.trace import DEFAULT_NODES, DEFAULT_PODS, POD_COLUMNS, NodeRow, PodRow, read_trace
 
 MODEL_BOUND_PERCENTS = (10, 30, 50)
-MODEL_SCARCE_PERCENTS = (15,)
+MODEL_SCARCE_PERCENTS = (8, 15, 30)
 SCARCE_SHARE = 0.10  # the rarest models a scarce-bound pod allows hold about this share of its GPUs
 LIST_LENGTHS = ((1, 0.5), (2, 0.3), (3, 0.2))  # how many models a bound pod allows, and how often
 VARIANT_SEED = 7

@@ -150,13 +150,14 @@ def test_a_release_of_another_claim_stored_before_the_batch_is_folded_on_top_and
 
 def test_a_namespace_s_tflops_add_up_the_same_in_any_order():
     from ledger.holdings import _charge
-    from ledger.state import Claim
+    from ledger.state import Claim, milli_tflops
 
     def charged(order):
         state = State()
         for tflops in order:
             c = Claim(ClaimSpec(claim_id=f"t{tflops}", namespace="ns"), 1, 0.0)
-            c.tflops = c.limit_tflops = tflops
+            c.tflops = c.limit_tflops = tflops  # as the fold of an allocation sets them
+            c.tflops_m = c.limit_tflops_m = milli_tflops(tflops)
             _charge(state, c, +1)
         return state.usage_of("ns").tflops, state.usage_of("ns").limit_tflops
 

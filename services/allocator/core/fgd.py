@@ -141,7 +141,9 @@ class GpuLedger(FGD):
     fresh card that a 650 or two more 320s fill. The room a share leaves is what decides how many
     cards the shares take in the end; FGD's drop for a share, kept at full or half weight beside
     it, did no better on openb (docs/benchmarks.md; 4.09 -> 3.78 % at 100 % arrived). Among cards
-    of equal score a share takes the one with least room left. Whole-card claims keep
+    of equal score a share takes the one with least room left. A card whose model the bound
+    shapes want far beyond its share of the fleet is priced (model_scarcity.py): a pod that could
+    go elsewhere leaves it to them (model-scarce-15: 8.50 -> 5.11 % at 100 % arrived, FGD 6.41). Whole-card claims keep
     NVLink-contiguous picks (`default_pick`); typical shapes come from the caller, or from the
     claims the allocator has seen (`DecideContext.typical_shapes`).
     """
@@ -160,7 +162,7 @@ class GpuLedger(FGD):
             return picks, self._gpu_score(view, need, picks, ctx, strand)
         best, best_score, best_int = None, None, 0
         for i, drop in self._card_drops(view, need, ctx):
-            score = _to_int(drop + strand)
+            score = _to_int(drop + strand - _scarcity_cost(view, need, (i,), ctx))
             ranked = score - self.TIE * view.units[i].milli_free / FREE
             if best_score is None or ranked > best_score:
                 best, best_score, best_int = (i,), ranked, score
@@ -177,7 +179,7 @@ class GpuLedger(FGD):
             drop = waste_drop(view.units[picks[0]].milli_free, need.milli, ctx.typical_shapes, ctx.frag)
         else:
             drop = frag_drop(view, need, picks, ctx) - model_mismatch_drop(view, need, picks, ctx)
-        return _to_int(drop + strand)
+        return _to_int(drop + strand - _scarcity_cost(view, need, picks, ctx))
 
     @staticmethod
     def _card_drops(view: NodeView, need: Need, ctx: PlacementContext):
@@ -192,10 +194,11 @@ class GpuLedger(FGD):
             return
         seen = set()
         for i in fitting_units(view, need):
-            left = view.units[i].milli_free
-            if left not in seen:  # the waste depends on the room alone: equal cards score alike
-                seen.add(left)
-                yield i, waste_drop(left, need.milli, ctx.typical_shapes, ctx.frag)
+            unit = view.units[i]
+            key = (unit.milli_free, unit.model)  # the room decides the waste, the model the price
+            if key not in seen:  # equal cards score alike
+                seen.add(key)
+                yield i, waste_drop(unit.milli_free, need.milli, ctx.typical_shapes, ctx.frag)
 
     @staticmethod
     def _strand_drop(view: NodeView, need: Need, ctx: PlacementContext) -> float:
@@ -231,6 +234,16 @@ class GpuLedger(FGD):
         else:
             frag = taken * weights
         return _to_int((frag + strand) * (1 + 1e-9))
+
+
+def _scarcity_cost(view: NodeView, need: Need, picks, ctx: PlacementContext) -> float:
+    """What the picked cards cost the pods bound to their models (model_scarcity.py); 0 for a
+    MIG instance or a pool's card, which typical shapes do not see."""
+    prices = ctx.model_prices
+    if prices is None or need.mig_profile or need.pool:
+        return 0.0
+    units = view.units
+    return prices.cost(need, [units[i].model for i in picks])
 
 
 def _plain_share(need: Need) -> bool:

@@ -14,6 +14,7 @@ from services.allocator.core.demand import Need, cost, in_pool, needs_for
 from services.allocator.core.picks import pick_spread_first
 from services.allocator.core.place_quota import limits, models_within_quota, never_within_quota
 from services.allocator.core.explain import never_reason, rank_reasons, reasons_for
+from services.allocator.core.model_scarcity import fleet_cards, model_prices
 from services.allocator.core.placement import Choice, PlacementContext, choose, choose_on
 from services.allocator.core.rules import rule_args
 from services.allocator.core.scorers import get_policy
@@ -161,8 +162,13 @@ def _policy_name(state: State, run: Pass, need: Need) -> str:
 
 def _placement_context(state: State, run: Pass, claim: Claim, args: tuple) -> PlacementContext:
     excluded = {n for n, prio in run.held.items() if prio >= claim.spec.priority}
-    return PlacementContext(args=args, typical_shapes=_typical_shapes(state, run), rng=run.ctx.rng,
-                            excluded=excluded, memo=run.ctx.memo, frag=run.frag)
+    shapes = _typical_shapes(state, run)
+    # a caller's mix (the simulator's) names the models its shapes are bound to; the allocator's
+    # own measure is model-blind and its bound mix is kept apart (ledger.shapes.bound_mix)
+    mix = run.ctx.typical_shapes or state.typical_bound
+    return PlacementContext(args=args, typical_shapes=shapes, rng=run.ctx.rng,
+                            excluded=excluded, memo=run.ctx.memo, frag=run.frag,
+                            model_prices=model_prices(mix, fleet_cards(state), run.frag))
 
 
 def _typical_shapes(state: State, run: Pass) -> tuple:

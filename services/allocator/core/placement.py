@@ -192,9 +192,11 @@ def _memo_for(state: State, need: Need, policy: Policy, ctx: PlacementContext) -
     root = ctx.memo
     if root is None or not policy.cacheable:
         return None
-    if root.get("shapes") is not ctx.typical_shapes or len(root) > 4096:  # shapes changed: all scores do
+    if (root.get("shapes") is not ctx.typical_shapes or root.get("prices") is not ctx.model_prices
+            or len(root) > 4096):  # shapes or the fleet's model prices changed: all scores do
         root.clear()
         root["shapes"] = ctx.typical_shapes
+        root["prices"] = ctx.model_prices
     key = (policy.name, need, ctx.args)
     memo = root.get(key)
     if memo is None:

@@ -31,6 +31,9 @@ class PlacementContext:
     excluded: frozenset[str] | set[str] = frozenset()  # nodes held for a starving claim
     memo: dict | None = None  # caller-owned, lives across decisions: (picks, score) per node view
     frag: FragCache = field(default_factory=FragCache)  # caller-owned fragmentation memos
+    # what a card of each model costs the pods bound to it (model_scarcity.py); None: nothing
+    # is priced. Scores depend on it, so the score memo starts again when it changes.
+    model_prices: Any = None
     checks: tuple = field(init=False)  # the rules placement checks before picking (from args)
 
     def __post_init__(self) -> None:
