@@ -175,14 +175,34 @@ def _stream_seq(msg) -> int:
 
 async def wait_intake_drained(js, timeout: float = 5.0) -> None:
     """Until every intake message published before this call is handled: the stream is a work
-    queue, so a message is gone once acked, and it is acked only after its outcome is folded."""
+    queue, so a message is gone once acked, and it is acked only after its outcome is folded. A
+    message no consumer of ours takes (`gpu.intake.other`, `gpu.intake.claim.a.b`: only ops may
+    publish there) stays in the stream for good, so the claim service's own consumers are asked
+    too: once both have handled everything up to the call, the wait is over (else every lookup of
+    an unknown id waited its whole timeout, for ever)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     state = (await js.stream_info(subjects.INTAKE_STREAM)).state
     target = state.last_seq
     while state.messages and state.first_seq <= target and loop.time() < deadline:
+        if await _consumers_handled(js, target):
+            return
         await asyncio.sleep(0.01)
         state = (await js.stream_info(subjects.INTAKE_STREAM)).state
+
+
+async def _consumers_handled(js, target: int) -> bool:
+    """Both intake consumers (the plain subject's, the systems') have handled every message of
+    theirs up to stream sequence `target`: none left to deliver or to ack, or acked past it."""
+    for durable in (DURABLE, SYSTEMS_DURABLE):
+        try:
+            info = await js.consumer_info(subjects.INTAKE_STREAM, durable)
+        except nats.errors.Error:  # not made yet (or NATS trouble): not known to be handled
+            return False
+        done = (info.num_pending or 0) == 0 and (info.num_ack_pending or 0) == 0
+        if not done and (info.ack_floor.stream_seq if info.ack_floor else 0) < target:
+            return False
+    return True
 
 
 async def handle_intake_batch(service, messages: list[tuple]) -> None:
