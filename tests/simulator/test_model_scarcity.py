@@ -165,3 +165,21 @@ def test_a_snapshot_from_before_bound_shapes_reads_its_shapes_as_unbound():
     again = from_snapshot(msgspec.msgpack.encode(old))
     assert again.shape_counts == state.shape_counts and again.typical == state.typical
     assert again.typical_bound == ()
+
+
+def test_the_live_allocator_prices_from_the_claims_it_has_seen():
+    # no caller's mix (as in the allocator): the shapes come from the claims folded so far, half
+    # of them bound to T4, which holds a fifth of the cards; the next unbound claim leaves T4
+    import random
+
+    from services.allocator.core.decide import DecideContext, decide
+
+    state = cluster_state((node("t4", 2, 64000, "T4"), *(node(f"g2-{i}", 2, 64000, "G2") for i in range(4))))
+    for i in range(8):
+        evolve(state, claim_event(f"seen-{i}", gpus=1, models=["T4"] if i % 2 else []))
+        evolve(state, ev.ClaimReleased(claim_id=f"seen-{i}", reason="done"))
+    assert state.typical_bound and state.pending == {}
+    evolve(state, claim_event("next", gpus=1))
+    decisions = decide(state, DecideContext(now=0, policy="gpuledger", check_timers=False, evict=False,
+                                            rng=random.Random(1), memo={}, frag=FragCache()))
+    assert next(d.node for d in decisions if isinstance(d, ev.ClaimAllocated)).startswith("g2")
