@@ -13,7 +13,7 @@ from schemas.types import DeviceInfo, PoolSpec
 
 from ledger.holdings import Journal, allocate, fitting_units, free, park_if_fleet_bound, save_claim
 from ledger.pools import assign_pools
-from ledger.shapes import shapes_from_counts
+from ledger.shapes import bound_mix, bound_models, shapes_from_counts
 from ledger.state import Claim, Node, State, Unit, grow, milli_tflops, reindex_node
 
 
@@ -73,7 +73,8 @@ def _claim_submitted(state: State, e: ev.ClaimSubmitted, seq: int) -> None:
     state.claims[claim_id] = Claim(spec, seq or state.submitted, e.at, last_activity=e.at)
     state.pending[claim_id] = None
     state.queue[claim_id] = None
-    key = (spec.gpus, spec.gpu_milli, spec.mig_profile, spec.cpu_milli)
+    key = (spec.gpus, spec.gpu_milli, spec.mig_profile, spec.cpu_milli,
+           bound_models(spec.models, spec.gpu_groups))
     counts = state.shape_counts
     counts[key] = counts.get(key, 0) + 1
     if state.min_priority is None or spec.priority < state.min_priority:
@@ -94,11 +95,23 @@ def refresh_typical(state: State, counts: dict[tuple, int], only_if_moved: bool 
     """Adopt the shape mix of `counts`; at a checkpoint only if it moved (other shapes, or a weight
     off by more than 2 points), since every change of the mix invalidates all memoised scores."""
 
+    refresh_bound(state, counts, only_if_moved)
     fresh = shapes_from_counts(counts)
     if only_if_moved and state.typical and not _moved(state.typical, fresh):
         return
     state.shapes_seen = counts
     state.typical = fresh
+
+
+def refresh_bound(state: State, counts: dict[tuple, int], only_if_moved: bool = False) -> None:
+    """Adopt the bound mix of `counts` (the model prices read it), apart from the measure's mix:
+    refreshing the measure's mix whenever the bound one moved cleared the score memos twice as
+    often (decide's CPU p99 at 1,000 nodes 1.0 -> 2.2 ms)."""
+    bound = bound_mix(counts)
+    if only_if_moved and not _moved(state.typical_bound, bound):
+        return
+    state.bound_seen = counts
+    state.typical_bound = bound
 
 
 def _moved(old: tuple, new: tuple) -> bool:
@@ -228,10 +241,25 @@ def _node_registered(state: State, e: ev.NodeRegistered, seq: int) -> None:
     for claim in carried:
         _hold_again(node, claim)
     state.nodes[e.node] = node
-    state.model_cards = None  # the fleet's cards per model change: counted again when asked
+    _count_cards(state, old.units if old else (), units)
     _assign_pools(state, node)
     grow(state)
     reindex_node(state, node)
+
+
+def _count_cards(state: State, gone, added) -> None:
+    """Keep `state.model_cards` (whole cards per model, once something asked for it) up to date
+    as a node registers: counting every unit again costs O(fleet) per registration."""
+    cards = state.model_cards
+    if cards is None:
+        return
+    for unit, step in [(u, -1) for u in gone] + [(u, 1) for u in added]:
+        if not unit.mig_profile:
+            left = cards.get(unit.model, 0) + step
+            if left:
+                cards[unit.model] = left
+            else:
+                cards.pop(unit.model, None)
 
 
 def _end_claims_on_vanished_units(state: State, old: Node, kept: set[str]) -> list[Claim]:

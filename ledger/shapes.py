@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Mapping, NamedTuple
 
+from schemas.catalogue import ANY_GROUP, models_in_group
+
 COVERAGE = 0.95  # typical shapes: the most common shapes covering this share of pods
 
 
@@ -35,12 +37,45 @@ def typical_shapes(counts: Mapping[TypicalShape, int], coverage: float = COVERAG
     return tuple((n / covered, shape) for shape, n in kept)
 
 
-def shapes_from_counts(shape_counts: Mapping[tuple, int]) -> tuple[tuple[float, TypicalShape], ...]:
-    """Typical shapes from the state's `shape_counts` ((gpus, milli, mig, cpu) -> claims seen)."""
+def shapes_from_counts(shape_counts: Mapping[tuple, int], with_models: bool = False
+                       ) -> tuple[tuple[float, TypicalShape], ...]:
+    """Typical shapes from the state's `shape_counts` ((gpus, milli, mig, cpu, models) -> claims
+    seen; `models` the sorted models a claim is bound to, () for any). Without `with_models`
+    every shape is unbound: the fragmentation measure the allocator scores with (a measure split
+    by models costs twice the CPU per decision, and gpuledger's policy takes the model part out
+    of it again, fgd.py); with it, the mix the model prices read (`bound_mix`)."""
     counts: dict[TypicalShape, int] = {}
-    for (gpus, milli, mig, cpu), n in shape_counts.items():
+    for key, n in shape_counts.items():
+        gpus, milli, mig, cpu = key[:4]
         if mig:
             continue  # MIG instances are their own devices: no fragment of a card
-        shape = TypicalShape(cpu, milli if gpus else 0, gpus, None)
+        models = frozenset(key[4]) if with_models and len(key) > 4 and key[4] and gpus else None
+        shape = TypicalShape(cpu, milli if gpus else 0, gpus, models)
         counts[shape] = counts.get(shape, 0) + n
     return typical_shapes(counts)
+
+
+def bound_mix(shape_counts: Mapping[tuple, int]) -> tuple[tuple[float, TypicalShape], ...]:
+    """The typical shapes with the models they are bound to, or () when no claim seen is bound
+    (services/allocator/core/model_scarcity.py prices models from it)."""
+    if not any(len(key) > 4 and key[4] for key in shape_counts):
+        return ()
+    return shapes_from_counts(shape_counts, with_models=True)
+
+
+def bound_models(models, groups) -> tuple[str, ...]:
+    """The sorted models a claim may land on, () for any: its `models`, else the models of its
+    GPU groups (`any`, or no group, binds nothing). What FGD's measure and the model prices
+    (services/allocator/core/model_scarcity.py) call a bound shape."""
+    if models:
+        return tuple(sorted(set(models)))
+    if not groups or any(group.lower() == ANY_GROUP for group in groups):
+        return ()
+    return tuple(sorted({m for group in groups for m in models_in_group(group)}))
+
+
+def shape_key(key) -> tuple:
+    """A `shape_counts` key as the state keeps it: a snapshot's four-part key (before models were
+    counted) is unbound."""
+    key = tuple(key)
+    return key[:4] + (tuple(key[4]) if len(key) > 4 else (),)

@@ -13,8 +13,9 @@ from schemas.lenient import convert_lenient
 from schemas.types import PoolSpec, QuotaSpec
 from schemas.upcast import current, upcast
 
-from ledger.evolve import refresh_typical
+from ledger.evolve import refresh_bound, refresh_typical
 from ledger.holdings import requeue_all
+from ledger.shapes import shape_key
 from ledger.state import Claim, Node, State, Usage, milli_tflops, reindex_node
 
 # 2: claim history as `trail` entries (was formatted lines); older ones are upgraded on read
@@ -36,12 +37,14 @@ class Snapshot(msgspec.Struct):
     quotas: dict[str, QuotaSpec]
     usage: dict[str, Usage]
     pools: list[PoolSpec]
-    shape_counts: list[tuple[tuple[int, int, str, int], int]]
-    shapes_seen: list[tuple[tuple[int, int, str, int], int]] = []
+    # (gpus, milli, MIG profile, cpu, bound models) -> claims; four parts in older snapshots
+    shape_counts: list[tuple[tuple, int]]
+    shapes_seen: list[tuple[tuple, int]] = []
     ended: list[str] = []
     ignored: dict[str, str] = {}
     default_quota: QuotaSpec | None = None
     idle_watch: list[str] = []
+    bound_seen: list[tuple[tuple, int]] = []  # absent before bound shapes were counted
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -70,7 +73,8 @@ def to_snapshot(state: State, compact: bool = False) -> bytes:
             list(state.pending), list(state.leased), state.quotas, state.usage,
             list(state.pools.values()), list(state.shape_counts.items()),
             list(state.shapes_seen.items()), ended, dict(state.ignored),
-            default_quota=state.default_quota, idle_watch=list(state.idle_watch)))
+            default_quota=state.default_quota, idle_watch=list(state.idle_watch),
+            bound_seen=list(state.bound_seen.items())))
     finally:
         for node, view, static in views:
             node.view, node.static = view, static
@@ -104,8 +108,9 @@ def from_snapshot(data: bytes) -> State:
                   submitted=snap.submitted, quotas=dict(snap.quotas), usage=dict(snap.usage),
                   default_quota=snap.default_quota)
     state.pools = {p.name: p for p in snap.pools}
-    state.shape_counts = {tuple(k): v for k, v in snap.shape_counts}
-    refresh_typical(state, {tuple(k): v for k, v in snap.shapes_seen})
+    state.shape_counts = {shape_key(k): v for k, v in snap.shape_counts}
+    refresh_typical(state, {shape_key(k): v for k, v in snap.shapes_seen})
+    refresh_bound(state, {shape_key(k): v for k, v in snap.bound_seen})
     state.claims = {c.spec.claim_id: c for c in snap.claims}
     for claim in snap.claims:  # the milli sums are derived, not trusted from the bytes (older ones lack them)
         claim.tflops_m, claim.limit_tflops_m = milli_tflops(claim.tflops), milli_tflops(claim.limit_tflops)

@@ -295,7 +295,8 @@ class State:
     # rank order, refiled when a group's first node changes: the scan reads them front first
     ranked: dict[tuple, list[tuple[int, "Group"]]] = field(default_factory=dict)
     shape_counts: dict[tuple, int] = field(default_factory=dict)  # claim shapes seen (for FGD)
-    # whole cards of each model on the registered nodes; None: count again (a node registered)
+    # whole cards of each model on the registered nodes (None: not counted yet; then kept up to
+    # date as nodes register, see ledger.evolve._count_cards)
     model_cards: dict[str, int] | None = None
     leased: dict[str, None] = field(default_factory=dict)  # allocated claims with a lease
     holding: dict[str, None] = field(default_factory=dict)  # claims holding devices now
@@ -313,6 +314,9 @@ class State:
     # and keeping it fixed between checkpoints keeps the per-view score memo valid
     shapes_seen: dict[tuple, int] = field(default_factory=dict)
     typical: tuple = ()
+    # the mix with the models claims are bound to (ledger.shapes.bound_mix), as of `bound_seen`
+    bound_seen: dict[tuple, int] = field(default_factory=dict)
+    typical_bound: tuple = ()
     last_seq: int = 0
     last_decision_seq: int = 0
     capacity_epoch: int = 0  # bumps when capacity is freed or added: pending claims retry

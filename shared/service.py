@@ -50,14 +50,19 @@ Builder = Callable[[ServiceContext], Awaitable[None]]
 async def start_service(name: str, settings: Settings, build: Builder) -> ServiceContext:
     hooks: list[Callable[[], None]] = []
 
+    closed = asyncio.Event()
+
     async def reconnected() -> None:
         log.warning("%s: reconnected to NATS", name)
         for hook in hooks:
             hook()
 
+    async def on_closed() -> None:
+        closed.set()
+
     broker = NatsBroker(**broker_args(settings.nats_url), name=f"gpuledger-{name}", max_reconnect_attempts=-1,
                         reconnect_time_wait=0.5, logger=None, error_cb=quiet_error,
-                        reconnected_cb=reconnected)
+                        reconnected_cb=reconnected, closed_cb=on_closed)
     ctx = ServiceContext(name, settings, broker, on_reconnect=hooks)
     await broker.connect()
     ctx.nc = broker.connection
@@ -66,11 +71,22 @@ async def start_service(name: str, settings: Settings, build: Builder) -> Servic
                      f"{name}: checking the streams")
     ctx.log = JetStreamEventLog(ctx.nc)
     await build(ctx)
+    ctx.spawn(_fail_when_closed(name, closed, ctx.nc), "nats-closed")
     await broker.start()
     # a round trip: the server has every subscription of this connection before it answers, so a
     # request sent once the service is up finds its handler (CI saw "no responders" once without)
     await until_done(lambda: ctx.nc.flush(timeout=5), f"{name}: registering its subscriptions")
     return ctx
+
+
+async def _fail_when_closed(name: str, closed: asyncio.Event, nc: Client) -> None:
+    """nats-py reconnects for ever after an outage, but closes the connection for good when the
+    server answers a protocol error (a subject past its control line, say). A service left without
+    NATS looks alive and answers nothing, so it fails instead: its supervisor (`gpuledger up`,
+    Kubernetes) starts it again. Cancelled before `stop_service` closes the connection itself."""
+    await closed.wait()
+    raise ConnectionError(f"{name}: its NATS connection was closed for good ({nc.last_error!r}): "
+                          "exiting, to be started again")
 
 
 async def _cancel_all(ctx: ServiceContext) -> None:
@@ -89,6 +105,13 @@ async def _cancel_all(ctx: ServiceContext) -> None:
 
 async def stop_service(ctx: ServiceContext) -> None:
     await _cancel_all(ctx)
+    if ctx.nc is not None and ctx.nc.is_closed:  # closed for good: nothing to flush or drain
+        for hook in ctx.on_stop:
+            try:
+                await hook()
+            except Exception as err:
+                log.warning("%s: stopping without NATS: %s: %s", ctx.name, type(err).__name__, err)
+        return
     for hook in ctx.on_stop:
         await hook()
     try:  # a subscription left open would make the drain wait its whole timeout: bound it

@@ -354,16 +354,26 @@ async def _dead_letter(service, claim_id: str, code: str, message: str, field: s
 
 
 def _readable_id(data: bytes, headers: dict[str, str]) -> str:
-    """The claim id if the payload has a valid one (so the sender can look its refusal up)."""
+    """The claim id if the payload has a valid one (so the sender can look its refusal up); for a
+    payload with no id at all, its `Nats-Msg-Id` header if that is a valid claim id. Never an id
+    against the rule: it becomes a subject token (`gpu.evt.claim.<id>`, the outcome's), and one of
+    5,000 characters is past nats-server's control line, which cuts the claim service off."""
     try:
         raw = msgspec.json.decode(data)
     except Exception:  # not JSON, not UTF-8, nested too deep: no id to read
         raw = None
     claim_id = raw.get("claim_id", raw.get("claimId")) if isinstance(raw, dict) else None
     if isinstance(claim_id, str):
-        try:
-            msgspec.convert({"claim_id": claim_id, "namespace": "x"}, ClaimSpec)
-            return claim_id
-        except msgspec.ValidationError:
-            return ""
-    return headers.get("Nats-Msg-Id", "") if headers else ""
+        return _valid_id(claim_id)
+    return _valid_id(headers.get("Nats-Msg-Id", "")) if headers else ""
+
+
+def _valid_id(claim_id: str) -> str:
+    """`claim_id` if it keeps the claim id rule (schemas.types), else ""."""
+    if not claim_id:
+        return ""
+    try:
+        msgspec.convert({"claim_id": claim_id, "namespace": "x"}, ClaimSpec)
+        return claim_id
+    except msgspec.ValidationError:
+        return ""

@@ -39,8 +39,7 @@ def test_lists_in_proportion_to_the_fleet_price_no_model():
     # T4 holds a quarter of the cards and a quarter of the bound demand: every model is pressed
     # exactly as much as the bound share of the demand, and none is priced
     shapes = typical_shapes({UNBOUND: 4, bound("T4"): 1, bound("G2"): 3})
-    prices = _prices(shapes, {"T4": 2, "G2": 6})
-    assert prices.pressure == {"T4": 0.0, "G2": 0.0}
+    assert _prices(shapes, {"T4": 2, "G2": 6}) is None  # None: nothing priced, the memos stay
 
 
 def test_a_model_wanted_beyond_its_cards_is_priced_by_what_it_carries_beyond_the_share():
@@ -89,10 +88,22 @@ def test_the_fleet_cards_are_counted_again_when_a_node_registers():
     before = model_prices(shapes, fleet_cards(state), cache)
     assert model_prices(shapes, fleet_cards(state), cache) is before  # same fleet: same prices
     assert before.pressure["T4"] > 0  # a ninth of the cards, a quarter of the demand
+    # a node registering again with the same cards keeps the prices (and so the score memo)
+    evolve(state, node_event(node("g2", 8, 64000, "G2")))
+    assert model_prices(shapes, fleet_cards(state), cache) is before
     evolve(state, node_event(node("t4-b", 8, 64000, "T4")))
-    after = model_prices(shapes, fleet_cards(state), cache)
     assert fleet_cards(state) == {"T4": 9, "G2": 8}
-    assert after is not before and after.pressure["T4"] == 0.0  # now half the cards
+    assert model_prices(shapes, fleet_cards(state), cache) is None  # now half the cards: no price
+    # with other cards the counts follow, as a fresh count of the units says
+    evolve(state, node_event(node("t4-b", 2, 64000, "G2")))
+    assert fleet_cards(state) == {"T4": 1, "G2": 10} == _fresh_count(state)
+
+
+def _fresh_count(state) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for unit in state.units.values():
+        counts[unit.model] = counts.get(unit.model, 0) + 1
+    return counts
 
 
 def test_a_node_that_joins_changes_the_next_choice_through_the_memo():
@@ -122,3 +133,53 @@ def _place_with(state, p, n: int, shapes, memo: dict) -> str:
     evolve(state, ev.DecisionBatch(decisions=decisions))
     return next(d.node for d in decisions if isinstance(d, ev.ClaimAllocated))
 
+
+
+def test_the_live_fold_counts_bound_shapes_and_a_snapshot_keeps_them():
+    # the allocator's own bound mix (no caller's mix) knows which claims are bound to models, so
+    # the live allocator prices models as the simulator does
+    from ledger.snapshot import from_snapshot, to_snapshot
+
+    state = State()
+    for i in range(3):
+        evolve(state, claim_event(f"u{i}", gpus=1))
+    evolve(state, claim_event("b", gpus=1, models=["T4", "P100", "T4"]))
+    evolve(state, claim_event("g", gpus=1, gpu_groups=["any"]))  # `any` binds nothing
+    assert {shape.models for _, shape in state.typical_bound} == {None, frozenset(["T4", "P100"])}
+    assert {shape.models for _, shape in state.typical} == {None}  # the measure stays model-blind
+    again = from_snapshot(to_snapshot(state))
+    assert again.shape_counts == state.shape_counts and again.typical == state.typical
+    assert again.typical_bound == state.typical_bound
+
+
+def test_a_snapshot_from_before_bound_shapes_reads_its_shapes_as_unbound():
+    import msgspec
+
+    from ledger.snapshot import Snapshot, from_snapshot, to_snapshot
+
+    state = State()
+    evolve(state, claim_event("u", gpus=1))
+    snap = msgspec.msgpack.decode(to_snapshot(state), type=Snapshot)
+    old = msgspec.structs.replace(snap, shape_counts=[(tuple(k[:4]), n) for k, n in snap.shape_counts],
+                                  shapes_seen=[(tuple(k[:4]), n) for k, n in snap.shapes_seen])
+    again = from_snapshot(msgspec.msgpack.encode(old))
+    assert again.shape_counts == state.shape_counts and again.typical == state.typical
+    assert again.typical_bound == ()
+
+
+def test_the_live_allocator_prices_from_the_claims_it_has_seen():
+    # no caller's mix (as in the allocator): the shapes come from the claims folded so far, half
+    # of them bound to T4, which holds a fifth of the cards; the next unbound claim leaves T4
+    import random
+
+    from services.allocator.core.decide import DecideContext, decide
+
+    state = cluster_state((node("t4", 2, 64000, "T4"), *(node(f"g2-{i}", 2, 64000, "G2") for i in range(4))))
+    for i in range(8):
+        evolve(state, claim_event(f"seen-{i}", gpus=1, models=["T4"] if i % 2 else []))
+        evolve(state, ev.ClaimReleased(claim_id=f"seen-{i}", reason="done"))
+    assert state.typical_bound and state.pending == {}
+    evolve(state, claim_event("next", gpus=1))
+    decisions = decide(state, DecideContext(now=0, policy="gpuledger", check_timers=False, evict=False,
+                                            rng=random.Random(1), memo={}, frag=FragCache()))
+    assert next(d.node for d in decisions if isinstance(d, ev.ClaimAllocated)).startswith("g2")

@@ -60,8 +60,8 @@ class ModelPrices:
 
 
 def fleet_cards(state: State) -> dict[str, int]:
-    """Whole cards (not MIG instances) of each model on the registered nodes; kept on the state
-    until a node registers again (`ledger.evolve` clears it)."""
+    """Whole cards (not MIG instances) of each model on the registered nodes: counted once, then
+    kept up to date by the fold as nodes register (`ledger.evolve._count_cards`)."""
     cards = state.model_cards
     if cards is None:
         cards = {}
@@ -72,16 +72,16 @@ def fleet_cards(state: State) -> dict[str, int]:
     return cards
 
 
-def model_prices(shapes, cards: dict[str, int], cache: FragCache) -> ModelPrices | None:
+def model_prices(mix, cards: dict[str, int], cache: FragCache) -> ModelPrices | None:
     """The prices for this shape mix and fleet, or None when no typical GPU shape is bound to
-    models (nothing to price). Memoised in the caller's cache while the mix and the fleet's card
-    counts (by identity) stay the same, so the score memo keyed by it stays valid."""
-    cache.sync(shapes)
-    found = cache.compiled.get("model_prices")
-    if found is not None and found[0] is cards:
-        return found[1]
-    prices = _prices(shapes, cards)
-    cache.compiled["model_prices"] = (cards, prices)
+    models (nothing to price). The same object while the mix and the fleet's card counts stay the
+    same (a node that registers again with the same cards changes nothing), so the score memo,
+    which starts again when the prices object changes, stays valid."""
+    found = cache.compiled.get("model_prices")  # cleared with the rest when the measure's mix changes
+    if found is not None and found[0] is mix and found[1] == cards:
+        return found[2]
+    prices = _prices(mix, cards) if mix else None
+    cache.compiled["model_prices"] = (mix, dict(cards), prices)
     return prices
 
 
@@ -109,5 +109,7 @@ def _prices(shapes, cards: dict[str, int]) -> ModelPrices | None:
     # of the demand: no model is wanted more than another, and pricing the noise around that share
     # steered unbound pods off the largest model (model-bound-30: 3.77 -> 4.08 % unallocated).
     # Only a model pressed well beyond it (PRESSED times) is priced, by what it carries beyond it.
-    return ModelPrices({m: p - bound_share if p > PRESSED * bound_share else 0.0
-                        for m, p in pressure.items()})
+    # None when nothing is priced: a new prices object starts the score memos again, and a bound
+    # mix that moves without pressing any model must not cost that.
+    prices = {m: p - bound_share if p > PRESSED * bound_share else 0.0 for m, p in pressure.items()}
+    return ModelPrices(prices) if any(prices.values()) else None

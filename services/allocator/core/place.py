@@ -163,9 +163,12 @@ def _policy_name(state: State, run: Pass, need: Need) -> str:
 def _placement_context(state: State, run: Pass, claim: Claim, args: tuple) -> PlacementContext:
     excluded = {n for n, prio in run.held.items() if prio >= claim.spec.priority}
     shapes = _typical_shapes(state, run)
+    # a caller's mix (the simulator's) names the models its shapes are bound to; the allocator's
+    # own measure is model-blind and its bound mix is kept apart (ledger.shapes.bound_mix)
+    mix = run.ctx.typical_shapes or state.typical_bound
     return PlacementContext(args=args, typical_shapes=shapes, rng=run.ctx.rng,
                             excluded=excluded, memo=run.ctx.memo, frag=run.frag,
-                            model_prices=model_prices(shapes, fleet_cards(state), run.frag))
+                            model_prices=model_prices(mix, fleet_cards(state), run.frag))
 
 
 def _typical_shapes(state: State, run: Pass) -> tuple:
