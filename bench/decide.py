@@ -20,7 +20,8 @@ from schemas.events import encode_event
 from schemas.types import ClaimSpec
 
 from bench.workload import claim_mix, fleet
-from services.allocator.core.decide import DecideContext, decide
+from services.allocator.core.decide import DecideContext, decide, decide_kept
+from services.allocator.own_batch import keepable
 from services.allocator.core.frag_cache import FragCache
 from ledger.evolve import evolve
 from services.allocator.core.scorers import DEFAULT_POLICY
@@ -29,8 +30,12 @@ from services.allocator.loop import collect_between_passes
 
 
 class Bench:
-    def __init__(self, nodes: int, policy: str, seed: int, digest: bool = False):
+    def __init__(self, nodes: int, policy: str, seed: int, digest: bool = False, kept: bool = False):
         self.state, self.seq, self.rng = State(), 0, random.Random(seed)
+        # True: each pass is what the allocator runs (`decide_kept`), its batch then kept applied
+        # as the allocator keeps it when its batch is the next event stored (own_batch.py), not
+        # rolled back and folded again; False: `decide`, whose timed pass includes the rollback
+        self.kept = kept
         self.never: set[str] = set()  # claims no node can take (`--unplaceable`): never released
         # every decision made, warm-up included, hashed outside the timed pass: equal digests
         # before and after a change to the core mean it decided exactly the same
@@ -92,15 +97,32 @@ class Bench:
         ctx = DecideContext(now=self.now, policy=self.policy, check_timers=False,
                             memo=self.memo, frag=self.frag,
                             failed_at=self.failed_at)
+        journal = None
         start, cpu_start = time.perf_counter(), time.thread_time()
-        decisions = decide(self.state, ctx)
+        if self.kept:
+            decisions, journal = decide_kept(self.state, ctx)
+        else:
+            decisions = decide(self.state, ctx)
         elapsed, cpu = time.perf_counter() - start, time.thread_time() - cpu_start
         if self.digest is not None:
             for decision in decisions:
                 self.digest.update(encode_event(decision))
-        if decisions:
+        if self.kept:
+            self._keep_or_fold(decisions, journal)
+        elif decisions:
             self.fold(ev.DecisionBatch(decisions=decisions, at=self.now))
         return elapsed, cpu, len(decisions)
+
+    def _keep_or_fold(self, decisions: list, journal) -> None:
+        """As the allocator settles its own batch: kept applied when keepable (the fold of the
+        stored batch then only moves the positions), else rolled back and folded."""
+        if decisions and keepable(self.state, decisions):
+            self.seq += 1
+            self.state.last_seq = self.state.last_decision_seq = self.seq
+            return
+        journal.rollback(self.state)
+        if decisions:
+            self.fold(ev.DecisionBatch(decisions=decisions, at=self.now))
 
     def utilisation(self) -> float:
         units = self.state.units.values()
@@ -108,8 +130,8 @@ class Bench:
 
 
 def run(nodes: int, steps: int = 2000, policy: str = "", seed: int = 1, fill: float = 0.75,
-        digest: bool = False, unplaceable: int = 0) -> dict:
-    bench = Bench(nodes, policy or DEFAULT_POLICY, seed, digest)
+        digest: bool = False, unplaceable: int = 0, kept: bool = False) -> dict:
+    bench = Bench(nodes, policy or DEFAULT_POLICY, seed, digest, kept)
     while bench.utilisation() < fill:  # warm up: fill the fleet
         for _ in range(200):
             bench.arrive()
@@ -148,7 +170,7 @@ def run(nodes: int, steps: int = 2000, policy: str = "", seed: int = 1, fill: fl
         "cpu_p99_us": round(cpu_times[int(len(cpu_times) * 0.99)] * 1e6, 1),
         "decisions_per_s": round(made / sum(times), 1) if sum(times) else 0.0,
         # a timer pass (the tick) with nothing new to decide: the cost of waiting claims while idle
-        "unplaceable": unplaceable, "idle_tick_us": round(idle[len(idle) // 2][0] * 1e6, 1),
+        "unplaceable": unplaceable, "kept": kept, "idle_tick_us": round(idle[len(idle) // 2][0] * 1e6, 1),
         "idle_tick_cpu_us": round(sorted(c for _, c in idle)[len(idle) // 2] * 1e6, 1),
     }
     if bench.digest is not None:

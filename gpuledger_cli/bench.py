@@ -25,11 +25,14 @@ def decide(nodes: int = typer.Option(1000, "--nodes", help="nodes in the synthet
                                        "made (equal digests: a change to the core decided the same)"),
            unplaceable: int = typer.Option(0, "--unplaceable", min=0, help="first submit this many claims "
                                            "no node can take (they stay pending), to see what they cost"),
+           kept: bool = typer.Option(False, "--kept", help="time each pass as the allocator runs it "
+                                     "(decide_kept, its batch then kept applied, not rolled back and "
+                                     "folded again); default: decide, whose pass includes the rollback"),
            as_json: bool = typer.Option(False, "--json", help="print the figures as one JSON line")) -> None:
     """Latency of one decision pass at steady state on a synthetic fleet of 8-GPU nodes."""
     from bench.decide import run
 
-    _emit(run(nodes, steps, policy, seed, digest=digest, unplaceable=unplaceable), as_json)
+    _emit(run(nodes, steps, policy, seed, digest=digest, unplaceable=unplaceable, kept=kept), as_json)
 
 
 @bench_app.command("replay")

@@ -140,8 +140,8 @@ class OwnBatch:
     def commutes(self, state: State, event: ev.Event) -> bool:
         """Folding `event` before or after the kept batch gives the same state: it touches none
         of the batch's claims, and what both change adds up the same in either order (device
-        and host room in integers, a namespace's TFLOPs rounded: ledger.holdings._charge; the
-        capacity epoch is moved by the event alone, a kept batch frees nothing)."""
+        and host room, a namespace's TFLOPs in milli-TFLOPs: integers, ledger.holdings._charge;
+        the capacity epoch is moved by the event alone, a kept batch frees nothing)."""
         if isinstance(event, ev.ClaimSubmitted):  # a new claim, or a repeat folded as nothing
             return True
         if isinstance(event, (ev.ClaimReleased, ev.ClaimBound)):
