@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import re
 
 import msgspec
 import nats.errors
@@ -276,7 +277,7 @@ async def _accept(service, data: bytes, headers: dict[str, str], specs: dict[str
         await _reject(service, _readable_id(data, headers), "invalid", decode_error(err, data),
                       name_the_key(field_of(err), data, decode_claim), data, specs, seq, system)
         return None
-    trace = {k: v for k, v in headers.items() if k in ("traceparent", "tracestate")}
+    trace = trace_of(headers)
     try:
         return service.prepare(spec, trace or None, pending=specs, system=system, pending_owners=owners)
     except DomainError as err:
@@ -371,6 +372,23 @@ async def _dead_letter(service, claim_id: str, code: str, message: str, field: s
     await service.log.append(subjects.DEAD_LETTER + ".intake", event,
                              msg_id=f"dead-intake-{seq}" if seq else None)
     return event
+
+
+_TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
+TRACESTATE_MAX = 512  # W3C trace context: a tracestate longer than this may be dropped
+
+
+def trace_of(headers: dict[str, str]) -> dict[str, str]:
+    """The W3C trace context a publisher sent, kept in its claim's ClaimSubmitted (intake, decision
+    and binding are one trace): a well-formed `traceparent` only (55 characters), with its
+    `tracestate` when that is at most 512. Anything else is dropped, not refused: the headers are
+    the publisher's, and the log keeps what it is given for ever (a 60 KB `traceparent` was stored
+    as it came, in every claim that carried one)."""
+    parent = headers.get("traceparent", "")
+    if not _TRACEPARENT.fullmatch(parent):
+        return {}
+    state = headers.get("tracestate", "")
+    return {"traceparent": parent} | ({"tracestate": state} if 0 < len(state) <= TRACESTATE_MAX else {})
 
 
 def _readable_id(data: bytes, headers: dict[str, str]) -> str:
