@@ -33,6 +33,7 @@ AREAS = (
     "gpuledger_cli.bench",
     "gpuledger_cli.simulate",
     "gpuledger_cli.whatif",
+    "gpuledger_cli.status",
 )
 
 # top-level command -> (its module, the help line `gpuledger --help` shows for it)
@@ -62,6 +63,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("gpuledger_cli.bench", "Benchmarks (figures are wall clock on this machine)."),
     "simulate": ("gpuledger_cli.simulate", "Run the allocator's decision core over a trace with the "
                                            "FGD paper's one-pass protocol."),
+    "status": ("gpuledger_cli.status", "Whether each service answers and how far it has read the log; the "
+                                       "intake's backlog."),
     "whatif": ("gpuledger_cli.whatif", "Replay the log's claims, releases and hardware facts; at "
                                        "every recorded decision point let the allocator decide with "
                                        "these settings instead; compare with what happened."),

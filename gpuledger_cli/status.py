@@ -1,0 +1,122 @@
+"""`gpuledger status`: is the stack up? Each service is asked one cheap query (does it answer, and
+how far it has read the log), and the intake is looked at: claims waiting to be handled, and
+messages on intake subjects no consumer takes (they stay for good; docs/contract.md)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import msgspec
+import typer
+
+from gpuledger_cli.client import NatsUrl, die, nats_url, open_requester, print_json, redacted, run
+
+INTAKE_STREAM = "GPULEDGER_INTAKE"
+LOG_STREAM = "GPULEDGER"
+INTAKE_CONSUMERS = ("claim-intake", "claim-intake-systems")  # services/claim/intake.py
+# each service and the query that shows it is there (the projector answers none: `projection status`)
+PROBES = (("claim", "gpu.qry.cluster.summary", {}), ("allocator", "gpu.qry.allocator.status", {}),
+          ("quota", "gpu.cmd.quota.list", {}), ("pool-controller", "gpu.qry.pool.list", {}))
+
+
+async def _ask(conn, subject: str, payload: Any, timeout: float) -> tuple[Any, str]:
+    """(the reply's data or the JetStream API's answer, "") or (None, why not)."""
+    try:
+        reply = msgspec.json.decode(await conn.request(subject, msgspec.json.encode(payload), timeout))
+    except Exception as err:
+        return None, str(err) or type(err).__name__
+    if subject.startswith("$JS.API."):
+        error = reply.get("error")
+        return (None, error.get("description", str(error))) if error else (reply, "")
+    if not reply.get("ok"):
+        return None, str((reply.get("error") or {}).get("message", reply))
+    return reply.get("data"), ""
+
+
+async def gather_status(url: str, timeout: float) -> dict:
+    conn = await open_requester(url)
+    try:
+        log, why = await _ask(conn, f"$JS.API.STREAM.INFO.{LOG_STREAM}", {}, timeout)
+        report: dict[str, Any] = {"nats": redacted(url), "log_last_seq": (log or {}).get("state", {}).get("last_seq")}
+        if log is None:
+            report["log_error"] = why
+        services = {}
+        for name, subject, payload in PROBES:
+            data, why = await _ask(conn, subject, payload, timeout)
+            services[name] = _service(name, data) if data is not None else {"up": False, "error": why}
+        report["services"] = services
+        report["intake"] = await _intake(conn, timeout)
+        return report
+    finally:
+        await conn.close()
+
+
+def _service(name: str, data: Any) -> dict:
+    if name == "claim":
+        return {"up": True, "last_seq": data.get("last_seq"), "nodes": data.get("nodes"),
+                "nodes_ready": data.get("nodes_ready"), "claims": data.get("claims", {}),
+                "pending": data.get("pending")}
+    if name == "allocator":
+        return {"up": True, "last_seq": data.get("last_seq"), "pending": data.get("pending"),
+                "claims": data.get("claims")}
+    return {"up": True, "items": len(data) if isinstance(data, list) else None}
+
+
+async def _intake(conn, timeout: float) -> dict:
+    stream, why = await _ask(conn, f"$JS.API.STREAM.INFO.{INTAKE_STREAM}", {}, timeout)
+    if stream is None:
+        return {"error": why}
+    stored = stream.get("state", {}).get("messages", 0)
+    waiting = {}
+    for durable in INTAKE_CONSUMERS:
+        info, why = await _ask(conn, f"$JS.API.CONSUMER.INFO.{INTAKE_STREAM}.{durable}", {}, timeout)
+        waiting[durable] = (info.get("num_pending", 0) + info.get("num_ack_pending", 0)) if info else None
+    taken = sum(n for n in waiting.values() if n is not None)
+    return {"stored": stored, "waiting": waiting,
+            "untaken": max(0, stored - taken) if None not in waiting.values() else None}
+
+
+def _print(report: dict) -> None:
+    last = report.get("log_last_seq")
+    typer.echo(f"NATS {report['nats']}: the log at seq {last}" if last is not None
+               else f"NATS {report['nats']}: the log unreadable ({report.get('log_error')})")
+    for name, s in report["services"].items():
+        if not s["up"]:
+            typer.secho(f"  {name:16} DOWN  no answer ({s['error']})", fg=typer.colors.RED)
+            continue
+        line = f"  {name:16} up"
+        if s.get("last_seq") is not None and last is not None:
+            line += f"  read to seq {s['last_seq']} ({max(0, last - s['last_seq'])} behind)"
+        if name == "claim":
+            claims = ", ".join(f"{k} {v}" for k, v in sorted(s["claims"].items())) or "none"
+            line += f"  nodes {s['nodes_ready']}/{s['nodes']} ready  claims: {claims}"
+        elif name == "allocator":
+            line += f"  pending {s['pending']}"
+        elif s.get("items") is not None:
+            line += f"  {s['items']} {'quotas' if name == 'quota' else 'pools'}"
+        typer.echo(line)
+    typer.echo("  projector        not asked: `gpuledger projection status`")
+    intake = report["intake"]
+    if "error" in intake:
+        typer.secho(f"  intake           unreadable ({intake['error']})", fg=typer.colors.RED)
+        return
+    waiting = ", ".join(f"{k} {'?' if v is None else v}" for k, v in intake["waiting"].items())
+    line = f"  intake           {intake['stored']} stored; waiting: {waiting}"
+    if intake["untaken"]:
+        line += (f"; {intake['untaken']} on subjects no consumer takes (published off gpu.intake.claim[.<system>]: "
+                 "never handled)")
+    typer.echo(line)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("status")
+    def status(url: Optional[str] = NatsUrl,
+               as_json: bool = typer.Option(False, "--json", help="print JSON instead of text"),
+               timeout: float = typer.Option(2.0, "--timeout", help="seconds each service has to answer")) -> None:
+        """Whether each service answers and how far it has read the log; the intake's backlog.
+        Exits 1 when a service does not answer."""
+        report = run(gather_status(nats_url(url), timeout))
+        print_json(report) if as_json else _print(report)
+        down = [name for name, s in report["services"].items() if not s["up"]]
+        if down:
+            die(f"not answering: {', '.join(down)}")
