@@ -98,10 +98,15 @@ def _children(services: list[str], env: dict[str, str], log_dir: Path, fleet: st
     return children
 
 
+class StoppedWhileStarting(Exception):
+    """SIGINT or SIGTERM came before the stack was ready."""
+
+
 async def _start_and_wait(children: list[Child], url: str, names: list[str], want_nodes: int,
-                          timeout: float, replicas: int = 1) -> None:
+                          timeout: float, replicas: int = 1, stopped=lambda: False) -> None:
     """Start the children, then wait until every service announced itself and, for a demo, the
-    claim service sees the simulated nodes."""
+    claim service sees the simulated nodes; or until `stopped()` (Ctrl-C while starting stops at
+    once, not after the whole ready timeout)."""
     import msgspec
     import nats
 
@@ -124,6 +129,8 @@ async def _start_and_wait(children: list[Child], url: str, names: list[str], wan
     try:
         while asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.2)
+            if stopped():
+                raise StoppedWhileStarting("stopped (SIGINT or SIGTERM) before every service was ready")
             if not set(names) <= ready:
                 continue
             try:
@@ -269,7 +276,8 @@ def _run_up(demo: bool, data_dir: Path, nats_url: str | None, fleet: str, port: 
         want = _expected_nodes(fleet) if demo else 0
         try:
             stream_replicas = int(env.get("GPULEDGER_STREAM_REPLICAS") or Settings().stream_replicas)
-            asyncio.run(_start_and_wait(children, nats_url, services, want, ready_timeout, stream_replicas))
+            asyncio.run(_start_and_wait(children, nats_url, services, want, ready_timeout, stream_replicas,
+                                        stopped=lambda: stop["now"]))
             if dashboard:
                 home = up_web.printed_lines(book)[1][1]
                 asyncio.run(up_web.wait_http(f"{home}healthz", ready_timeout))

@@ -40,11 +40,20 @@ def in_words(message: str) -> str:
            f"{message[match.end():]}"
 
 
+# a high surrogate escape with no low one after it (JSON may not hold half a character)
+_LONE_HIGH_SURROGATE = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})")
+
+
 def whole_payload_words(message: str, data: bytes) -> str | None:
     """Plain words for what msgspec says of a payload as a whole (None: not such a message)."""
     if message.startswith("Expected `object`, got `") and " - at " not in message:
         return f"the payload must be one JSON object; it is {message.split('got ', 1)[1]}"
     if message == "Input data was truncated":  # msgspec's words for an empty or cut-off payload
-        return ("malformed JSON: the payload is empty" if not data.strip()
-                else "malformed JSON: the payload ends before its JSON value does (cut off?)")
+        if not data.strip():
+            return "malformed JSON: the payload is empty"
+        lone = _LONE_HIGH_SURROGATE.search(data)  # msgspec says "truncated" of `"\ud800"` too
+        if lone:
+            return (f"malformed JSON: a lone UTF-16 surrogate (`{lone.group().decode()}`, byte {lone.start()}) "
+                    "in a string: it must be followed by a low one (\\udc00-\\udfff) to make a character")
+        return "malformed JSON: the payload ends before its JSON value does (cut off?)"
     return None

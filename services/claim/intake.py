@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import re
 
 import msgspec
 import nats.errors
@@ -175,14 +176,34 @@ def _stream_seq(msg) -> int:
 
 async def wait_intake_drained(js, timeout: float = 5.0) -> None:
     """Until every intake message published before this call is handled: the stream is a work
-    queue, so a message is gone once acked, and it is acked only after its outcome is folded."""
+    queue, so a message is gone once acked, and it is acked only after its outcome is folded. A
+    message no consumer of ours takes (`gpu.intake.other`, `gpu.intake.claim.a.b`: only ops may
+    publish there) stays in the stream for good, so the claim service's own consumers are asked
+    too: once both have handled everything up to the call, the wait is over (else every lookup of
+    an unknown id waited its whole timeout, for ever)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     state = (await js.stream_info(subjects.INTAKE_STREAM)).state
     target = state.last_seq
     while state.messages and state.first_seq <= target and loop.time() < deadline:
+        if await _consumers_handled(js, target):
+            return
         await asyncio.sleep(0.01)
         state = (await js.stream_info(subjects.INTAKE_STREAM)).state
+
+
+async def _consumers_handled(js, target: int) -> bool:
+    """Both intake consumers (the plain subject's, the systems') have handled every message of
+    theirs up to stream sequence `target`: none left to deliver or to ack, or acked past it."""
+    for durable in (DURABLE, SYSTEMS_DURABLE):
+        try:
+            info = await js.consumer_info(subjects.INTAKE_STREAM, durable)
+        except nats.errors.Error:  # not made yet (or NATS trouble): not known to be handled
+            return False
+        done = (info.num_pending or 0) == 0 and (info.num_ack_pending or 0) == 0
+        if not done and (info.ack_floor.stream_seq if info.ack_floor else 0) < target:
+            return False
+    return True
 
 
 async def handle_intake_batch(service, messages: list[tuple]) -> None:
@@ -256,7 +277,7 @@ async def _accept(service, data: bytes, headers: dict[str, str], specs: dict[str
         await _reject(service, _readable_id(data, headers), "invalid", decode_error(err, data),
                       name_the_key(field_of(err), data, decode_claim), data, specs, seq, system)
         return None
-    trace = {k: v for k, v in headers.items() if k in ("traceparent", "tracestate")}
+    trace = trace_of(headers)
     try:
         return service.prepare(spec, trace or None, pending=specs, system=system, pending_owners=owners)
     except DomainError as err:
@@ -351,6 +372,23 @@ async def _dead_letter(service, claim_id: str, code: str, message: str, field: s
     await service.log.append(subjects.DEAD_LETTER + ".intake", event,
                              msg_id=f"dead-intake-{seq}" if seq else None)
     return event
+
+
+_TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
+TRACESTATE_MAX = 512  # W3C trace context: a tracestate longer than this may be dropped
+
+
+def trace_of(headers: dict[str, str]) -> dict[str, str]:
+    """The W3C trace context a publisher sent, kept in its claim's ClaimSubmitted (intake, decision
+    and binding are one trace): a well-formed `traceparent` only (55 characters), with its
+    `tracestate` when that is at most 512. Anything else is dropped, not refused: the headers are
+    the publisher's, and the log keeps what it is given for ever (a 60 KB `traceparent` was stored
+    as it came, in every claim that carried one)."""
+    parent = headers.get("traceparent", "")
+    if not _TRACEPARENT.fullmatch(parent):
+        return {}
+    state = headers.get("tracestate", "")
+    return {"traceparent": parent} | ({"tracestate": state} if 0 < len(state) <= TRACESTATE_MAX else {})
 
 
 def _readable_id(data: bytes, headers: dict[str, str]) -> str:
