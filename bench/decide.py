@@ -32,6 +32,8 @@ from services.allocator.loop import collect_between_passes
 class Bench:
     def __init__(self, nodes: int, policy: str, seed: int, digest: bool = False, kept: bool = False):
         self.state, self.seq, self.rng = State(), 0, random.Random(seed)
+        # the `random` policy's own draws, apart from the workload's, so they move no claim
+        self.policy_rng = random.Random(f"policy-{seed}")
         # True: each pass is what the allocator runs (`decide_kept`), its batch then kept applied
         # as the allocator keeps it when its batch is the next event stored (own_batch.py), not
         # rolled back and folded again; False: `decide`, whose timed pass includes the rollback
@@ -82,7 +84,8 @@ class Bench:
         """One tick's pass with nothing new: what the allocator spends while idle."""
         self.now += 1.0
         ctx = DecideContext(now=self.now, policy=self.policy, check_timers=True, memo=self.memo, frag=self.frag,
-                            failed_at=self.failed_at, node_timeout_s=1e12, stale_after_s=1e12)
+                            failed_at=self.failed_at, node_timeout_s=1e12, stale_after_s=1e12,
+                            rng=self.policy_rng)
         start, cpu_start = time.perf_counter(), time.thread_time()
         decisions = decide(self.state, ctx)
         elapsed, cpu = time.perf_counter() - start, time.thread_time() - cpu_start
@@ -96,7 +99,7 @@ class Bench:
             self.arrive()
         ctx = DecideContext(now=self.now, policy=self.policy, check_timers=False,
                             memo=self.memo, frag=self.frag,
-                            failed_at=self.failed_at)
+                            failed_at=self.failed_at, rng=self.policy_rng)
         journal = None
         start, cpu_start = time.perf_counter(), time.thread_time()
         if self.kept:

@@ -17,3 +17,10 @@ def test_kept_batches_decide_as_folded_ones(policy):
     assert kept["decisions"] == folded["decisions"] > 50
     assert kept["decisions_sha256"] == folded["decisions_sha256"]
     assert kept["pending_at_end"] == folded["pending_at_end"]
+
+
+def test_the_random_policy_is_benched_with_a_seeded_generator_of_its_own():
+    # it crashed for want of a generator (DecideContext.rng); seeded, two runs decide alike
+    first = bench_decide.run(40, steps=40, policy="random", fill=0.8, digest=True)
+    again = bench_decide.run(40, steps=40, policy="random", fill=0.8, digest=True)
+    assert first["decisions"] > 20 and first["decisions_sha256"] == again["decisions_sha256"]
