@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from schemas import events as ev
 from schemas.types import Reason
 
 from ledger.state import State
 from services.allocator.core.decision_pass import Pass, emit, pend
 from services.allocator.core.gang_never import gang_never_reason
-from services.allocator.core.place import member_needs, try_place
+from services.allocator.core.place import Prepared, member_needs, prepare, try_place
 
 
 def place_gang(state: State, run: Pass, gang_id: str) -> None:
@@ -23,8 +25,14 @@ def place_gang(state: State, run: Pass, gang_id: str) -> None:
         return
     mark, placed, decisions_before = run.journal.mark(), 0, len(run.decisions)
     failure: list[Reason] = []
+    first: Prepared | None = None  # the first member's, shared by those whose spec is the same
     for member in members:
-        outcome = try_place(state, run, member)
+        if first is not None and _same_spec(member, members[0]):
+            outcome = try_place(state, run, member, first)
+        else:
+            own = prepare(state, run, member)
+            first = first or own
+            outcome = try_place(state, run, member, own)
         if not isinstance(outcome, ev.ClaimAllocated):
             failure = outcome.reasons if isinstance(outcome, ev.AllocationRejected) else outcome
             break
@@ -44,3 +52,12 @@ def place_gang(state: State, run: Pass, gang_id: str) -> None:
             reasons = [never, *reasons]
     for m in members:
         pend(state, run, m, reasons)
+
+
+
+def _same_spec(member, first) -> bool:
+    """Equal but for the claim id (the usual gang: 4 members of 8 GPUs): then the first member's
+    needs, rule arguments and placement context are this one's too. Allocating a member changes
+    none of them: they read the spec, the fleet's models and pools, the held nodes and the shape
+    mix, not the units taken."""
+    return msgspec.structs.replace(member.spec, claim_id=first.spec.claim_id) == first.spec

@@ -3,6 +3,8 @@ and the allocation (or the ranked reasons it waits)."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from schemas import events as ev
 from schemas.types import Grant, Reason
 
@@ -20,13 +22,31 @@ from services.allocator.core.rules import rule_args
 from services.allocator.core.scorers import get_policy
 
 
-def try_place(state: State, run: Pass, claim: Claim):
-    """ClaimAllocated, AllocationRejected, or the ranked reasons it has to wait."""
+class Prepared(NamedTuple):
+    """What a claim's placement reads from its spec and the pass, not from the units taken: the
+    needs, the rule arguments and the placement context. Members of a gang with equal specs (but
+    for the claim id) share one (gangs.py): a gang of 4 built it 4 times."""
+    needs: list[Need]
+    args: tuple
+    pctx: PlacementContext
+
+
+def prepare(state: State, run: Pass, claim: Claim) -> Prepared:
+    args = rule_args(claim.spec, state)
+    return Prepared(claim_needs(state, claim), args, _placement_context(state, run, claim, args))
+
+
+def try_place(state: State, run: Pass, claim: Claim, prepared: Prepared | None = None):
+    """ClaimAllocated, AllocationRejected, or the ranked reasons it has to wait. `prepared`: the
+    claim's `prepare`, when the caller has it (a gang member like the one before it)."""
     spec = claim.spec
     refusal = _refuse_pool(state, claim)
     if refusal is not None:
         return refusal
-    needs = claim_needs(state, claim)
+    if prepared is None:  # a claim alone builds its context only for a need it tries
+        needs, args, pctx = claim_needs(state, claim), rule_args(spec, state), None
+    else:
+        needs, args, pctx = prepared
     if not needs:
         return _reject(claim, run, "no-such-shape",
                        f"no GPU model in the fleet can hold {_asked(spec)} on the devices the claim allows")
@@ -35,9 +55,8 @@ def try_place(state: State, run: Pass, claim: Claim):
     # Counting reasons over every node is the expensive part of a failure: a pass without timers
     # does it only for claims that have none yet; the timer pass (every tick) refreshes them all.
     run.explain = run.ctx.explain_failures and (run.ctx.check_timers or not claim.reasons)
-    args = rule_args(spec, state)
     for need in needs:
-        outcome = _try_need(state, run, claim, need, args, reasons, single_refusals)
+        outcome = _try_need(state, run, claim, need, args, pctx, reasons, single_refusals)
         if outcome is not None:
             return outcome
     if not run.explain and not reasons:
@@ -47,7 +66,7 @@ def try_place(state: State, run: Pass, claim: Claim):
                                      reasons=single_refusals[:1], at=run.ctx.now)
     ranked = rank_reasons(reasons)
     if run.explain:  # told apart from waiting: first, so a reader sees it before what waits
-        never = never_reason(state, needs, _placement_context(state, run, claim, args)) or \
+        never = never_reason(state, needs, pctx or _placement_context(state, run, claim, args)) or \
             never_within_quota(state, claim, needs)
         if never is not None:
             return [never, *ranked[:7]]
@@ -72,7 +91,7 @@ def _asked(spec) -> str:
     return " and ".join(asked + ([f"{spec.gpu_tflops:g} TFLOPS"] if spec.gpu_tflops else [])) or "the claim"
 
 
-def _try_need(state, run, claim, need: Need, args: tuple, reasons, single_refusals):
+def _try_need(state, run, claim, need: Need, args: tuple, pctx: PlacementContext, reasons, single_refusals):
     models = models_within_quota(state, claim, need, reasons, single_refusals)
     if models is not None and not models:
         return None
@@ -82,7 +101,8 @@ def _try_need(state, run, claim, need: Need, args: tuple, reasons, single_refusa
     if shape in run.failed:  # the same need, held nodes and rule arguments failed in this pass
         reasons.extend(run.failed[shape])
         return None
-    pctx = _placement_context(state, run, claim, args)
+    if pctx is None:
+        pctx = _placement_context(state, run, claim, args)
     policy = get_policy(_policy_name(state, run, need))
     choice = choose_on(state, run.only_node, need, policy, pctx) if run.only_node else choose(
         state, need, policy, pctx)
@@ -113,8 +133,7 @@ def _allocated(state: State, run: Pass, claim: Claim, need: Need, choice: Choice
     units = [node.units[i] for i in choice.picks]
     grants = [Grant(node=node.name, uuid=u.uuid, index=u.index, milli=need.milli,
                     memory_mib=u.memory_mib * need.milli // FREE, mig_index=u.mig_index) for u in units]
-    costs = [cost(need._replace(count=1, mig_profile=u.mig_profile or need.mig_profile), u.model, u.memory_mib)
-             for u in units]
+    costs = _unit_costs(need, units)
     tflops, vram = sum(c[0] for c in costs), sum(c[1] for c in costs)
     limit_tflops, limit_vram = limits(claim, tflops, vram)
     check = quota_check(state, claim.spec.namespace, Cost(tflops, vram, limit_tflops, limit_vram, len(units)))
@@ -130,6 +149,22 @@ def _allocated(state: State, run: Pass, claim: Claim, need: Need, choice: Choice
         limit_tflops=round(limit_tflops, 3),
         limit_vram_mib=limit_vram,
         borrowed_from=check.borrowed_from, policy=f"{policy}@{POLICY_VERSION}", explain=explain, at=run.ctx.now)
+
+
+def _unit_costs(need: Need, units) -> list[tuple[float, int]]:
+    """Each unit's (TFLOPS, VRAM) in unit order, computed once per kind of unit (8 whole cards of
+    one model: once, not 8 times). Still one entry per unit, summed in order as before, so the
+    totals are the same floats."""
+    by_kind: dict[tuple, tuple[float, int]] = {}
+    costs = []
+    for u in units:
+        kind = (u.mig_profile, u.model, u.memory_mib)
+        found = by_kind.get(kind)
+        if found is None:
+            found = by_kind[kind] = cost(need._replace(count=1, mig_profile=u.mig_profile or need.mig_profile),
+                                         u.model, u.memory_mib)
+        costs.append(found)
+    return costs
 
 
 def _reject(claim: Claim, run: Pass, code: str, message: str) -> ev.AllocationRejected:
