@@ -249,6 +249,8 @@ class Allocator:
             return await self._append(batch, decisions, fence)
         finally:
             self.own.undo(self.state)  # fenced out or failed (a kept batch was settled by the fold)
+            if self.node_records is not None:  # records wait while a batch is held (node_writer.py)
+                self.node_records.flush()
 
     def _start_again_if_damaged(self) -> None:
         """Passes that keep failing on a state that names claims it no longer holds would fail
