@@ -131,6 +131,13 @@ def drift(node_name: str) -> str:
     return f"gpu.evt.drift.{_token(node_name)}"
 
 
+def records_watcher(node_name: str) -> str:
+    """The one consumer name a node's agent watches its record of live claims through (a process
+    hosting one node): fixed, so that its user may create, check and delete that consumer and no
+    other node's (shared.nats_auth); remade under the same name (shared.latest)."""
+    return "watch-" + hashlib.sha256(node_grants(node_name).encode()).hexdigest()[:20]
+
+
 def subject_reader(subject: str) -> str:
     """The one consumer name a reader of a single subject uses for it (a node agent reading its
     own binding or drift subject: `JetStreamEventLog.own_subject_after`). Fixed, so that a user's

@@ -31,7 +31,7 @@ from schemas.commands import (
 )
 from schemas import events as ev
 from schemas.seed import ENDPOINT_WIRE, seed_field, to_seed_endpoint
-from schemas.types import ClaimSpec, EndpointSpec
+from schemas.types import MAX_LEASE_S, ClaimSpec, EndpointSpec
 from ledger.follower import Follower
 from ledger.state import State
 from services.claim.availability import availability
@@ -44,6 +44,8 @@ from shared.service import ServiceContext
 
 log = logging.getLogger("gpuledger.endpoints")
 SCALER_TYPES = ("QUEUE_DELAY", "REQUEST_COUNT")
+# a load report's numbers: far above any real queue, finite, and integers that msgpack can write
+LOAD_LIMITS = {"queued": 2**31 - 1, "oldest_wait_s": float(MAX_LEASE_S), "requests_per_min": 1e12}
 QUEUE = "claim-endpoints"
 
 
@@ -312,6 +314,8 @@ class Endpoints:
         for name in ("queued", "oldest_wait_s", "requests_per_min"):
             if getattr(c, name) < 0:
                 return fail("invalid", f"{name} must be 0 or more", name)
+            if getattr(c, name) > LOAD_LIMITS[name]:  # stored in the log as it came, read by every fold
+                return fail("invalid", f"{name} must be at most {LOAD_LIMITS[name]:g}", name)
         await self.catch_up()
         if self.book.active(c.name) is None:
             return fail("not-found", f"no endpoint {c.name!r}", "name")
