@@ -66,6 +66,7 @@ async def one_run(stack, ops, publisher_nc, options: Options, rate: float | None
     publisher = Publisher(publisher_nc, follower.published)
     await publisher.start()
     start_seq = await log.last_seq() + 1
+    outcomes_before = await _outcome_writes(ops)
     tasks = [asyncio.ensure_future(follower.follow(start_seq)), asyncio.ensure_future(follower.release_forever())]
     meter = CpuMeter(stack.pid)
     idle = await _idle_cpu(meter, options.idle_s)
@@ -89,7 +90,19 @@ async def one_run(stack, ops, publisher_nc, options: Options, rate: float | None
     result = figures(options, rate, follower, publisher, checker, meter, idle, client_cpu_s=client_cpu,
                      publish_s=published_at - began, wall_s=ended - began)
     result["allocator_batches"] = await _allocator_batches(ops)
+    written = await _outcome_writes(ops)
+    if written is not None and outcomes_before is not None:
+        result["outcome_writes_per_claim"] = round((written - outcomes_before) / max(count, 1), 3)
     return result
+
+
+async def _outcome_writes(ops) -> int | None:
+    """Messages ever stored on the outcome stream (its last sequence): the claim service's outcome
+    writes, and its checkpoints (one a second at most)."""
+    try:
+        return (await ops.jetstream().stream_info(subjects.OUTCOMES_STREAM)).state.last_seq
+    except Exception:  # a figure, not the run
+        return None
 
 
 async def _allocator_batches(ops) -> dict:
@@ -159,5 +172,6 @@ async def _check(log: JetStreamEventLog, start_seq: int) -> Checker:
     """Fold the whole log as stored now; findings from the run's first sequence on."""
     checker = Checker(since=start_seq)
     async for batch in log.follow_raw(1, stop_at=await log.last_seq()):
+        checker.count(batch)
         checker.fold([(seq, event) for seq, event in decode_batch(batch) if event is not None])
     return checker
