@@ -217,6 +217,11 @@ class ClaimService:
         return [refused.get(i) or self._released_view(claim_id, claim_id in events)
                 for i, (claim_id, *_rest) in enumerate(releases)]
 
+    async def append_releases(self, events: list[ev.ClaimReleased]):
+        """Store these releases (of live claims) where the bindings' fence sees them (below);
+        the last append. For writers of releases other than `release_many` (endpoint scaling)."""
+        return await self._append_releases(events)
+
     async def _append_releases(self, events: list[ev.ClaimReleased]):
         """The releases in as few messages as the bindings' fence allows. A node agent appends a
         record's bindings on condition that its node's fence subjects (`subjects.node_fence`) have
@@ -242,16 +247,18 @@ class ClaimService:
                 pending.append(event)
             else:
                 settled.append(event)
+        # the decisions this fold has read, taken with the statuses above: the appends below run
+        # as tasks, and the fold may read a decision allocating a pending claim before they start
+        decided = self.state.last_decision_seq
         appends = [self._append_together(subjects.node_releases(node), group) for node, group in by_node.items()]
         if settled:
             appends.append(self._append_together(subjects.INTAKE_BATCHES, settled))
         if pending:
-            appends.append(self._append_pending(pending))
+            appends.append(self._append_pending(pending, decided))
         appended = await asyncio.gather(*appends)
         return max(appended, key=lambda a: a.seq)
 
-    async def _append_pending(self, events: list[ev.ClaimReleased]):
-        decided = self.state.last_decision_seq
+    async def _append_pending(self, events: list[ev.ClaimReleased], decided: int):
         try:
             return await self._append_together(subjects.INTAKE_BATCHES, events, expected_last_subject_seq=decided,
                                                expected_subject=subjects.DECISIONS)

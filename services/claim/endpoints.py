@@ -268,6 +268,9 @@ class Endpoints:
         follower.listeners.append(self.book.apply)
         self._writing = asyncio.Lock()
         self._wake = asyncio.Event()
+        # the claim service's way of storing releases (ClaimService.append_releases: a worker
+        # allocated and not bound is released under its node's binding fence); None on its own
+        self.append_releases = None
 
     @property
     def state(self) -> State:
@@ -459,6 +462,10 @@ class Endpoints:
 
     async def _release(self, claim_id: str, reason: str) -> None:
         event = ev.ClaimReleased(claim_id=claim_id, reason=reason, by="endpoint-autoscaler", at=self.clock())
+        if self.append_releases is not None:
+            appended = await self.append_releases([event])
+            await self.follower.wait_for_seq(appended.seq)
+            return
         await self._append(subjects.claim(claim_id), event, f"release-{claim_id}", fenced=False)
 
 
@@ -481,6 +488,8 @@ async def register_endpoints(ctx: ServiceContext) -> Endpoints:
     claims = getattr(ctx, "claims", None)
     follower = claims.follower if claims is not None else Follower(ctx.log, places=False)
     endpoints = Endpoints(ctx.log, follower, live_image=ctx.settings.live_image)
+    if claims is not None:
+        endpoints.append_releases = claims.append_releases
     ctx.endpoints = endpoints  # type: ignore[attr-defined]  # for in-process tests
     b = ctx.broker
     command(b, subjects.command("endpoint.create"), CreateEndpoint, endpoints.create, queue=QUEUE,
