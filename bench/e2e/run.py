@@ -172,5 +172,6 @@ async def _check(log: JetStreamEventLog, start_seq: int) -> Checker:
     """Fold the whole log as stored now; findings from the run's first sequence on."""
     checker = Checker(since=start_seq)
     async for batch in log.follow_raw(1, stop_at=await log.last_seq()):
+        checker.count(batch)
         checker.fold([(seq, event) for seq, event in decode_batch(batch) if event is not None])
     return checker

@@ -16,6 +16,7 @@ from schemas import systems as sysmod
 from schemas.seed import CLAIM_WIRE
 from schemas.types import ClaimSpec
 from shared.commands import DomainError, batched_command, command
+from shared.eventlog import AppendConflict
 from shared.service import ServiceContext
 from shared.telemetry import inject_headers
 
@@ -217,32 +218,59 @@ class ClaimService:
                 for i, (claim_id, *_rest) in enumerate(releases)]
 
     async def _append_releases(self, events: list[ev.ClaimReleased]):
-        """One append for the batch; but a claim that may still be bound has its release on its
-        own subject, alone: its node agent appends the binding on condition that this subject
-        has not moved (services/node_agent/binder.py), so no binding is stored after it. A
-        release in the batch could be overtaken by such a binding. That is a claim allocated and
-        not bound yet, and a pending one: this fold may not have read its allocation yet (under
-        load the benchmark releases claims it saw allocated on the decision subject while this
-        service still folds the batch before: 0-512 bindings after the release in a 20,000-claim
-        run were such claims). Bound claims (most releases) stay batched."""
-        alone = [e for e in events if self._may_still_bind(e.claim_id)]
-        batched = [e for e in events if not self._may_still_bind(e.claim_id)]
-        appended = list(await asyncio.gather(*(self._append_release(e) for e in alone)))
-        if len(batched) == 1:
-            appended.append(await self._append_release(batched[0]))
-        elif batched:
-            ids = "\n".join(e.claim_id for e in batched)
-            appended.append(await self.log.append(
-                subjects.INTAKE_BATCHES, ev.EventBatch(events=batched, at=self.clock()),
-                msg_id="release-" + hashlib.sha256(ids.encode()).hexdigest()[:32]))
+        """The releases in as few messages as the bindings' fence allows. A node agent appends a
+        record's bindings on condition that its node's fence subjects (`subjects.node_fence`) have
+        not moved since the record (services/node_agent/binder.py), so a claim that may still be
+        bound is released where that fence sees it:
+        - allocated on a node in this fold, not bound: on the node's release subject, one message
+          per node (its node cannot change: an allocation stays on its node until it ends);
+        - pending in this fold: this fold may be behind its allocation (under load the benchmark
+          releases claims it saw allocated while this service still folds the batch before), so
+          they are appended, one message, on condition that no decision batch came after the last
+          this fold has read: then none allocated them before the release, and any later
+          allocation of them is void. Refused, the fold catches up and they are sorted again;
+        - bound, or ended meanwhile: no binding can come; one message on the batch subject.
+        Returns the last append."""
+        by_node: dict[str, list[ev.ClaimReleased]] = {}
+        pending, settled = [], []
+        for event in events:
+            claim = self.state.claims.get(event.claim_id)
+            status = claim.status if claim is not None else ""
+            if status == "allocated":
+                by_node.setdefault(claim.node, []).append(event)
+            elif status == "pending":
+                pending.append(event)
+            else:
+                settled.append(event)
+        appends = [self._append_together(subjects.node_releases(node), group) for node, group in by_node.items()]
+        if settled:
+            appends.append(self._append_together(subjects.INTAKE_BATCHES, settled))
+        if pending:
+            appends.append(self._append_pending(pending))
+        appended = await asyncio.gather(*appends)
         return max(appended, key=lambda a: a.seq)
 
-    async def _append_release(self, event: ev.ClaimReleased):
-        return await self.log.append(subjects.claim(event.claim_id), event, msg_id=f"release-{event.claim_id}")
+    async def _append_pending(self, events: list[ev.ClaimReleased]):
+        decided = self.state.last_decision_seq
+        try:
+            return await self._append_together(subjects.INTAKE_BATCHES, events, expected_last_subject_seq=decided,
+                                               expected_subject=subjects.DECISIONS)
+        except AppendConflict as conflict:  # decided since: sorted again once this fold has read it
+            await self.follower.wait_for_seq(max(conflict.actual or 0, decided + 1))
+            return await self._append_releases(events)
 
-    def _may_still_bind(self, claim_id: str) -> bool:
-        claim = self.state.claims.get(claim_id)
-        return claim is not None and claim.status in ("pending", "allocated")
+    async def _append_together(self, subject: str, events: list[ev.ClaimReleased], **fenced):
+        """One message: the release alone on its claim's subject (the batch subject's single
+        release stays there, as before), or an EventBatch on `subject`."""
+        if len(events) == 1 and subject == subjects.INTAKE_BATCHES:
+            event = events[0]
+            return await self.log.append(subjects.claim(event.claim_id), event, msg_id=f"release-{event.claim_id}",
+                                         **fenced)
+        if len(events) == 1:
+            return await self.log.append(subject, events[0], msg_id=f"release-{events[0].claim_id}", **fenced)
+        ids = "\n".join(e.claim_id for e in events)
+        return await self.log.append(subject, ev.EventBatch(events=events, at=self.clock()),
+                                     msg_id="release-" + hashlib.sha256(ids.encode()).hexdigest()[:32], **fenced)
 
     def _released_view(self, claim_id: str, released_now: bool) -> dict | DomainError:
         try:
