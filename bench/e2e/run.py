@@ -184,6 +184,7 @@ async def _check(log: JetStreamEventLog, start_seq: int, hops: HopTimes | None =
     """Fold the whole log as stored now; findings from the run's first sequence on."""
     checker = Checker(since=start_seq)
     async for batch in log.follow_raw(1, stop_at=await log.last_seq()):
+        checker.count(batch)
         events = [(seq, event) for seq, event in decode_batch(batch) if event is not None]
         checker.fold(events)
         if hops is not None:
