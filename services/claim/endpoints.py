@@ -34,6 +34,7 @@ from schemas.seed import ENDPOINT_WIRE, seed_field, to_seed_endpoint
 from schemas.types import MAX_LEASE_S, ClaimSpec, EndpointSpec
 from ledger.follower import Follower
 from ledger.state import State
+from services.claim.releases import ReleaseAppender
 from services.claim.availability import availability
 from services.claim.seed_api import (SeedCreateEndpoint, SeedUpdateEndpoint, decode_create_endpoint,
                                      decode_update_endpoint)
@@ -264,13 +265,11 @@ class Endpoints:
         self.log = event_log
         self.follower = follower
         self.clock = clock
+        self.releases = ReleaseAppender(event_log, follower, clock)  # where any claim's release goes
         self.book = EndpointBook()
         follower.listeners.append(self.book.apply)
         self._writing = asyncio.Lock()
         self._wake = asyncio.Event()
-        # the claim service's way of storing releases (ClaimService.append_releases: a worker
-        # allocated and not bound is released under its node's binding fence); None on its own
-        self.append_releases = None
 
     @property
     def state(self) -> State:
@@ -461,12 +460,14 @@ class Endpoints:
                                claim_id, fenced=False)
 
     async def _release(self, claim_id: str, reason: str) -> None:
+        """Where a client's release would go (its node's release subject while it may still be
+        bound: on the claim's own subject, its binding could be stored after it)."""
+        claim = self.state.claims.get(claim_id)
+        if claim is None or claim.status not in ("pending", "allocated", "bound"):
+            return  # ended meanwhile (released by its owner, preempted): nothing to release
         event = ev.ClaimReleased(claim_id=claim_id, reason=reason, by="endpoint-autoscaler", at=self.clock())
-        if self.append_releases is not None:
-            appended = await self.append_releases([event])
-            await self.follower.wait_for_seq(appended.seq)
-            return
-        await self._append(subjects.claim(claim_id), event, f"release-{claim_id}", fenced=False)
+        appended = await self.releases.append([event])
+        await self.follower.wait_for_seq(appended.seq)
 
 
 def _invalid(err: EndpointInvalid, seed: bool) -> Reply:
@@ -488,8 +489,6 @@ async def register_endpoints(ctx: ServiceContext) -> Endpoints:
     claims = getattr(ctx, "claims", None)
     follower = claims.follower if claims is not None else Follower(ctx.log, places=False)
     endpoints = Endpoints(ctx.log, follower, live_image=ctx.settings.live_image)
-    if claims is not None:
-        endpoints.append_releases = claims.append_releases
     ctx.endpoints = endpoints  # type: ignore[attr-defined]  # for in-process tests
     b = ctx.broker
     command(b, subjects.command("endpoint.create"), CreateEndpoint, endpoints.create, queue=QUEUE,
