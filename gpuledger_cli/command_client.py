@@ -44,24 +44,9 @@ def show(data: Any, as_json: bool, render: Callable[[Any], str]) -> None:
 
 def read_document(path: Path) -> dict:
     """A YAML or JSON document (JSON is YAML); '-' reads standard input."""
-    import yaml
+    from gpuledger_cli.documents import load_document
 
-    text = typer.get_text_stream("stdin").read() if str(path) == "-" else _read(path)
-    try:
-        return json.loads(text)
-    except ValueError:
-        pass
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        _die(f"{path}: neither JSON nor YAML: {err}")
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text()
-    except OSError as err:
-        _die(f"cannot read {path}: {err.strerror}")
+    return load_document(path)
 
 
 def convert(value: Any, type_: type, what: str) -> Any:

@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import re
-import sys
-from pathlib import Path
 from typing import NamedTuple
 
 import msgspec
 import typer
-import yaml
 
 from gpuledger_cli.client import connect_or_die, die
+from gpuledger_cli.documents import load_documents
 from schemas import subjects
 from schemas.commands import ApplyQuotas, SetQuota
 from services.quota.manifest import ManifestError, field_path, quota_from_document
@@ -43,6 +41,10 @@ def read_manifests(paths: list[str], namespace: str = "") -> list[Document]:
                 die(f"{where}: {err.field}: {err.message}")
             except QuantityError as err:
                 die(f"{where}: {field_path(err.field, kind)}: {err.message}")
+            first = next((d.where for d in documents if d.quota.namespace == quota.namespace), None)
+            if first is not None:
+                name = "metadata.name" if kind == "GPUResourceCohort" else "metadata.namespace"
+                die(f"{where}: {name}: {quota.namespace} is given twice (first in {first})")
             documents.append(Document(where, kind, quota))
     if not documents:
         die(f"no manifests in {', '.join(paths)}")
@@ -50,14 +52,7 @@ def read_manifests(paths: list[str], namespace: str = "") -> list[Document]:
 
 
 def _load(path: str) -> list:
-    try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text()
-    except OSError as err:
-        die(f"cannot read {path}: {err.strerror}")
-    try:
-        return list(yaml.safe_load_all(text))
-    except yaml.YAMLError as err:
-        die(f"{path}: not valid YAML or JSON: {err}")
+    return load_documents(path)  # one line naming the file for non-UTF-8, nesting, repeated keys
 
 
 async def send(url: str, documents: list[Document], dry_run: bool) -> dict:

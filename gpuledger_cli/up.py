@@ -24,6 +24,7 @@ import typer
 
 import schemas
 from gpuledger_cli import up_auth, up_web
+from gpuledger_cli.up_nice import lower_priority, nice_of
 from gpuledger_cli.ports import PortBook
 from gpuledger_cli.services_cmd import SERVICES
 from gpuledger_cli.stack_env import write_env
@@ -49,12 +50,14 @@ def _say(message: str) -> None:
 class Child:
     def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path):
         self.name, self.argv, self.env, self.log_path = name, argv, env, log_dir / f"{name}.log"
+        self.nice = nice_of(name, env)  # off the claim path: a lower CPU priority (up_nice.py)
         self.process: subprocess.Popen | None = None
 
     def start(self) -> None:
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(self.argv, env=self.env, stdin=subprocess.DEVNULL, stdout=log,
-                                        stderr=subprocess.STDOUT, start_new_session=True)
+                                        stderr=subprocess.STDOUT, start_new_session=True,
+                                        preexec_fn=lower_priority(self.nice))
         log.close()
 
     def stop(self) -> None:

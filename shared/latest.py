@@ -9,17 +9,18 @@ import secrets
 from collections.abc import Awaitable, Callable
 
 from nats.js import api
+from nats.js.errors import NotFoundError
 
 log = logging.getLogger("gpuledger")
 CHECK_EVERY_S = 5.0
 
 
-def _latest_config(filter_subjects: list[str]) -> api.ConsumerConfig:
+def _latest_config(filter_subjects: list[str], name: str | None = None) -> api.ConsumerConfig:
     if len(filter_subjects) == 1:
         # one filter: a named consumer, so its create request names the filter in its subject
         # ($JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>) and a user's permissions can allow
         # watching its own key only (a node agent: shared.nats_auth.node_role)
-        return api.ConsumerConfig(name=_fresh_name(), deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT,
+        return api.ConsumerConfig(name=name or _fresh_name(), deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT,
                                   filter_subject=filter_subjects[0])
     # several filters: one consumer for the keys of every node a process hosts
     return api.ConsumerConfig(deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT,
@@ -30,13 +31,43 @@ def _fresh_name() -> str:
     return "latest-" + secrets.token_hex(8)
 
 
-async def _subscribe_ordered(js, stream: str, config: api.ConsumerConfig, on_msg):
+async def _subscribe_ordered(js, stream: str, config: api.ConsumerConfig, on_msg, fixed: bool = False):
     subject = config.filter_subject or ""  # nats-py sets the filter to the subject given here
+    if fixed:  # a consumer of this name left by an earlier run (or a gap) would clash
+        await _delete_quietly(js, stream, config.name)
     sub = await js.subscribe(subject, cb=on_msg, ordered_consumer=True, stream=stream, config=config,
                              idle_heartbeat=5.0)
-    if config.name:
+    if fixed:
+        _same_name_on_reset(sub, js, stream)
+    elif config.name:
         _fresh_name_on_reset(sub)
     return sub
+
+
+async def _delete_quietly(js, stream: str, name: str) -> None:
+    try:
+        await js.delete_consumer(stream, name)
+    except NotFoundError:
+        pass
+
+
+def _same_name_on_reset(sub, js, stream: str) -> None:
+    """A watch under a fixed name (so a user's permissions can name the one consumer it may see,
+    remake and delete: a node agent may not touch another node's watch) is remade under the same
+    name after a gap: the old consumer is deleted first."""
+    jsi = getattr(getattr(sub, "_sub", None), "_jsi", None)
+    if jsi is None or not hasattr(jsi, "recreate_consumer"):
+        return
+    recreate = jsi.recreate_consumer
+
+    async def recreate_same() -> None:
+        try:
+            await _delete_quietly(js, stream, jsi._ccreq.name)
+        except Exception as err:  # the server is away: the create below fails and says so too
+            log.warning("removing the old watch %s failed: %s", jsi._ccreq.name, err)
+        await recreate()
+
+    jsi.recreate_consumer = recreate_same
 
 
 def _fresh_name_on_reset(sub) -> None:
@@ -56,9 +87,11 @@ def _fresh_name_on_reset(sub) -> None:
 
 
 async def watch_latest(js, stream: str, filter_subjects: list[str],
-                       on_msg: Callable[[object], Awaitable[None]]):
-    """An ordered consumer: the last message of each matching subject, then each new one."""
-    return await _subscribe_ordered(js, stream, _latest_config(filter_subjects), on_msg)
+                       on_msg: Callable[[object], Awaitable[None]], name: str | None = None):
+    """An ordered consumer: the last message of each matching subject, then each new one. `name`
+    (one filter only): the consumer's fixed name, taken over from an earlier holder."""
+    return await _subscribe_ordered(js, stream, _latest_config(filter_subjects, name), on_msg,
+                                    fixed=name is not None and len(filter_subjects) == 1)
 
 
 class LatestWatch:
@@ -68,8 +101,9 @@ class LatestWatch:
     now and then and makes a new one from the last sequence it saw when it is gone."""
 
     def __init__(self, js, stream: str, filter_subjects: list[str],
-                 on_msg: Callable[[object], Awaitable[None]]):
+                 on_msg: Callable[[object], Awaitable[None]], name: str | None = None):
         self.js, self.stream, self.filters, self.on_msg = js, stream, list(filter_subjects), on_msg
+        self.name = name if len(self.filters) == 1 else None  # see `watch_latest`
         self.last_seq = 0  # the last stream sequence handed over
         self.restarts = 0
         self._sub = None
@@ -79,11 +113,11 @@ class LatestWatch:
         await self.on_msg(msg)
 
     async def _subscribe(self) -> None:
-        config = _latest_config(self.filters)
+        config = _latest_config(self.filters, self.name)
         if self.last_seq:  # the latest per subject was seen: everything after it, in order
             config.deliver_policy = api.DeliverPolicy.BY_START_SEQUENCE
             config.opt_start_seq = self.last_seq + 1
-        self._sub = await _subscribe_ordered(self.js, self.stream, config, self._seen)
+        self._sub = await _subscribe_ordered(self.js, self.stream, config, self._seen, fixed=self.name is not None)
 
     async def start(self) -> None:
         """Make the consumer now (so a caller can say it is ready once records will be seen); on
@@ -125,8 +159,8 @@ class LatestWatch:
                 pass
 
 
-async def latest_per_subject(js, stream: str, filter_subjects: list[str],
-                             timeout: float = 30.0) -> dict[str, tuple[int, bytes]]:
+async def latest_per_subject(js, stream: str, filter_subjects: list[str], timeout: float = 30.0,
+                             name: str | None = None) -> dict[str, tuple[int, bytes]]:
     """subject -> (stream sequence, payload) of the last message on each matching subject."""
     found: dict[str, tuple[int, bytes]] = {}
     done = asyncio.Event()
@@ -136,7 +170,7 @@ async def latest_per_subject(js, stream: str, filter_subjects: list[str],
         if msg.metadata.num_pending == 0:
             done.set()
 
-    sub = await watch_latest(js, stream, filter_subjects, on_msg)
+    sub = await watch_latest(js, stream, filter_subjects, on_msg, name)
     try:
         info = await sub.consumer_info()
         if info.num_pending or info.delivered.consumer_seq:

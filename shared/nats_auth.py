@@ -80,15 +80,20 @@ def _service(user: str, publish: list[str], serves: list[str], reads: tuple[str,
 
 def service_roles() -> list[Role]:
     return [
-        _service("claim", ["gpu.evt.claim.*", subjects.INTAKE_BATCHES, f"{subjects.DEAD_LETTER}.>",
+        # gpu.evt.fence.*.release: releases of claims allocated on a node and not bound yet, under
+        # the node's binding fence (subjects.node_fence); never the allocator's ending marks there
+        _service("claim", ["gpu.evt.claim.*", subjects.INTAKE_BATCHES, "gpu.evt.fence.*.release",
+                           f"{subjects.DEAD_LETTER}.>",
                            "gpu.evt.endpoint.>", "gpu.evt.slot.>", subjects.OUTCOMES],
                  ["gpu.cmd.claim.>", "gpu.qry.claim.>", "gpu.qry.cluster.>", "gpu.cmd.endpoint.>",
                   "gpu.qry.endpoint.>", "gpu.qry.gpus.>", "gpu.cmd.slot.>", "gpu.qry.slot.>"],
                  (subjects.STREAM, subjects.INTAKE_STREAM, subjects.OUTCOMES_STREAM),
                  "claims, intake batches, dead letters, endpoints, model slots, outcomes"),
-        # gpu.evt.ending.*: ClaimEnding before a decision ends an unbound claim (fences its
-        # binding); only the allocator writes there, and it no longer writes on claims' subjects
-        _service("allocator", [subjects.DECISIONS, "gpu.evt.ending.*", subjects.NODE_GRANTS,
+        # gpu.evt.fence.*.ending: ClaimEnding before a decision ends an unbound claim (under its
+        # node's binding fence); only the allocator writes there (gpu.evt.ending.*: where marks
+        # went in sessions 21-24), and it writes on no claim's subject nor a node's releases
+        _service("allocator", [subjects.DECISIONS, "gpu.evt.fence.*.ending", "gpu.evt.ending.*",
+                               subjects.NODE_GRANTS,
                                f"$O.{subjects.SNAPSHOT_BUCKET}.>",
                                *_create(OBJECT_STREAM), f"$JS.API.STREAM.PURGE.{OBJECT_STREAM}"],
                  ["gpu.qry.allocator.>", "gpu.cmd.allocator.>"],
@@ -104,15 +109,16 @@ def service_roles() -> list[Role]:
 
 
 def _own_records(nodes: list[str]) -> list[str]:
-    """Read only these nodes' records of live claims: a consumer whose create request names the
-    node's key (shared.latest names its one filter in the request subject), a direct get of that
-    key; never an unfiltered consumer, a get by sequence or another node's key."""
+    """Read only these nodes' records of live claims: through the node's one watch (a consumer of
+    a fixed name whose create request names the node's key: shared.latest), a direct get of that
+    key; never an unfiltered consumer, a get by sequence, another node's key, or another node's
+    watch (checking or deleting it would stall that node's agent)."""
     grants = subjects.NODE_GRANTS_STREAM
-    out = [f"$JS.API.STREAM.INFO.{grants}", f"$JS.API.CONSUMER.INFO.{grants}.*",
-           f"$JS.API.CONSUMER.DELETE.{grants}.*", f"$JS.FC.{grants}.>"]
+    out = [f"$JS.API.STREAM.INFO.{grants}", f"$JS.FC.{grants}.>"]
     for node in nodes:
-        key = subjects.node_grants(node)
-        out += [f"$JS.API.CONSUMER.CREATE.{grants}.*.{key}", f"$JS.API.DIRECT.GET.{grants}.{key}"]
+        key, watch = subjects.node_grants(node), subjects.records_watcher(node)
+        out += [f"$JS.API.CONSUMER.CREATE.{grants}.{watch}.{key}", f"$JS.API.CONSUMER.INFO.{grants}.{watch}",
+                f"$JS.API.CONSUMER.DELETE.{grants}.{watch}", f"$JS.API.DIRECT.GET.{grants}.{key}"]
     return out
 
 
@@ -123,13 +129,15 @@ def _own_subjects(nodes: list[str]) -> list[str]:
     is in the body, an unfiltered consumer, another node's subjects, a claim or a decision. A node
     agent binds on condition of the fence its record carries (schemas.grants): it reads no claim."""
     ledger = subjects.STREAM
-    out = [f"$JS.API.STREAM.INFO.{ledger}", f"$JS.API.CONSUMER.INFO.{ledger}.*"]
+    out = [f"$JS.API.STREAM.INFO.{ledger}"]
     for node in nodes:
-        for own in (subjects.node_bindings(node), subjects.drift(node)):
+        # its node's fence (releases and ending marks of its claims): read after a refused binding
+        for own in (subjects.node_bindings(node), subjects.drift(node), subjects.node_fence(node)):
             # its one reader consumer per subject, by name: never another's (the services'
             # followers read this stream: deleting or pulling from theirs would stall them)
             reader = subjects.subject_reader(own)
             out += [f"$JS.API.DIRECT.GET.{ledger}.{own}", f"$JS.API.CONSUMER.CREATE.{ledger}.{reader}.{own}",
+                    f"$JS.API.CONSUMER.INFO.{ledger}.{reader}",
                     f"$JS.API.CONSUMER.MSG.NEXT.{ledger}.{reader}", f"$JS.API.CONSUMER.DELETE.{ledger}.{reader}"]
     return out
 

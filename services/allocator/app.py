@@ -35,6 +35,7 @@ async def build(ctx: ServiceContext) -> None:
     ctx.spawn(allocator.decide_forever(), "allocator-decide")
     writer = allocator.node_records = NodeRecordWriter(
         ctx.nc, lambda node: record_of(allocator.state, node, allocator.fences))
+    writer.paused = lambda: allocator.own.holding
     ctx.spawn(_write_node_records(allocator, writer), "allocator-node-records")
     ctx.spawn(resolve_fences_forever(js, allocator), "allocator-claim-fences")
     ctx.spawn(_snapshot_forever(js, allocator, ctx.settings.snapshot_every), "allocator-snapshot")
@@ -78,6 +79,11 @@ async def snapshot_if_due(js, allocator: Allocator, last: int, every: int) -> in
         log.error("snapshot skipped at seq %d: the state is damaged (%s)",
                   allocator.state.last_seq, "; ".join(damage))
         return last
-    size = await save_snapshot(js, allocator.state)
+    try:
+        size = await save_snapshot(js, allocator.state)
+    except OverflowError as err:  # a number msgpack cannot hold (a log written before quotas were
+        # bounded): a snapshot only saves time, so go on without one rather than stop the allocator
+        log.error("snapshot skipped at seq %d: the state cannot be written (%s)", allocator.state.last_seq, err)
+        return allocator.state.last_seq
     log.info("snapshot at seq %d (%d bytes)", allocator.state.last_seq, size)
     return allocator.state.last_seq

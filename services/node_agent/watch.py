@@ -34,4 +34,6 @@ def watch_records(nc, binders: list[Binder]) -> LatestWatch:
             return
         binder.offer(record)
 
-    return LatestWatch(nc.jetstream(), subjects.NODE_GRANTS_STREAM, list(by_subject), on_msg)
+    # one node: under its fixed name, the one its user may touch (a fleet's may touch any)
+    name = subjects.records_watcher(binders[0].node) if len(binders) == 1 else None
+    return LatestWatch(nc.jetstream(), subjects.NODE_GRANTS_STREAM, list(by_subject), on_msg, name)

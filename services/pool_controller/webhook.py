@@ -18,9 +18,16 @@ from collections.abc import Callable
 log = logging.getLogger("gpuledger.admission")
 
 MAX_BODY = 8 * 1024 * 1024
+# A connection may wait this long for its next request (the API server keeps them alive between
+# reviews), and a request, once begun, must arrive whole within READ_TIMEOUT_S: the API server sends
+# each review at once (and gives up on the webhook after its own timeout, 10 s by default), so a
+# client that trickles a request holds a connection for no longer than that.
+IDLE_TIMEOUT_S = 120.0
+READ_TIMEOUT_S = 10.0
 Handler = Callable[[str, dict], dict]  # (path, AdmissionReview) -> AdmissionReview
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-            411: "Length Required", 413: "Payload Too Large", 503: "Service Unavailable"}
+            408: "Request Timeout", 411: "Length Required", 413: "Payload Too Large",
+            431: "Request Header Fields Too Large", 503: "Service Unavailable"}
 
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
@@ -72,7 +79,7 @@ async def start_webhook(handler: Handler, host: str, port: int, tls: ssl.SSLCont
         try:
             while await _serve_one(reader, writer, handler, ready):
                 pass
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.TimeoutError):
             pass
         finally:
             writer.close()
@@ -82,17 +89,39 @@ async def start_webhook(handler: Handler, host: str, port: int, tls: ssl.SSLCont
 
 async def _serve_one(reader, writer, handler: Handler, ready: Callable[[], bool] = _always) -> bool:
     """Answer one request; False when the connection should close."""
-    head = await reader.readuntil(b"\r\n\r\n")
+    first = await asyncio.wait_for(reader.read(1), IDLE_TIMEOUT_S)  # idle: closed without a word
+    if not first:
+        return False
+    try:
+        head = first + await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT_S)
+    except asyncio.LimitOverrunError:
+        await _send(writer, 431, {"error": "request head over 64 KiB"}, False)
+        return False
+    except asyncio.TimeoutError:
+        await _send(writer, 408, {"error": f"request head not complete within {READ_TIMEOUT_S:g} s"}, False)
+        return False
     method, path, headers = _parse_head(head)
     keep_alive = headers.get("connection", "").lower() != "close"
     if "chunked" in headers.get("transfer-encoding", "").lower():
         await _send(writer, 411, {"error": "send a Content-Length body"}, False)
         return False
-    length = int(headers.get("content-length", "0") or 0)
+    length_text = headers.get("content-length", "0").strip() or "0"
+    if length_text.isascii() and length_text.isdigit() and len(length_text) > 12:
+        await _send(writer, 413, {"error": f"body over {MAX_BODY} bytes"}, False)
+        return False
+    if not (length_text.isascii() and length_text.isdigit()):
+        await _send(writer, 400, {"error": f"Content-Length must be a whole number of bytes, got {length_text[:40]!r}"},
+                    False)
+        return False
+    length = int(length_text)
     if length > MAX_BODY:
         await _send(writer, 413, {"error": f"body over {MAX_BODY} bytes"}, False)
         return False
-    body = await reader.readexactly(length) if length else b""
+    try:
+        body = await asyncio.wait_for(reader.readexactly(length), READ_TIMEOUT_S) if length else b""
+    except asyncio.TimeoutError:
+        await _send(writer, 408, {"error": f"body of {length} bytes not complete within {READ_TIMEOUT_S:g} s"}, False)
+        return False
     status, answer = _route(method, path, body, handler, ready)
     await _send(writer, status, answer, keep_alive)
     return keep_alive
@@ -124,6 +153,8 @@ def _route(method: str, path: str, body: bytes, handler: Handler,
         review = json.loads(body)
     except ValueError as err:
         return 400, {"error": f"body is not JSON: {err}"}
+    except RecursionError:  # Python's json recurses once per level; an AdmissionReview is a few deep
+        return 400, {"error": "body is nested too deeply to be an AdmissionReview"}
     try:
         return 200, handler(path, review)
     except Exception as err:  # a bug answers 500-style denial rather than dropping the API call

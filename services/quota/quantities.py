@@ -17,6 +17,12 @@ _DECIMAL = {"k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10
 _VRAM = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*([KMGTP]i|[kKMGTP])\s*$")
 _NUMBER = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*$")
 UNLIMITED = ("unlimited", "none", "inf")
+# The largest amounts a quota may name: far above any fleet (a million H100s hold about 80 Pi and
+# 1e9 TFLOPS), and low enough that sums over a cohort tree stay exact and finite and every state
+# that holds them can be written as a snapshot (msgpack integers end at 2^64). Without a bound,
+# '99999999999999999999Ti' was stored as it came and the allocator's snapshot of it failed.
+MAX_VRAM_MIB = 1024**4  # 1024Pi
+MAX_TFLOPS = 1e12
 
 
 class QuantityError(ValueError):
@@ -41,6 +47,8 @@ def parse_vram_mib(value: object, field: str) -> int:
         raise QuantityError(field, f"{value!r} is not a quantity: use e.g. '100Gi', '512Mi', '1Ti'")
     number, unit = float(match.group(1)), match.group(2)
     total_bytes = number * (_BINARY.get(unit) or _DECIMAL[unit])
+    if total_bytes > MAX_VRAM_MIB * MIB:  # also 400 nines, which float() makes infinite
+        raise QuantityError(field, f"{value!r} is above the largest amount a quota may name, 1024Pi")
     mib = round(total_bytes / MIB)
     if number > 0 and mib == 0:
         raise QuantityError(field, f"{value!r} is below 1Mi, the smallest amount counted")
@@ -65,6 +73,8 @@ def parse_tflops(value: object, field: str) -> float:
         raise QuantityError(field, f"must be finite, got {value!r}")
     if number < 0:
         raise QuantityError(field, f"must not be negative, got {value!r}")
+    if number > MAX_TFLOPS:
+        raise QuantityError(field, f"{value!r} is above the largest amount a quota may name, {MAX_TFLOPS:.0e} TFLOPS")
     return number
 
 

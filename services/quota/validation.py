@@ -151,11 +151,16 @@ def _is_zero(value: object) -> bool:
     return isinstance(value, str) and value.strip() in ("0", "0Gi", "0Mi", "0.0")
 
 
+MAX_COUNT = 2**31 - 1
+
+
 def _count(value: int | None, field: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise QuantityError(field, f"must be a whole number >= 0, got {value!r}")
+    if value > MAX_COUNT:  # a count past 2^64 could not be written in the allocator's snapshot
+        raise QuantityError(field, f"must be at most {MAX_COUNT}, got {value!r}")
     return value
 
 

@@ -22,6 +22,7 @@ async def test_changes_within_the_window_are_written_once(fresh_nats):
         writer = contexts[0].claim_outcomes
         window = HeldWindow()
         writer.coalescing_window = window.wait  # each pause after a flush lasts until opened
+        writer.pending_after_s = 0.0  # pending written at once (test_outcome_pending_held.py)
         nc = await nats.connect(fresh_nats.url)
         seen: list = []
 

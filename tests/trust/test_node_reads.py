@@ -45,7 +45,7 @@ async def agent(auth_server):  # noqa: F811
 
 async def test_its_own_record_is_read_by_its_watch_and_a_direct_get(agent):
     js = agent.nc.jetstream()
-    found = await latest_per_subject(js, GRANTS, [subjects.node_grants(MINE)])
+    found = await latest_per_subject(js, GRANTS, [subjects.node_grants(MINE)], name=subjects.records_watcher(MINE))
     assert [decode_grants(data).node for _, data in found.values()] == [MINE]
     reply = await agent.nc.request(f"$JS.API.DIRECT.GET.{GRANTS}.{subjects.node_grants(MINE)}", b"", timeout=5)
     assert decode_grants(reply.data).claims[0].claim_id == f"c-{MINE}"
@@ -66,8 +66,10 @@ async def test_another_node_s_record_is_refused_every_way(agent):
     js = agent.nc.jetstream()
     other = subjects.node_grants(OTHER)
     with pytest.raises(Exception):  # its watch on the other key: the create is refused
-        await latest_per_subject(js, GRANTS, [other], timeout=5)
+        await latest_per_subject(js, GRANTS, [other], timeout=5, name=subjects.records_watcher(MINE))
     assert any("consumer.create" in e for e in agent.errors), agent.errors
+    with pytest.raises(Exception):  # the other node's watch, under its name
+        await latest_per_subject(js, GRANTS, [other], timeout=5, name=subjects.records_watcher(OTHER))
     with pytest.raises(Exception):  # a direct get of the other key
         await agent.nc.request(f"$JS.API.DIRECT.GET.{GRANTS}.{other}", b"", timeout=3)
     with pytest.raises(Exception):  # an unfiltered consumer that names the key in its body
@@ -90,6 +92,8 @@ async def _write_ledger(server) -> dict[str, int]:
     for node in (MINE, OTHER):
         bound = ev.ClaimBound(claim_id=f"c-{node}", node=node, at=1.0, env={})
         seqs[node] = (await log.append(subjects.node_bindings(node), bound)).seq
+        released = ev.ClaimReleased(claim_id=f"r-{node}", at=1.0)
+        seqs[f"fence-{node}"] = (await log.append(subjects.node_releases(node), released)).seq
     return seqs
 
 
@@ -114,10 +118,14 @@ async def test_of_the_ledger_it_reads_only_its_own_subjects(agent, auth_server):
     log = JetStreamEventLog(agent.nc)
     mine = [s.event.claim_id async for s in log.own_subject_after(subjects.node_bindings(MINE))]
     assert mine == [f"c-{MINE}"]
+    # its node's fence, read after a refused binding (services/node_agent/binder.py)
+    fence = [s.event.claim_id async for s in log.own_subject_after(subjects.node_fence(MINE))]
+    assert fence == [f"r-{MINE}"]
     assert await log.last_subject_seq(subjects.node_bindings(MINE), direct=True) == seqs[MINE]
     stream = subjects.STREAM
     for subject in (subjects.node_bindings(OTHER), subjects.claim("c-other"), subjects.DECISIONS,
-                    subjects.node(OTHER), subjects.claim_fence("c-other")):
+                    subjects.node(OTHER), subjects.claim_fence("c-other"), subjects.node_fence(OTHER),
+                    subjects.node_releases(OTHER)):
         assert await _refused(agent, f"$JS.API.DIRECT.GET.{stream}.{subject}"), subject
         assert await _refused(agent, f"$JS.API.CONSUMER.CREATE.{stream}.peek.{subject}"), subject
     for body in (b'{"last_by_subj": "%s"}' % subjects.DECISIONS.encode(), b'{"seq": %d}' % seqs["claim"]):
@@ -152,6 +160,25 @@ async def test_it_cannot_delete_or_pull_from_another_consumer_of_the_ledger(agen
     log = JetStreamEventLog(agent.nc)
     assert [s.event.claim_id async for s in log.own_subject_after(mine)] == [f"c-{MINE}"]
     assert subjects.subject_reader(mine) not in {c.name async for c in _consumers(ops, stream)}
+
+
+async def test_it_cannot_check_or_delete_another_node_s_watch_of_its_record(agent, auth_server):  # noqa: F811
+    """Every node's agent watches its record through a consumer of the records stream: deleting
+    another node's would stop that agent's binding until its watch noticed. A node's user may
+    check and delete its own watch only; a leftover of its own (an earlier run) is taken over."""
+    ops = auth_server.ops.jetstream()
+    theirs, mine = subjects.records_watcher(OTHER), subjects.records_watcher(MINE)
+    await ops.add_consumer(GRANTS, config=api.ConsumerConfig(
+        name=theirs, filter_subject=subjects.node_grants(OTHER), ack_policy=api.AckPolicy.NONE))
+    await ops.add_consumer(GRANTS, config=api.ConsumerConfig(
+        name=mine, filter_subject=subjects.node_grants(MINE), ack_policy=api.AckPolicy.NONE,
+        deliver_policy=api.DeliverPolicy.LAST))
+    for name in (theirs, "some-other-consumer"):
+        assert await _refused(agent, f"$JS.API.CONSUMER.DELETE.{GRANTS}.{name}"), name
+        assert await _refused(agent, f"$JS.API.CONSUMER.INFO.{GRANTS}.{name}"), name
+    assert theirs in {c.name async for c in _consumers(ops, GRANTS)}
+    found = await latest_per_subject(agent.nc.jetstream(), GRANTS, [subjects.node_grants(MINE)], name=mine)
+    assert [decode_grants(data).node for _, data in found.values()] == [MINE]
 
 
 async def _consumers(js, stream: str):
