@@ -3,8 +3,6 @@ and the claim queries (get, list, explain), answered from its own fold of the lo
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
 import itertools
 import logging
 import time
@@ -16,7 +14,6 @@ from schemas import systems as sysmod
 from schemas.seed import CLAIM_WIRE
 from schemas.types import ClaimSpec
 from shared.commands import DomainError, batched_command, command
-from shared.eventlog import AppendConflict
 from shared.service import ServiceContext
 from shared.telemetry import inject_headers
 
@@ -27,6 +24,7 @@ from services.claim.lookup import Unresolved, claim_with_prefix
 from services.claim.metrics import instrument
 from services.claim.outcome_view import rejected_system
 from services.claim.outcomes import OutcomeWriter
+from services.claim.releases import ReleaseAppender
 from services.claim.seed_api import SeedSubmitClaim, decode_submit_claim, in_seed_names
 from services.claim.validation import ClaimInvalid, validate_claim
 from services.claim.views import claim_view, explain_view
@@ -59,6 +57,7 @@ class ClaimService:
         self.systems = {s.name: s for s in systems}  # publishing systems (schemas/systems.py)
         self.owners: dict[str, str] = {}  # claim id -> the system that submitted it (none: absent)
         self.follower = Follower(event_log, places=False)  # answers for claims, never places
+        self.releases = ReleaseAppender(event_log, self.follower, clock)
         self.rejected: dict[str, ev.ClaimRejected] = {}  # intake refusals, by claim id
         self.follower.listeners.append(self._remember_rejections)
         self.by_token: dict[str, str] = {}  # subject token -> claim id, for ids a token rewrites
@@ -212,65 +211,10 @@ class ClaimService:
             if claim is not None and claim.status in ("pending", "allocated", "bound") and claim_id not in events:
                 events[claim_id] = ev.ClaimReleased(claim_id=claim_id, reason=reason, at=self.clock())
         if events:
-            appended = await self._append_releases(list(events.values()))
+            appended = await self.releases.append(list(events.values()))
             await self.follower.wait_for_seq(appended.seq)
         return [refused.get(i) or self._released_view(claim_id, claim_id in events)
                 for i, (claim_id, *_rest) in enumerate(releases)]
-
-    async def _append_releases(self, events: list[ev.ClaimReleased]):
-        """The releases in as few messages as the bindings' fence allows. A node agent appends a
-        record's bindings on condition that its node's fence subjects (`subjects.node_fence`) have
-        not moved since the record (services/node_agent/binder.py), so a claim that may still be
-        bound is released where that fence sees it:
-        - allocated on a node in this fold, not bound: on the node's release subject, one message
-          per node (its node cannot change: an allocation stays on its node until it ends);
-        - pending in this fold: this fold may be behind its allocation (under load the benchmark
-          releases claims it saw allocated while this service still folds the batch before), so
-          they are appended, one message, on condition that no decision batch came after the last
-          this fold has read: then none allocated them before the release, and any later
-          allocation of them is void. Refused, the fold catches up and they are sorted again;
-        - bound, or ended meanwhile: no binding can come; one message on the batch subject.
-        Returns the last append."""
-        by_node: dict[str, list[ev.ClaimReleased]] = {}
-        pending, settled = [], []
-        for event in events:
-            claim = self.state.claims.get(event.claim_id)
-            status = claim.status if claim is not None else ""
-            if status == "allocated":
-                by_node.setdefault(claim.node, []).append(event)
-            elif status == "pending":
-                pending.append(event)
-            else:
-                settled.append(event)
-        appends = [self._append_together(subjects.node_releases(node), group) for node, group in by_node.items()]
-        if settled:
-            appends.append(self._append_together(subjects.INTAKE_BATCHES, settled))
-        if pending:
-            appends.append(self._append_pending(pending))
-        appended = await asyncio.gather(*appends)
-        return max(appended, key=lambda a: a.seq)
-
-    async def _append_pending(self, events: list[ev.ClaimReleased]):
-        decided = self.state.last_decision_seq
-        try:
-            return await self._append_together(subjects.INTAKE_BATCHES, events, expected_last_subject_seq=decided,
-                                               expected_subject=subjects.DECISIONS)
-        except AppendConflict as conflict:  # decided since: sorted again once this fold has read it
-            await self.follower.wait_for_seq(max(conflict.actual or 0, decided + 1))
-            return await self._append_releases(events)
-
-    async def _append_together(self, subject: str, events: list[ev.ClaimReleased], **fenced):
-        """One message: the release alone on its claim's subject (the batch subject's single
-        release stays there, as before), or an EventBatch on `subject`."""
-        if len(events) == 1 and subject == subjects.INTAKE_BATCHES:
-            event = events[0]
-            return await self.log.append(subjects.claim(event.claim_id), event, msg_id=f"release-{event.claim_id}",
-                                         **fenced)
-        if len(events) == 1:
-            return await self.log.append(subject, events[0], msg_id=f"release-{events[0].claim_id}", **fenced)
-        ids = "\n".join(e.claim_id for e in events)
-        return await self.log.append(subject, ev.EventBatch(events=events, at=self.clock()),
-                                     msg_id="release-" + hashlib.sha256(ids.encode()).hexdigest()[:32], **fenced)
 
     def _released_view(self, claim_id: str, released_now: bool) -> dict | DomainError:
         try:

@@ -34,6 +34,7 @@ from schemas.seed import ENDPOINT_WIRE, seed_field, to_seed_endpoint
 from schemas.types import MAX_LEASE_S, ClaimSpec, EndpointSpec
 from ledger.follower import Follower
 from ledger.state import State
+from services.claim.releases import ReleaseAppender
 from services.claim.availability import availability
 from services.claim.seed_api import (SeedCreateEndpoint, SeedUpdateEndpoint, decode_create_endpoint,
                                      decode_update_endpoint)
@@ -264,6 +265,7 @@ class Endpoints:
         self.log = event_log
         self.follower = follower
         self.clock = clock
+        self.releases = ReleaseAppender(event_log, follower, clock)  # where any claim's release goes
         self.book = EndpointBook()
         follower.listeners.append(self.book.apply)
         self._writing = asyncio.Lock()
@@ -458,8 +460,14 @@ class Endpoints:
                                claim_id, fenced=False)
 
     async def _release(self, claim_id: str, reason: str) -> None:
+        """Where a client's release would go (its node's release subject while it may still be
+        bound: on the claim's own subject, its binding could be stored after it)."""
+        claim = self.state.claims.get(claim_id)
+        if claim is None or claim.status not in ("pending", "allocated", "bound"):
+            return  # ended meanwhile (released by its owner, preempted): nothing to release
         event = ev.ClaimReleased(claim_id=claim_id, reason=reason, by="endpoint-autoscaler", at=self.clock())
-        await self._append(subjects.claim(claim_id), event, f"release-{claim_id}", fenced=False)
+        appended = await self.releases.append([event])
+        await self.follower.wait_for_seq(appended.seq)
 
 
 def _invalid(err: EndpointInvalid, seed: bool) -> Reply:
