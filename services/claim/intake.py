@@ -27,6 +27,7 @@ from schemas.seed import CLAIM_WIRE, SeedClaimSpec, convert_seed, from_seed_clai
 from schemas.strict_json import check_no_duplicate_keys
 from schemas.types import ClaimSpec, Reason
 from schemas.wording import in_words, whole_payload_words
+from shared import jsreply
 from shared.commands import DomainError, field_of, name_the_key
 from shared.retry import TRANSIENT, Backoff
 from shared.telemetry import tracer
@@ -162,14 +163,14 @@ def _system(msg) -> str:
 
 def _deliveries(msg) -> int:
     try:
-        return msg.metadata.num_delivered or 1
+        return jsreply.delivered(msg) or 1
     except Exception:  # not from JetStream (tests)
         return 1
 
 
 def _stream_seq(msg) -> int:
     try:
-        return msg.metadata.sequence.stream
+        return jsreply.stream_seq(msg)
     except Exception:  # a message not from JetStream (tests): no sequence to key a dead letter on
         return 0
 
