@@ -495,13 +495,13 @@ def _apply_allocated(state: State, d: ev.ClaimAllocated, journal: Journal | None
     spec = claim.spec
     if node.cpu_free < spec.cpu_milli or node.mem_free < spec.memory_mib:
         return False
-    if journal is not None:
+    if journal is not None:  # the whole claim, once: allocate's journal entry leaves it out
         save_claim(claim, journal)
     claim.tflops, claim.vram_mib = d.tflops, d.vram_mib
     claim.limit_tflops, claim.limit_vram_mib = d.limit_tflops, d.limit_vram_mib
     claim.tflops_m, claim.limit_tflops_m = milli_tflops(d.tflops), milli_tflops(d.limit_tflops)
     claim.borrowed_from = d.borrowed_from
-    allocate(state, claim, d.grants, node_name, d.at, journal, granted)
+    allocate(state, claim, d.grants, node_name, d.at, journal, granted, claim_saved=True)
     # the allocator's own words on why here (score, NVLink island): `claim explain` shows them
     claim.trail.append((d.at, "allocated", node_name, d.policy, d.explain))
     return True
@@ -518,7 +518,7 @@ def _apply_node_lost(state: State, d: ev.NodeLost, journal: Journal | None) -> N
             _ended_unless_tentative(state, claim, journal)
     from ledger.holdings import save_node
 
-    save_node(node, journal)
+    save_node(state, node, journal)
     node.lost = True
     reindex_node(state, node)
 

@@ -7,28 +7,43 @@ same two functions for both is what makes "fold of the decisions == the state de
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Callable
 
 from schemas.reasons import never_satisfiable_here
 from schemas.types import Grant
 
-from ledger.state import FREE, Claim, Node, State, Unit, reindex_node
+from ledger.state import (FREE, Claim, Group, Node, NodeView, State, Unit, reindex_node, reindex_used,
+                          restore_view)
 
 _CLAIM_FIELDS = Claim.__slots__ if hasattr(Claim, "__slots__") else ()
+_claim_values = attrgetter(*_CLAIM_FIELDS)
 
 
 class Journal:
-    """Undo closures, newest last; `mark()`/`rollback(mark)` nest for gangs and evictions."""
+    """Undo closures, newest last; `mark()`/`rollback(mark)` nest for gangs and evictions.
+
+    `touched_nodes`: each node changed, with its view and group as they were before its first
+    change and the journal's length then. A rollback that restores the saved values puts such a
+    node back under that view (`restore_view`) instead of building its view again: since that
+    first change everything on it was journaled, so undone it is as it was then."""
 
     def __init__(self) -> None:
         self._undo: list[Callable[[], None]] = []
-        self.touched_nodes: dict[str, Node] = {}
+        self.touched_nodes: dict[str, tuple[Node, NodeView | None, Group | None, int]] = {}
 
     def mark(self) -> int:
         return len(self._undo)
 
     def push(self, undo: Callable[[], None]) -> None:
         self._undo.append(undo)
+
+    def touch(self, state: State, node: Node) -> None:
+        """Note a node about to change (its view and group now), once."""
+        if node.name not in self.touched_nodes:
+            view = node.view
+            group = state.groups.get(view) if view is not None and state.deferred is None else None
+            self.touched_nodes[node.name] = (node, view, group, len(self._undo))
 
     def rollback(self, state: State, mark: int = 0, keep_shared: bool = False) -> None:
         """Undo back to `mark`. `keep_shared`: run only the undos of claims and their book
@@ -43,35 +58,37 @@ class Journal:
                     step()
         while len(undo) > mark:
             undo.pop()()
-        for node in self.touched_nodes.values():
-            reindex_node(state, node)
-        if mark == 0:
-            self.touched_nodes.clear()
+        touched = self.touched_nodes
+        for name, (node, view, group, at) in list(touched.items()):
+            if at < mark:  # changed before the mark too: as it is now, built again
+                reindex_node(state, node)
+                continue
+            if keep_shared:
+                reindex_node(state, node)
+            else:
+                restore_view(state, node, view, group)
+            del touched[name]  # as before its first change: untouched again
 
 
 def save_claim(claim: Claim, journal: Journal | None) -> None:
     if journal is None:
         return
-    saved = {name: getattr(claim, name) for name in _CLAIM_FIELDS}
-    saved["grants"] = list(claim.grants)
-    saved["reasons"] = list(claim.reasons)
-    saved["trail"] = list(claim.trail)
-    journal.push(lambda: [setattr(claim, k, v) for k, v in saved.items()])
+    journal.push(_claim_undo(claim))
 
 
-def _save_unit(unit: Unit, journal: Journal | None) -> None:
-    if journal is None:
-        return
-    milli, holders = unit.milli_free, dict(unit.holders)
+def _claim_undo(claim: Claim) -> Callable[[], None]:
+    saved = _claim_values(claim)
+    grants, reasons, trail = list(claim.grants), list(claim.reasons), list(claim.trail)
 
     def undo() -> None:
-        unit.milli_free, unit.holders = milli, holders
+        for name, value in zip(_CLAIM_FIELDS, saved):
+            setattr(claim, name, value)
+        claim.grants, claim.reasons, claim.trail = grants, reasons, trail
 
-    undo.shared = True
-    journal.push(undo)
+    return undo
 
 
-def save_node(node: Node, journal: Journal | None) -> None:
+def save_node(state: State, node: Node, journal: Journal | None) -> None:
     if journal is None:
         return
     cpu, mem, lost, claims = node.cpu_free, node.mem_free, node.lost, dict(node.claims)
@@ -80,13 +97,17 @@ def save_node(node: Node, journal: Journal | None) -> None:
         node.cpu_free, node.mem_free, node.lost, node.claims = cpu, mem, lost, claims
 
     undo.shared = True
+    journal.touch(state, node)
     journal.push(undo)
-    journal.touched_nodes[node.name] = node
 
 
 def _save_usage(state: State, namespace: str, journal: Journal | None) -> None:
     if journal is None:
         return
+    journal.push(_usage_undo(state, namespace))
+
+
+def _usage_undo(state: State, namespace: str) -> Callable[[], None]:
     usage = state.usage_of(namespace)
     saved = (usage.tflops, usage.vram_mib, usage.limit_tflops, usage.limit_vram_mib, usage.workers,
              usage.gpus, usage.tflops_m, usage.limit_tflops_m)
@@ -97,7 +118,7 @@ def _save_usage(state: State, namespace: str, journal: Journal | None) -> None:
         state.usage_version += 1
 
     undo.shared = True
-    journal.push(undo)
+    return undo
 
 
 def _save_membership(book: dict, key: str, journal: Journal | None) -> None:
@@ -157,9 +178,11 @@ def fitting_units(state: State, grants: list[Grant]) -> list[Unit] | None:
 
 
 def allocate(state: State, claim: Claim, grants: list[Grant], node_name: str,
-             at: float, journal: Journal | None = None, granted: list[Unit] | None = None) -> None:
+             at: float, journal: Journal | None = None, granted: list[Unit] | None = None,
+             claim_saved: bool = False) -> None:
     """Give a pending claim its units and host resources; charge its namespace. `granted`: the
-    grants' units when the caller already looked them up (`fitting_units`)."""
+    grants' units when the caller already looked them up (`fitting_units`); `claim_saved`: the
+    caller journaled the claim itself (see `_remember`)."""
     spec = claim.spec
     cid = spec.claim_id
     node = state.nodes[node_name]
@@ -167,7 +190,7 @@ def allocate(state: State, claim: Claim, grants: list[Grant], node_name: str,
         units = state.units
         granted = [units[grant.uuid] for grant in grants]
     if journal is not None:
-        _remember(state, claim, node, granted, journal)
+        _remember(state, claim, node, granted, journal, claim_saved)
     for grant, unit in zip(grants, granted):
         milli = grant.milli
         unit.milli_free -= milli
@@ -185,7 +208,7 @@ def allocate(state: State, claim: Claim, grants: list[Grant], node_name: str,
     if claim.reasons:
         claim.reasons = []
     claim.allocated_at = claim.last_renewed = claim.last_activity = at
-    reindex_node(state, node)
+    reindex_used(state, node)
 
 
 def unallocate(state: State, claim: Claim) -> None:
@@ -202,7 +225,7 @@ def unallocate(state: State, claim: Claim) -> None:
     node.mem_free += spec.memory_mib
     node.claims.pop(cid, None)
     _charge(state, claim, -1)
-    reindex_node(state, node)
+    reindex_used(state, node)
 
 
 def free(state: State, claim: Claim, status: str, reason: str,
@@ -239,7 +262,7 @@ def free(state: State, claim: Claim, status: str, reason: str,
         node.cpu_free += spec.cpu_milli
         node.mem_free += spec.memory_mib
         node.claims.pop(cid, None)
-        reindex_node(state, node)
+        reindex_used(state, node)
     _charge(state, claim, -1)
     state.leased.pop(cid, None)
     state.holding.pop(cid, None)
@@ -248,17 +271,42 @@ def free(state: State, claim: Claim, status: str, reason: str,
     claim.status, claim.end_reason = status, reason
 
 
-def _remember(state: State, claim: Claim, node: Node | None, units: list[Unit], journal: Journal) -> None:
-    """Save, for the undo, everything allocate or free is about to change."""
+def _remember(state: State, claim: Claim, node: Node | None, units: list[Unit], journal: Journal,
+              claim_saved: bool = False) -> None:
+    """Save, for the undo, everything allocate or free is about to change: two entries, the
+    claim with its book memberships, and the shared part (node, units, namespace use: what
+    `rollback(keep_shared=True)` leaves alone). `claim_saved`: the caller journaled the claim
+    just before (evolve._apply_allocated), nothing of it changed since."""
     cid = claim.spec.claim_id
-    save_claim(claim, journal)
+    books = (state.pending, state.queue, state.parked, state.holding, state.leased, state.idle_watch)
+    present = tuple(cid in book for book in books)
+    restore_claim = None if claim_saved else _claim_undo(claim)
+
+    def undo_claim() -> None:
+        for book, was in zip(books, present):
+            if was:
+                book[cid] = None
+            else:
+                book.pop(cid, None)
+        if restore_claim is not None:
+            restore_claim()
+
     if node is not None:
-        save_node(node, journal)
-    for unit in units:
-        _save_unit(unit, journal)
-    _save_usage(state, claim.spec.namespace, journal)
-    for book in (state.pending, state.queue, state.parked, state.holding, state.leased, state.idle_watch):
-        _save_membership(book, cid, journal)
+        journal.touch(state, node)
+        node_saved = (node.cpu_free, node.mem_free, node.lost, dict(node.claims))
+    units_saved = [(unit, unit.milli_free, dict(unit.holders)) for unit in units]
+    restore_usage = _usage_undo(state, claim.spec.namespace)
+
+    def undo_shared() -> None:
+        restore_usage()
+        for unit, milli, holders in units_saved:
+            unit.milli_free, unit.holders = milli, holders
+        if node is not None:
+            node.cpu_free, node.mem_free, node.lost, node.claims = node_saved
+
+    undo_shared.shared = True
+    journal.push(undo_claim)
+    journal.push(undo_shared)
 
 
 def _leave_queue(state: State, cid: str) -> None:

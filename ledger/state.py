@@ -470,6 +470,43 @@ def reindex_node(state: State, node: Node) -> None:
     _index(state, node)
 
 
+def reindex_used(state: State, node: Node) -> None:
+    """`reindex_node` after a change of use only: units' room and holders, host CPU and memory
+    (allocate, free). The view's unit entries whose room and holders did not change are the
+    old view's own (a MIG node has 30 units, an allocation changes one or a few: building each
+    entry again was most of an allocation's reindex); everything else a view holds changes only
+    through `reindex_node`, which builds it whole."""
+    old = node.view
+    if state.deferred is not None or old is None or not node.schedulable:
+        reindex_node(state, node)
+        return
+    units = []
+    for seen, unit in zip(old.units, node.units):
+        if seen.milli_free == unit.milli_free and seen.holders == len(unit.holders):
+            units.append(seen)
+        else:
+            units.append(unit_view(unit))
+    _unindex(state, node.rank, old)
+    _join(state, node, NodeView(old.static, node.cpu_free, node.mem_free, tuple(units)))
+
+
+def restore_view(state: State, node: Node, view: NodeView | None, group: Group | None) -> None:
+    """Put a node back under `view`, the view it had when its units, host room and condition
+    were what they are again now (a decision pass's rollback: holdings.Journal), in `group`,
+    the group it was in then, revived if it emptied meanwhile (its room, filed buckets and the
+    memos keyed by its view object are still good). Nothing is built or scored again."""
+    if state.deferred is not None:
+        reindex_node(state, node)
+        return
+    if node.view is view:
+        return
+    _unindex(state, node.rank, node.view)
+    if view is None:
+        node.view = None
+        return
+    _join(state, node, view, group)
+
+
 def defer_index(state: State) -> None:
     """Catch-up mode: changes to nodes are noted, the placement index is rebuilt by `flush_index`."""
     if state.deferred is None:
@@ -516,12 +553,21 @@ def _index(state: State, node: Node) -> None:
     if not node.schedulable:
         node.view = None
         return
-    view = NodeView(node.static, node.cpu_free, node.mem_free, tuple(unit_view(u) for u in node.units))
+    _join(state, node, NodeView(node.static, node.cpu_free, node.mem_free,
+                                tuple(unit_view(u) for u in node.units)))
+
+
+def _join(state: State, node: Node, view: NodeView, spare: Group | None = None) -> None:
+    """The node, schedulable, under `view`: into the group of that view, made if there is none
+    (`spare`, an emptied group of that very view, is taken back instead of made anew)."""
     node.view = view
     group = state.groups.get(view)
     if group is None:
-        group = state.groups[view] = Group(view)
-        group.free, group.share = free_units(view), share_room(view)
+        if spare is not None and not spare.ranks and spare.view == view:
+            group = state.groups[spare.view] = spare
+        else:
+            group = state.groups[view] = Group(view)
+            group.free, group.share = free_units(view), share_room(view)
         for model in view.static.models or ("",):
             state.groups_by_model.setdefault(model, {})[group] = None
         for key, free in group.free.items():

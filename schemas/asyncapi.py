@@ -23,10 +23,19 @@ EVENT_CHANNELS = {
         ["ClaimSubmitted", "ClaimRejected", "ClaimReleased", "LeaseRenewed", "ClaimActivity"],
         "appended", {"claimToken": _TOKEN}),
     "claimEndings": (
-        "gpu.evt.ending.{claimToken}", "The allocator's mark just before a decision ends the claim "
-        "unbound (only the allocator writes here): a binding is appended on condition of the last "
-        "sequence over gpu.evt.*.{claimToken}, so no binding is stored after the mark.",
+        "gpu.evt.ending.{claimToken}", "Sessions 21-24: the allocator's mark just before a decision "
+        "ended the claim unbound (now on gpu.evt.fence.{node}.ending; still believed here).",
         ["ClaimEnding"], "appended", {"claimToken": _TOKEN}),
+    "nodeReleases": (
+        "gpu.evt.fence.{node}.release", "The claim service's releases of claims allocated on the node "
+        "and not bound in its fold (a ClaimReleased, or an EventBatch of them): under the node's "
+        "binding fence gpu.evt.fence.{node}.*, so no binding of a record from before is stored after.",
+        ["ClaimReleased", "EventBatch"], "appended", {"node": "the node name as a subject token"}),
+    "nodeEndings": (
+        "gpu.evt.fence.{node}.ending", "The allocator's mark just before a decision ends a claim on "
+        "the node unbound (only the allocator writes here): under the node's binding fence "
+        "gpu.evt.fence.{node}.*, so no binding is stored after the mark.",
+        ["ClaimEnding"], "appended", {"node": "the node name as a subject token"}),
     "intakeBatches": (
         subjects.INTAKE_BATCHES, "Claims the claim service drained from the intake together: one "
         "EventBatch of ClaimSubmitted (read its members in order).", ["EventBatch"], "appended", {}),
@@ -43,7 +52,7 @@ EVENT_CHANNELS = {
         "gpu.evt.node.{node}.bound", "A node agent's bindings of the claims its node's record of live "
         "claims lists (the key {node} of the key-value bucket " + subjects.NODE_GRANTS_BUCKET + ", "
         "written by the allocator): one ClaimBound, or an EventBatch of them per record, appended "
-        "with the subject's last sequence as the fence.", ["ClaimBound", "EventBatch"], "fenced",
+        "on condition of the record's fence, the last sequence over gpu.evt.fence.{node}.*.", ["ClaimBound", "EventBatch"], "fenced",
         {"node": "the node name as a subject token"}),
     "poolEvents": ("gpu.evt.pool.{pool}", "Pool definitions (pool controller).",
                    ["PoolCreated", "PoolAccessChanged", "PoolDeleted"], "appended",

@@ -70,14 +70,17 @@ AUTHORITY: dict[type, Rule] = {
     ev.ClaimSubmitted: _rule(CLAIM, _ROOT + "claim.{claim.claim_id}", subjects.INTAKE_BATCHES),
     # gpu.evt.intake is the claim service's own batch subject: any of its claim events may go there
     ev.ClaimRejected: _rule(CLAIM, _CLAIM, subjects.INTAKE_BATCHES),
-    ev.ClaimReleased: _rule(CLAIM, _CLAIM, subjects.INTAKE_BATCHES),
+    # and on a node's release subject: the releases of claims allocated there, not yet bound
+    ev.ClaimReleased: _rule(CLAIM, _CLAIM, subjects.INTAKE_BATCHES, _ROOT + "fence.*.release"),
     ev.LeaseRenewed: _rule(CLAIM, _CLAIM, subjects.INTAKE_BATCHES),
     ev.ClaimActivity: _rule(CLAIM, _CLAIM, subjects.INTAKE_BATCHES),
     # the allocator's mark before a decision ends an unbound claim: fences that claim's binding.
     # Only on its own subject, which only the allocator may write: a mark on the claim's subject
     # (where the claim service writes, and where marks went before session 21) is dropped; no fold
     # changed state on those, so old logs fold as they did
-    ev.ClaimEnding: _rule(ALLOCATOR, _ROOT + "ending.{claim_id}"),
+    # on its node's ending subject (session 25 on: the node's bindings are fenced there), or on
+    # the claim's ending subject, where marks went in sessions 21-24
+    ev.ClaimEnding: _rule(ALLOCATOR, _ROOT + "fence.{node}.ending", _ROOT + "ending.{claim_id}"),
     ev.NodeRegistered: _rule(NODE_AGENT, _NODE),
     ev.NodeHeartbeat: _rule(NODE_AGENT, _NODE, _FLEET),
     ev.DeviceHealthChanged: _rule(NODE_AGENT, _NODE),
@@ -107,7 +110,7 @@ AUTHORITY: dict[type, Rule] = {
     ev.DecisionBatch: _rule(ALLOCATOR, subjects.DECISIONS),
     # members are checked one by one against the same subject
     ev.EventBatch: _rule(CLAIM + "|" + NODE_AGENT, subjects.INTAKE_BATCHES, _ROOT + "node.*.bound",
-                         _ROOT + "fleet.*"),
+                         _ROOT + "fleet.*", _ROOT + "fence.*.release"),
     **{decision: _DECISION for decision in ev.DECISION_TYPES},
 }
 

@@ -355,8 +355,9 @@ class NodeLost(Event, tag=True):
 class ClaimEnding(Event, tag=True):
     """The allocator is about to end this claim, allocated and not yet bound, by a decision on
     the decision subject (`decision`: ClaimEvicted, AllocationExpired, AllocationUnused or
-    NodeLost). Appended on the claim's ending subject (`gpu.evt.ending.<token>`, which only the
-    allocator may write; before session 21 on the claim's own subject, where folds now drop it)
+    NodeLost). Appended on its node's ending subject (`gpu.evt.fence.<node>.ending`, which only
+    the allocator may write; sessions 21-24 on `gpu.evt.ending.<claim>`, still believed there;
+    before session 21 on the claim's own subject, where folds now drop it)
     just before that `DecisionBatch`, it moves the subjects a node agent's binding is conditioned
     on, so no binding is stored after the decision (issue 16). No fold of the ledger changes
     state on it; the allocator leaves the claim out of node records until its batch is folded. `fence` is the decision subject's last sequence the

@@ -27,27 +27,30 @@ class LiveClaim(msgspec.Struct, frozen=True, omit_defaults=True):
     namespace: str
     grants: list[Grant] = []
     bound: bool = False  # bound as of `through_seq`: a later binding is on the node's binding subject
-    # unbound: the last sequence over the claim's subjects (`subjects.claim_fence`) as of
-    # `through_seq`; its binding is appended on condition that nothing came there since (a
-    # release, an ending mark, a renewal), so the agent reads none of the log to bind it
-    fence: int = 0
+    fence: int = 0  # records before session 25 only (a fence per claim); now `NodeGrants.fence`
 
 
 class NodeGrants(msgspec.Struct, frozen=True, omit_defaults=True):
-    """The claims live on `node` in the fold of the log up to `through_seq`, in allocation order."""
+    """The claims live on `node` in the fold of the log up to `through_seq`, in allocation order.
+
+    `fence`: with claims unbound here, the last sequence over the node's fence subjects
+    (`subjects.node_fence`: the releases of its unbound claims, the allocator's ending marks) as
+    of `through_seq`. The agent appends the bindings of the record in one message on condition
+    that nothing came there since, so it reads none of the log to bind. A claim being ended (its
+    mark folded, its decision not yet) is left out until its decision is folded."""
 
     node: str
     through_seq: int
     claims: list[LiveClaim] = []
-    v: int = 1
+    v: int = 2  # 2: the node's fence (session 25 on); 1: a fence per claim
+    fence: int = 0
 
     def same_claims(self, other: "NodeGrants | None") -> bool:
-        """The same live claims and grants, and the same fence for each claim unbound here (the
-        bound flags and positions aside: a binding alone rewrites no record)."""
-        if other is None or len(self.claims) != len(other.claims):
+        """The same live claims and grants and the same fence (the bound flags and positions
+        aside: a binding alone rewrites no record)."""
+        if other is None or len(self.claims) != len(other.claims) or self.fence != other.fence:
             return False
         return all(mine.claim_id == theirs.claim_id and mine.grants == theirs.grants
-                   and (mine.bound or mine.fence == theirs.fence)
                    for mine, theirs in zip(self.claims, other.claims))
 
 

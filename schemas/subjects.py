@@ -28,14 +28,35 @@ def claim(claim_id: str) -> str:
 
 
 def ending(claim_id: str) -> str:
-    """Where the allocator marks a claim it is about to end unbound (`ClaimEnding`): a subject only
-    the allocator may write (the claim service may not: it could forge a mark), beside the claim's
-    own under one wildcard, `claim_fence`."""
+    """Where the allocator marked a claim it was about to end unbound (`ClaimEnding`) before
+    session 25 (a binding was then fenced per claim, `claim_fence`); marks now go on the claim's
+    node's `node_endings`. Still believed there, so old logs fold as they did."""
     return f"gpu.evt.ending.{_token(claim_id)}"
 
 
+def node_releases(name: str) -> str:
+    """Where the claim service releases, several per message, the claims allocated on a node and
+    not bound in its fold (a binding may still come): under the node's fence, `node_fence`."""
+    return f"gpu.evt.fence.{_token(name)}.release"
+
+
+def node_endings(name: str) -> str:
+    """Where the allocator marks a claim on a node that it is about to end unbound
+    (`ClaimEnding`): a subject only the allocator may write, under the node's fence."""
+    return f"gpu.evt.fence.{_token(name)}.ending"
+
+
+def node_fence(name: str) -> str:
+    """What a node's bindings are conditioned on (services/node_agent/binder.py): the last sequence
+    over the node's fence subjects, `node_releases` (the claim service) and `node_endings` (the
+    allocator). One condition for all the claims of a record: a release or an ending mark of any
+    claim on the node after the record refuses the binding message, and the next record, which
+    the allocator writes because that claim left or the fence moved, carries the new fence."""
+    return f"gpu.evt.fence.{_token(name)}.*"
+
+
 def claim_fence(claim_id: str) -> str:
-    """What a binding is conditioned on: the last sequence over every `gpu.evt.<kind>.<token>`
+    """What a binding was conditioned on before session 25 (now `node_fence`): the last sequence over every `gpu.evt.<kind>.<token>`
     subject of the claim's token (nats-server takes a wildcard in
     `Nats-Expected-Last-Subject-Sequence-Subject`): its own subject (a release, by the claim
     service) and its ending subject (a mark, by the allocator). An aggregate of another kind
@@ -59,9 +80,10 @@ def node(name: str) -> str:
 
 
 def node_bindings(name: str) -> str:
-    """Where a node's agent records its bindings (ClaimBound): its own subject, each append on
-    condition that the claim's own subject has not moved (services/node_agent/binder.py), with a
-    message id nobody else can guess, so a retried append is stored once."""
+    """Where a node's agent records its bindings (ClaimBound, those of one record in one message):
+    its own subject, each append on condition that the node's fence (`node_fence`) has not moved
+    since the record (services/node_agent/binder.py), with a message id nobody else can guess, so
+    a retried append is stored once."""
     return f"gpu.evt.node.{_token(name)}.bound"
 
 

@@ -40,6 +40,9 @@ MAX_TOTAL_TFLOPS = 64 * MAX_GPU_TFLOPS
 MAX_LEASE_S = 366 * 24 * 3600  # a lease renewed less than once a year is no lease
 MAX_CPU_MILLI = 1 << 30  # a million cores
 MAX_MEMORY_MIB = 1 << 40  # an exbibyte
+MAX_WORKERS = 10_000  # an endpoint's workers (each a claim)
+MAX_SCALER_VALUE = 1_000_000  # seconds of queue delay, or requests per minute per worker
+MAX_PRIORITY = 1000
 
 ModelName = Literal[MODEL_NAMES]
 GroupName = Literal[GROUP_CHOICES]
@@ -90,7 +93,7 @@ class ClaimSpec(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_
     cuda_versions: CudaVersions = []
     pool: OptionalName = ""
     node_selector: NodeSelector = {}
-    priority: Annotated[int, msgspec.Meta(ge=-1000, le=1000)] = 0
+    priority: Annotated[int, msgspec.Meta(ge=-MAX_PRIORITY, le=MAX_PRIORITY)] = 0
     gang_id: GangId = ""
     gang_size: Annotated[int, msgspec.Meta(ge=0, le=4096)] = 0
     lease_seconds: Annotated[float, msgspec.Meta(ge=0, le=MAX_LEASE_S)] = 0.0
@@ -218,14 +221,16 @@ class EndpointSpec(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unkno
     gpu_groups: list[str] = msgspec.field(default_factory=lambda: ["any"])
     cuda_versions: list[str] = []
     gpus_per_worker: Annotated[int, msgspec.Meta(ge=1, le=8)] = 1
-    workers_min: Annotated[int, msgspec.Meta(ge=0)] = 0
-    workers_max: Annotated[int, msgspec.Meta(ge=0)] = 3
+    # bounded like a claim's numbers: each worker is a claim with this priority, and a number past
+    # 2^64 (stored as it came before session 25) could not be written in the allocator's snapshot
+    workers_min: Annotated[int, msgspec.Meta(ge=0, le=MAX_WORKERS)] = 0
+    workers_max: Annotated[int, msgspec.Meta(ge=0, le=MAX_WORKERS)] = 3
     scaler_type: str = "QUEUE_DELAY"  # QUEUE_DELAY | REQUEST_COUNT
-    scaler_value: Annotated[int, msgspec.Meta(ge=1)] = 4
-    idle_timeout_s: Annotated[float, msgspec.Meta(ge=0)] = 5.0
+    scaler_value: Annotated[int, msgspec.Meta(ge=1, le=MAX_SCALER_VALUE)] = 4
+    idle_timeout_s: Annotated[float, msgspec.Meta(ge=0, le=MAX_LEASE_S)] = 5.0
     # the container image its workers run (a label of each worker claim, so a bound <= MAX_VALUE)
     image: Annotated[str, msgspec.Meta(max_length=MAX_VALUE)] = ""
-    priority: int = 0
+    priority: Annotated[int, msgspec.Meta(ge=-MAX_PRIORITY, le=MAX_PRIORITY)] = 0
     # the seed's LiveServerless: workers run the operator's locked image (GPULEDGER_LIVE_IMAGE);
     # no create or update can set another
     live: bool = False

@@ -131,6 +131,8 @@ async def main():
     mark = encode_event(ev.ClaimEnding(claim_id="x", decision="ClaimEvicted", fence=0, at=1.0))
     say("1e", "ok" if await publish_refused("claim", subjects.ending("x"), mark, inbox_prefix=b"_INBOX_claim") else "FAIL",
         "claim service refused on gpu.evt.ending.x (a forged ending mark)")
+    say("1e2", "ok" if await publish_refused("claim", subjects.node_endings("x"), mark, inbox_prefix=b"_INBOX_claim")
+        else "FAIL", "claim service refused on gpu.evt.fence.x.ending (a forged ending mark)")
     stream = subjects.STREAM
     reads = [f"$JS.API.DIRECT.GET.{stream}.{subjects.DECISIONS}", f"$JS.API.DIRECT.GET.{stream}.{subjects.claim('x')}",
              f"$JS.API.CONSUMER.CREATE.{stream}", f"$JS.API.DIRECT.GET.{stream}"]

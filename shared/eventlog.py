@@ -100,8 +100,9 @@ class InMemoryEventLog:
         return self._last_over(subject)
 
     async def subject_after(self, subject: str, after_seq: int = 0):
+        """`subject` may be a wildcard, as a consumer's filter may."""
         for seq in range(after_seq + 1, len(self._entries) + 1):
-            if self._entries[seq - 1][0] == subject:
+            if subject_matches(subject, self._entries[seq - 1][0]):
                 yield self._stored(seq)
 
     own_subject_after = subject_after  # JetStream's reads it by a consumer named after the subject

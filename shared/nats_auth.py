@@ -80,15 +80,20 @@ def _service(user: str, publish: list[str], serves: list[str], reads: tuple[str,
 
 def service_roles() -> list[Role]:
     return [
-        _service("claim", ["gpu.evt.claim.*", subjects.INTAKE_BATCHES, f"{subjects.DEAD_LETTER}.>",
+        # gpu.evt.fence.*.release: releases of claims allocated on a node and not bound yet, under
+        # the node's binding fence (subjects.node_fence); never the allocator's ending marks there
+        _service("claim", ["gpu.evt.claim.*", subjects.INTAKE_BATCHES, "gpu.evt.fence.*.release",
+                           f"{subjects.DEAD_LETTER}.>",
                            "gpu.evt.endpoint.>", "gpu.evt.slot.>", subjects.OUTCOMES],
                  ["gpu.cmd.claim.>", "gpu.qry.claim.>", "gpu.qry.cluster.>", "gpu.cmd.endpoint.>",
                   "gpu.qry.endpoint.>", "gpu.qry.gpus.>", "gpu.cmd.slot.>", "gpu.qry.slot.>"],
                  (subjects.STREAM, subjects.INTAKE_STREAM, subjects.OUTCOMES_STREAM),
                  "claims, intake batches, dead letters, endpoints, model slots, outcomes"),
-        # gpu.evt.ending.*: ClaimEnding before a decision ends an unbound claim (fences its
-        # binding); only the allocator writes there, and it no longer writes on claims' subjects
-        _service("allocator", [subjects.DECISIONS, "gpu.evt.ending.*", subjects.NODE_GRANTS,
+        # gpu.evt.fence.*.ending: ClaimEnding before a decision ends an unbound claim (under its
+        # node's binding fence); only the allocator writes there (gpu.evt.ending.*: where marks
+        # went in sessions 21-24), and it writes on no claim's subject nor a node's releases
+        _service("allocator", [subjects.DECISIONS, "gpu.evt.fence.*.ending", "gpu.evt.ending.*",
+                               subjects.NODE_GRANTS,
                                f"$O.{subjects.SNAPSHOT_BUCKET}.>",
                                *_create(OBJECT_STREAM), f"$JS.API.STREAM.PURGE.{OBJECT_STREAM}"],
                  ["gpu.qry.allocator.>", "gpu.cmd.allocator.>"],
@@ -126,7 +131,8 @@ def _own_subjects(nodes: list[str]) -> list[str]:
     ledger = subjects.STREAM
     out = [f"$JS.API.STREAM.INFO.{ledger}"]
     for node in nodes:
-        for own in (subjects.node_bindings(node), subjects.drift(node)):
+        # its node's fence (releases and ending marks of its claims): read after a refused binding
+        for own in (subjects.node_bindings(node), subjects.drift(node), subjects.node_fence(node)):
             # its one reader consumer per subject, by name: never another's (the services'
             # followers read this stream: deleting or pulling from theirs would stall them)
             reader = subjects.subject_reader(own)

@@ -16,6 +16,7 @@ Two folds over the stored events, in log order:
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
@@ -44,6 +45,14 @@ class Findings:
         for name in ("decided", "allocated"):
             out[name] = len(out[name])
         return out
+
+
+def subject_kind(subject: str) -> str:
+    """A subject with its name token as '*': `gpu.evt.fence.n7.release` -> `gpu.evt.fence.*.release`."""
+    tokens = subject.split(".")
+    if len(tokens) >= 4 and tokens[0] == "gpu" and tokens[1] == "evt":
+        tokens[3] = "*"
+    return ".".join(tokens)
 
 
 class NaiveHolders:
@@ -88,6 +97,11 @@ class Checker:
         self.since = since
         self.bound: set[str] = set()
         self.usage: dict[str, ev.UsageObserved] = {}  # the last report of each node
+        self.messages: Counter[str] = Counter()  # stored messages from `since` on, by subject kind
+
+    def count(self, batch) -> None:
+        """Count the stored messages of a raw batch ((seq, subject, ...) rows) by kind of subject."""
+        self.messages.update(subject_kind(subject) for seq, subject, *_ in batch if seq >= self.since)
 
     def fold(self, stored: Iterable[tuple[int, ev.Event]]) -> Findings:
         for seq, event in stored:

@@ -27,6 +27,12 @@ def sustained_rate(times: list[float]) -> float:
     return (hi - lo) / span if span > 0 else 0.0
 
 
+def _messages(checker: Checker, claims: int) -> dict[str, float]:
+    """Messages the run stored in the event stream per claim published, by kind of subject."""
+    per = {kind: round(n / max(claims, 1), 3) for kind, n in checker.messages.most_common()}
+    return {"total": round(sum(checker.messages.values()) / max(claims, 1), 3), **per}
+
+
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(1000 * seconds, 2)
 
@@ -58,6 +64,7 @@ def figures(options, rate: float | None, follower: Follower, publisher: Publishe
         "bound_after_end_reallocated": found["bound_after_end_reallocated"], "bound_foreign": found["bound_foreign"],
         "bound_twice": found["bound_twice"], "leftover_workloads": checker.leftover_workloads(),
         "cpu_ms_per_claim": cpu,
+        "messages_per_claim": _messages(checker, len(published)),
         "idle_cpu_ms_per_s": {name: round(1000 * v, 1) for name, v in sorted(idle.items())},
         "agent_restarts": restarts.pop("node-agents", 0), "service_restarts": restarts,
         "publish_failed": len(publisher.failed), "publish_retries": publisher.retried,

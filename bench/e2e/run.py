@@ -18,6 +18,7 @@ from shared.jetstream import JetStreamEventLog
 from bench.e2e.check import Checker
 from bench.e2e.cpu import CpuMeter
 from bench.e2e.follow import Follower
+from bench.e2e.hops import HopTimes
 from bench.e2e.load import Publisher, claim_mix
 from bench.e2e.report import figures
 from bench.e2e.stack import start_stack
@@ -86,9 +87,11 @@ async def one_run(stack, ops, publisher_nc, options: Options, rate: float | None
             task.cancel()
         await asyncio.gather(*tasks, sampler, return_exceptions=True)
     await asyncio.sleep(options.settle_s)
-    checker = await _check(log, start_seq)
+    hops = HopTimes(run_id + "-")
+    checker = await _check(log, start_seq, hops)
     result = figures(options, rate, follower, publisher, checker, meter, idle, client_cpu_s=client_cpu,
                      publish_s=published_at - began, wall_s=ended - began)
+    result["hops_ms"] = _hops_ms(hops, follower, publisher.acked)
     result["allocator_batches"] = await _allocator_batches(ops)
     written = await _outcome_writes(ops)
     if written is not None and outcomes_before is not None:
@@ -168,9 +171,24 @@ async def _projector_caught_up(data_dir: Path, seq: int, timeout: float) -> bool
         engine.dispose()
 
 
-async def _check(log: JetStreamEventLog, start_seq: int) -> Checker:
+def _hops_ms(hops: HopTimes, follower: Follower, published: set[str]) -> dict:
+    """Each hop's quantiles (bench/e2e/hops.py); this process's monotonic times in unix time."""
+    offset = time.time() - time.monotonic()
+    claims = follower.claims
+    sent = {c: claims[c].submitted + offset for c in published}
+    seen = {c: claims[c].allocated + offset for c in published if claims[c].allocated is not None}
+    return hops.hops_ms(sent, seen)
+
+
+async def _check(log: JetStreamEventLog, start_seq: int, hops: HopTimes | None = None) -> Checker:
     """Fold the whole log as stored now; findings from the run's first sequence on."""
     checker = Checker(since=start_seq)
     async for batch in log.follow_raw(1, stop_at=await log.last_seq()):
-        checker.fold([(seq, event) for seq, event in decode_batch(batch) if event is not None])
+        checker.count(batch)
+        events = [(seq, event) for seq, event in decode_batch(batch) if event is not None]
+        checker.fold(events)
+        if hops is not None:
+            for seq, event in events:
+                if seq >= start_seq:
+                    hops.observe(event)
     return checker

@@ -1,13 +1,14 @@
 """Fence bindings against the decisions that end a grant (issue 16).
 
-A node agent appends a binding on condition that its claim's subjects (`gpu.evt.*.<token>`) have
-not moved since the record it acts on (services/node_agent/binder.py): a release, written on the
-claim's subject by the claim service, refuses it. An eviction, an expired lease, an unused
-allocation or a lost node ends a claim by a decision on the decision subject instead, which that
-condition does not watch. So, before appending a batch that ends a claim which is allocated and
-not yet bound in the fold, the allocator appends a `ClaimEnding` on the claim's ending subject
-(`subjects.ending`, which only the allocator may write: the claim service cannot forge one): a
-binding conditioned on a record from before the mark is refused by the server. A binding stored
+A node agent appends its bindings on condition that its node's fence subjects
+(`gpu.evt.fence.<node>.*`) have not moved since the record it acts on
+(services/node_agent/binder.py): a release of a claim allocated there and not bound, written on
+the node's release subject by the claim service, refuses them. An eviction, an expired lease, an
+unused allocation or a lost node ends a claim by a decision on the decision subject instead, which
+that condition does not watch. So, before appending a batch that ends a claim which is allocated
+and not yet bound in the fold, the allocator appends a `ClaimEnding` on the node's ending subject
+(`subjects.node_endings`, which only the allocator may write: the claim service cannot forge one):
+a binding conditioned on a record from before the mark is refused by the server. A binding stored
 before the mark is stored before the decision too: an ordinary end of a bound claim, whose
 workload the next record stops. Claims already bound in the fold need no mark.
 
@@ -49,6 +50,6 @@ def unbound_endings(state: State, decisions) -> list[tuple[str, str, str]]:
 
 async def mark_endings(event_log, endings: list[tuple[str, str, str]], fence: int, at: float) -> None:
     """Append the `ClaimEnding` marks (in parallel) of a batch appended on condition of `fence`."""
-    await asyncio.gather(*(event_log.append(subjects.ending(claim_id), ev.ClaimEnding(
+    await asyncio.gather(*(event_log.append(subjects.node_endings(node), ev.ClaimEnding(
         at=at, claim_id=claim_id, decision=kind, fence=fence, node=node)) for claim_id, kind, node in endings))
 

@@ -1,11 +1,11 @@
 """Ask the server for the fences the fold cannot tell (services/allocator/claim_fences.py).
 
-A claim submitted before this allocator went live (folded from its snapshot or during catch-up)
-has no fence in `ClaimFences` yet: the first record that needs it leaves it out and notes it, and
-this looks up the last message over the claim's subjects (`gpu.evt.*.<token>`, a get by wildcard
-subject), believed once the fold has passed it. Only claims allocated across a restart, or a
-claim whose id another aggregate shares, cost a lookup: none on the path of a claim submitted
-while the allocator is live.
+A node's fence (`ClaimFences`) is known to this allocator once looked up: the first record that
+needs it (a claim allocated there and not bound) leaves the node's unbound claims out and notes
+the node, and this looks up the last message over the node's fence subjects
+(`gpu.evt.fence.<node>.*`, a get by wildcard subject) and over its ending subject, believed once
+the fold has passed them. Two look-ups per node for the allocator's lifetime; every later message
+there is heard live.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import logging
 from nats.js.errors import NotFoundError
 
 from schemas import subjects
-from schemas.events import decode_event
 
 log = logging.getLogger("gpuledger.allocator")
 LOOK_EVERY_S = 0.25
@@ -33,32 +32,27 @@ async def resolve_fences_forever(js, allocator) -> None:
 
 
 async def resolve_fences(js, allocator) -> int:
-    """Look up every unknown fence once; the nodes of those resolved get their records written."""
-    fences, claims = allocator.fences, allocator.state.claims
+    """Look up every unknown node fence once; the nodes resolved get their records written."""
+    fences, nodes = allocator.fences, allocator.state.nodes
     done = []
-    for claim_id in list(fences.unknown):
-        if claim_id not in claims:
-            fences.unknown.pop(claim_id, None)
+    for node in list(fences.unknown):
+        if node not in nodes:
+            fences.unknown.pop(node, None)
             continue
-        seq, event = await _last_over(js, claim_id)
+        seq = await _last_over(js, subjects.node_fence(node))
+        mark_seq = await _last_over(js, subjects.node_endings(node))
         state = allocator.state
-        if fences.resolved(claim_id, seq, event, state.last_seq, state.last_decision_seq):
-            done.append(claim_id)
+        if fences.resolved(node, seq, mark_seq, state.last_seq, state.last_decision_seq):
+            done.append(node)
     if done and allocator.node_records is not None:
-        allocator.node_records.mark(allocator.claim_nodes(done))
+        allocator.node_records.mark(done)
         allocator.node_records.flush()
     return len(done)
 
 
-async def _last_over(js, claim_id: str):
+async def _last_over(js, subject: str) -> int:
     try:
-        msg = await js.get_last_msg(subjects.STREAM, subjects.claim_fence(claim_id))
+        msg = await js.get_last_msg(subjects.STREAM, subject)
     except NotFoundError:
-        return 0, None
-    event = None
-    if (msg.subject or "").startswith("gpu.evt.ending."):
-        try:
-            event = decode_event(msg.data)
-        except Exception:  # not a mark the fold would believe either
-            event = None
-    return msg.seq or 0, event
+        return 0
+    return msg.seq or 0

@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from schemas import events as ev
 from schemas import subjects
+from schemas.subjects import _token
 from shared.retry import DELAYS_S as RETRY_DELAYS_S, TRANSIENT
 from shared.eventlog import AppendConflict
 from shared.settings import Settings
@@ -156,21 +157,26 @@ class Allocator:
             self.fences.prune(self.state.claims)
         if self.node_records is not None:
             if moved:
-                self.node_records.mark(self.claim_nodes(moved))
+                self.node_records.mark(self.nodes_of(moved))
             self.node_records.flush()
 
     def _skipped(self, seq: int, subject: str) -> None:
-        """A stored message no fold believes (a forgery on a claim's subject, garbage) still moves
-        the subject a binding is conditioned on: its claim's fence follows, or it is never bound."""
+        """A stored message no fold believes (a forgery on a node's fence subject, garbage) still
+        moves the subjects a binding is conditioned on: the node's fence follows, or its claims
+        are never bound."""
         moved = self.fences.heard(seq, subject, None)
         if moved and self.node_records is not None:
-            self.node_records.mark(self.claim_nodes(moved))
+            self.node_records.mark(self.nodes_of(moved))
             self.node_records.flush()
 
-    def claim_nodes(self, claim_ids) -> list[str]:
-        """The nodes of these claims allocated there and not bound (their records carry fences)."""
-        claims = self.state.claims
-        return [claims[c].node for c in claim_ids if c in claims and claims[c].status == "allocated"]
+    def nodes_of(self, tokens) -> list[str]:
+        """The nodes these subject tokens name (a name is its own token but for a '.' in it)."""
+        nodes = self.state.nodes
+        found = [t for t in tokens if t in nodes]
+        if len(found) < len(tokens):
+            by_token = {_token(name): name for name in nodes}
+            found += [by_token[t] for t in tokens if t not in nodes and t in by_token]
+        return found
 
     async def wait_for_seq(self, seq: int) -> None:
         await self.follower.wait_for_seq(seq, timeout=None)
@@ -243,6 +249,8 @@ class Allocator:
             return await self._append(batch, decisions, fence)
         finally:
             self.own.undo(self.state)  # fenced out or failed (a kept batch was settled by the fold)
+            if self.node_records is not None:  # records wait while a batch is held (node_writer.py)
+                self.node_records.flush()
 
     def _start_again_if_damaged(self) -> None:
         """Passes that keep failing on a state that names claims it no longer holds would fail

@@ -45,18 +45,22 @@ def _holder_node(state: State, claim_id: str) -> Iterable[str]:
 
 def record_of(state: State, node: str, fences: ClaimFences | None = None) -> NodeGrants:
     """The claims holding devices (or host resources) on `node` now, in allocation order. With
-    `fences`, each unbound claim carries the fence its binding is appended on condition of, and
-    one whose fence is not known (or that is being ended) is left out until it is."""
+    `fences`, the record carries the node's fence, which the bindings of its unbound claims are
+    appended on condition of; unbound claims are left out while that fence is not known (noted for
+    a look-up) and while a claim is being ended."""
     found = state.nodes.get(node)
     live = []
+    fence = fences.fence_of(node, needed=False) if fences is not None else 0
     for claim_id in found.claims if found is not None else ():
         claim = state.claims.get(claim_id)
         if claim is None or not claim.holds_devices:
             continue
         bound = claim.status == "bound"
-        fence = 0 if bound or fences is None else fences.fence_of(claim_id)
-        if fence is None:
-            continue
+        if not bound and fences is not None:
+            if fence is None:
+                fence = fences.fence_of(node)  # notes the node for a look-up
+            if fence is None or fences.being_ended(claim_id):
+                continue
         live.append(LiveClaim(claim_id=claim_id, namespace=claim.spec.namespace,
-                              grants=claim.grants, bound=bound, fence=fence))
-    return NodeGrants(node=node, through_seq=state.last_seq, claims=live)
+                              grants=claim.grants, bound=bound))
+    return NodeGrants(node=node, through_seq=state.last_seq, claims=live, fence=fence or 0)

@@ -38,6 +38,11 @@ class NodeRecordWriter:
         self.dirty: dict[str, None] = {}
         self.writing: set[str] = set()
         self.wake = asyncio.Event()
+        # True while the fold holds decisions not yet stored (the allocator's own batch in flight,
+        # services/allocator/own_batch.py): no record is built from them, so no agent binds an
+        # allocation the log may never hold, or one a release stored before the batch voids (a
+        # pending claim's release is fenced on the decision subject, not on the node's fence)
+        self.paused: Callable[[], bool] = lambda: False
         self.writes = 0
         self.conflicts = 0
         self.held = 0
@@ -87,9 +92,9 @@ class NodeRecordWriter:
             await self.publisher.stop()
 
     async def _write_dirty(self) -> None:
-        if self.held:
-            return
         for node in [n for n in self.dirty if n not in self.writing]:
+            if self.held or self.paused():  # the allocator flushes again when it is over
+                return
             del self.dirty[node]
             record, stored = self.build(node), self.stored.get(node)
             if record.same_claims(stored) or (stored is not None and stored.through_seq > record.through_seq):

@@ -3,8 +3,6 @@ and the claim queries (get, list, explain), answered from its own fold of the lo
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
 import itertools
 import logging
 import time
@@ -26,6 +24,7 @@ from services.claim.lookup import Unresolved, claim_with_prefix
 from services.claim.metrics import instrument
 from services.claim.outcome_view import rejected_system
 from services.claim.outcomes import OutcomeWriter
+from services.claim.releases import ReleaseAppender
 from services.claim.seed_api import SeedSubmitClaim, decode_submit_claim, in_seed_names
 from services.claim.validation import ClaimInvalid, validate_claim
 from services.claim.views import claim_view, explain_view
@@ -58,6 +57,7 @@ class ClaimService:
         self.systems = {s.name: s for s in systems}  # publishing systems (schemas/systems.py)
         self.owners: dict[str, str] = {}  # claim id -> the system that submitted it (none: absent)
         self.follower = Follower(event_log, places=False)  # answers for claims, never places
+        self.releases = ReleaseAppender(event_log, self.follower, clock)
         self.rejected: dict[str, ev.ClaimRejected] = {}  # intake refusals, by claim id
         self.follower.listeners.append(self._remember_rejections)
         self.by_token: dict[str, str] = {}  # subject token -> claim id, for ids a token rewrites
@@ -211,38 +211,10 @@ class ClaimService:
             if claim is not None and claim.status in ("pending", "allocated", "bound") and claim_id not in events:
                 events[claim_id] = ev.ClaimReleased(claim_id=claim_id, reason=reason, at=self.clock())
         if events:
-            appended = await self._append_releases(list(events.values()))
+            appended = await self.releases.append(list(events.values()))
             await self.follower.wait_for_seq(appended.seq)
         return [refused.get(i) or self._released_view(claim_id, claim_id in events)
                 for i, (claim_id, *_rest) in enumerate(releases)]
-
-    async def _append_releases(self, events: list[ev.ClaimReleased]):
-        """One append for the batch; but a claim that may still be bound has its release on its
-        own subject, alone: its node agent appends the binding on condition that this subject
-        has not moved (services/node_agent/binder.py), so no binding is stored after it. A
-        release in the batch could be overtaken by such a binding. That is a claim allocated and
-        not bound yet, and a pending one: this fold may not have read its allocation yet (under
-        load the benchmark releases claims it saw allocated on the decision subject while this
-        service still folds the batch before: 0-512 bindings after the release in a 20,000-claim
-        run were such claims). Bound claims (most releases) stay batched."""
-        alone = [e for e in events if self._may_still_bind(e.claim_id)]
-        batched = [e for e in events if not self._may_still_bind(e.claim_id)]
-        appended = list(await asyncio.gather(*(self._append_release(e) for e in alone)))
-        if len(batched) == 1:
-            appended.append(await self._append_release(batched[0]))
-        elif batched:
-            ids = "\n".join(e.claim_id for e in batched)
-            appended.append(await self.log.append(
-                subjects.INTAKE_BATCHES, ev.EventBatch(events=batched, at=self.clock()),
-                msg_id="release-" + hashlib.sha256(ids.encode()).hexdigest()[:32]))
-        return max(appended, key=lambda a: a.seq)
-
-    async def _append_release(self, event: ev.ClaimReleased):
-        return await self.log.append(subjects.claim(event.claim_id), event, msg_id=f"release-{event.claim_id}")
-
-    def _may_still_bind(self, claim_id: str) -> bool:
-        claim = self.state.claims.get(claim_id)
-        return claim is not None and claim.status in ("pending", "allocated")
 
     def _released_view(self, claim_id: str, released_now: bool) -> dict | DomainError:
         try:

@@ -31,9 +31,10 @@ from schemas.commands import (
 )
 from schemas import events as ev
 from schemas.seed import ENDPOINT_WIRE, seed_field, to_seed_endpoint
-from schemas.types import ClaimSpec, EndpointSpec
+from schemas.types import MAX_LEASE_S, ClaimSpec, EndpointSpec
 from ledger.follower import Follower
 from ledger.state import State
+from services.claim.releases import ReleaseAppender
 from services.claim.availability import availability
 from services.claim.seed_api import (SeedCreateEndpoint, SeedUpdateEndpoint, decode_create_endpoint,
                                      decode_update_endpoint)
@@ -44,6 +45,8 @@ from shared.service import ServiceContext
 
 log = logging.getLogger("gpuledger.endpoints")
 SCALER_TYPES = ("QUEUE_DELAY", "REQUEST_COUNT")
+# a load report's numbers: far above any real queue, finite, and integers that msgpack can write
+LOAD_LIMITS = {"queued": 2**31 - 1, "oldest_wait_s": float(MAX_LEASE_S), "requests_per_min": 1e12}
 QUEUE = "claim-endpoints"
 
 
@@ -160,8 +163,15 @@ class EndpointBook:
     endpoints: dict[str, Endpoint] = field(default_factory=dict)
     workers: dict[str, list[str]] = field(default_factory=dict)  # endpoint -> claim ids, ever
     announced: dict[str, float] = field(default_factory=dict)  # worker id -> when a step added it
+    announced_seq: dict[str, int] = field(default_factory=dict)  # worker id -> that step's seq
     releasing: set[str] = field(default_factory=set)  # workers a stored step releases
     subject_seqs: dict[str, int] = field(default_factory=dict)
+    # endpoints scaled up by a step that named no workers (logs before EndpointScaled.added): their
+    # workers are known only by the claims' `endpoint` field. Everywhere else a worker is what a
+    # step announced: claim ids are shared by everyone, and a publisher's claim `chat-w1` with
+    # `"endpoint": "chat"` was taken for the endpoint's worker (and released when it scaled down).
+    legacy: set[str] = field(default_factory=set)
+    by_token: dict[str, str] = field(default_factory=dict)  # claim subject -> first id ('.'/'_' ids)
 
     def apply(self, seq: int, subject: str, event: ev.Event) -> None:
         if subject.startswith("gpu.evt.endpoint."):
@@ -176,12 +186,19 @@ class EndpointBook:
             self.endpoints[event.name].load = Load(event.queued, event.oldest_wait_s, event.requests_per_min)
         elif isinstance(event, ev.EndpointScaled) and event.name in self.endpoints:
             self.endpoints[event.name].last_scaled = event
+            if event.workers_after > event.workers_before and not event.added:
+                self.legacy.add(event.name)
             for claim_id in event.added:
                 self._add_worker(event.name, claim_id)
                 self.announced[claim_id] = event.at
+                self.announced_seq[claim_id] = seq
             self.releasing.update(event.released)
-        elif isinstance(event, ev.ClaimSubmitted) and event.claim.endpoint:
-            self._add_worker(event.claim.endpoint, event.claim.claim_id)
+        elif isinstance(event, ev.ClaimSubmitted):
+            claim_id = event.claim.claim_id
+            if "." in claim_id or "_" in claim_id:  # the only ids two of which can share a token
+                self.by_token.setdefault(subjects.claim(claim_id), claim_id)
+            if event.claim.endpoint in self.legacy:
+                self._add_worker(event.claim.endpoint, claim_id)
 
     def _add_worker(self, endpoint: str, claim_id: str) -> None:
         ids = self.workers.setdefault(endpoint, [])
@@ -193,19 +210,45 @@ class EndpointBook:
         return endpoint if endpoint is not None and not endpoint.deleted else None
 
     def next_worker_number(self, name: str) -> int:
-        return len(self.workers.get(name, ())) + 1
+        numbers = [int(c.rsplit("-w", 1)[1]) for c in self.workers.get(name, ()) if c.rsplit("-w", 1)[-1].isdigit()]
+        return max(numbers, default=0) + 1
+
+    def taken(self, claim_id: str, state: State) -> bool:
+        """Another claim has this id, or one that shares its subject (`a.b-w1`, `a_b-w1`)."""
+        return (claim_id in state.claims or claim_id in state.ended
+                or self.by_token.get(subjects.claim(claim_id), claim_id) != claim_id)
+
+    def free_worker_ids(self, name: str, count: int, state: State) -> list[str]:
+        """The next `count` worker ids no claim has taken (a taken one is skipped for good)."""
+        spec, ids, n = self.endpoints[name].spec, [], self.next_worker_number(name)
+        while len(ids) < count:
+            claim_id = worker_claim(spec, n).claim_id
+            if not self.taken(claim_id, state):
+                ids.append(claim_id)
+            n += 1
+        return ids
 
     def view(self, name: str, state: State) -> EndpointView:
         endpoint = self.endpoints[name]
         return EndpointView(endpoint.spec, endpoint.load,
-                            tuple(self._worker(state, c) for c in self.workers.get(name, ())))
+                            tuple(self._worker(state, c, name) for c in self.workers.get(name, ())))
 
     def missing_claims(self, name: str, state: State) -> list[str]:
         """Workers a stored step added whose claim is not in the log (the writer stopped between)."""
         return [c for c in self.workers.get(name, ()) if c not in state.claims and c not in self.releasing]
 
-    def _worker(self, state: State, claim_id: str) -> Worker:
+    def _ours(self, claim, name: str) -> bool:
+        endpoint = self.endpoints[name].spec
+        return (claim.spec.endpoint == name and claim.spec.namespace == endpoint.namespace
+                and claim.seq > self.announced_seq.get(claim.claim_id, 0))
+
+    def _worker(self, state: State, claim_id: str, name: str) -> Worker:
         claim = state.claims.get(claim_id)
+        if claim is not None and not self._ours(claim, name):
+            # another claim holds the id (submitted before the step announced it, or of another
+            # endpoint or namespace): not this endpoint's worker, never released by it; the
+            # autoscaler adds another worker in its place
+            return Worker(claim_id, "taken", self.announced.get(claim_id, 0.0))
         if claim is None:  # announced by a step, claim not folded yet: it is starting
             status = "releasing" if claim_id in self.releasing else "pending"
             return Worker(claim_id, status, self.announced.get(claim_id, 0.0))
@@ -222,6 +265,7 @@ class Endpoints:
         self.log = event_log
         self.follower = follower
         self.clock = clock
+        self.releases = ReleaseAppender(event_log, follower, clock)  # where any claim's release goes
         self.book = EndpointBook()
         follower.listeners.append(self.book.apply)
         self._writing = asyncio.Lock()
@@ -257,6 +301,11 @@ class Endpoints:
                 return fail("conflict", f"endpoint {spec.name} already exists with another spec; "
                             "delete it first", "endpoint.name")
             subject = subjects.endpoint(spec.name)
+            other = next((n for n in self.book.endpoints if n != spec.name and self.book.active(n)
+                          and subjects.endpoint(n) == subject), None)
+            if other is not None:  # `ep.3` and `ep_3`: one subject, and their workers' ids would share one
+                return fail("conflict", f"endpoint {spec.name} would share the subject {subject} with endpoint "
+                            f"{other} ('.' is written as '_'): choose another name", "endpoint.name")
             try:
                 await self._append(subject, ev.EndpointCreated(endpoint=spec, at=self.clock()),
                                    f"{subject}:{self.book.subject_seqs.get(subject, 0)}:create")
@@ -312,6 +361,8 @@ class Endpoints:
         for name in ("queued", "oldest_wait_s", "requests_per_min"):
             if getattr(c, name) < 0:
                 return fail("invalid", f"{name} must be 0 or more", name)
+            if getattr(c, name) > LOAD_LIMITS[name]:  # stored in the log as it came, read by every fold
+                return fail("invalid", f"{name} must be at most {LOAD_LIMITS[name]:g}", name)
         await self.catch_up()
         if self.book.active(c.name) is None:
             return fail("not-found", f"no endpoint {c.name!r}", "name")
@@ -388,9 +439,7 @@ class Endpoints:
         """Record the step fenced, then carry it out; False when another replica got there first."""
         subject = subjects.endpoint(name)
         expected = self.book.subject_seqs.get(subject, 0)
-        first = self.book.next_worker_number(name)
-        added = [worker_claim(self.book.endpoints[name].spec, n).claim_id
-                 for n in range(first, first + step.add)]
+        added = self.book.free_worker_ids(name, step.add, self.state)
         event = ev.EndpointScaled(name=name, workers_before=step.before, workers_after=step.after,
                                   reason=step.reason, added=added, released=list(step.release),
                                   at=self.clock())
@@ -411,8 +460,14 @@ class Endpoints:
                                claim_id, fenced=False)
 
     async def _release(self, claim_id: str, reason: str) -> None:
+        """Where a client's release would go (its node's release subject while it may still be
+        bound: on the claim's own subject, its binding could be stored after it)."""
+        claim = self.state.claims.get(claim_id)
+        if claim is None or claim.status not in ("pending", "allocated", "bound"):
+            return  # ended meanwhile (released by its owner, preempted): nothing to release
         event = ev.ClaimReleased(claim_id=claim_id, reason=reason, by="endpoint-autoscaler", at=self.clock())
-        await self._append(subjects.claim(claim_id), event, f"release-{claim_id}", fenced=False)
+        appended = await self.releases.append([event])
+        await self.follower.wait_for_seq(appended.seq)
 
 
 def _invalid(err: EndpointInvalid, seed: bool) -> Reply:

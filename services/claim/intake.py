@@ -32,6 +32,8 @@ from shared.commands import DomainError, field_of, name_the_key
 from shared.retry import TRANSIENT, Backoff
 from shared.telemetry import tracer
 
+from services.claim.intake_pull import StandingPull
+
 log = logging.getLogger("gpuledger.claim")
 DURABLE = "claim-intake"
 SYSTEMS_DURABLE = "claim-intake-systems"  # gpu.intake.claim.<system>: the publishing systems' own
@@ -54,17 +56,16 @@ _spec_decoder = msgspec.json.Decoder(ClaimSpec)
 
 async def consume_intake(js, service, batch: int = 256, subject: str = subjects.INTAKE_CLAIMS,
                          durable: str = DURABLE) -> None:
-    sub = await js.pull_subscribe(subject, durable=durable, stream=subjects.INTAKE_STREAM,
-                                  config=api.ConsumerConfig(ack_wait=30, max_deliver=MAX_DELIVER))
+    # a pull request always standing: what is published while a batch is handled is here when
+    # it ends, not one round trip later (intake_pull.py)
+    sub = StandingPull(js, subject, durable, subjects.INTAKE_STREAM,
+                       api.ConsumerConfig(ack_wait=30, max_deliver=MAX_DELIVER), batch)
+    await sub.start()
     backoff = Backoff()
     try:
         while True:
-            try:
-                msgs = await sub.fetch(batch, timeout=1.0)
-            except (NatsTimeout, asyncio.TimeoutError):
-                continue
-            except TRANSIENT as err:  # a cluster electing the intake's leader (503), an outage
-                await _pause(backoff, "fetching the intake", err)
+            msgs = await sub.take(batch, timeout=1.0)
+            if not msgs:
                 continue
             if service.on_intake_batch is not None:
                 service.on_intake_batch(len(msgs))
@@ -76,11 +77,8 @@ async def consume_intake(js, service, batch: int = 256, subject: str = subjects.
                 continue
             backoff.reset()
     finally:
-        # an open fetch inbox would make the connection's drain wait its full timeout on stop
-        try:
-            await sub.unsubscribe()
-        except Exception:
-            pass
+        # an open pull inbox would make the connection's drain wait its full timeout on stop
+        await sub.stop()
 
 
 async def _nak(msgs) -> None:

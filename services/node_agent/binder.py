@@ -3,31 +3,35 @@
 
 Records are level-triggered: the agent keeps only the latest one it was offered, so a claim that
 was allocated and released before the agent got to it is never bound at all. A record is as of a
-log position (`through_seq`); a claim can be released after it. So each binding is its own
-message, appended on the node's binding subject on condition that nothing was appended on the
-claim's subjects (`gpu.evt.*.<token>`: its own, where its release or renewal goes, and its ending
-subject, where the allocator marks it before a decision ends it) since the record: the record
-carries that last sequence (`LiveClaim.fence`), and nats-server checks it
-(`Nats-Expected-Last-Subject-Sequence` over the wildcard `subjects.claim_fence`). The agent reads
-none of the log to bind (issue 16: a GPU host reads only its own node's data). A refused binding
-stores nothing and starts no workload; the agent waits for a record that lists the claim with
-another fence (a renewal came, or an ending was fenced out) or drops it (released or ended).
-A retried append after a lost acknowledgement carries the same message id, one nobody else can
-guess (a per-process nonce), so it is stored once. After a restart the agent knows what it bound
-from the record's `bound` flags (as of the record's position in the log) and the bindings stored
-on its own binding subject after that position.
+log position (`through_seq`); a claim can be released after it. So the bindings of a record, one
+message for all its unbound claims (an EventBatch of ClaimBound when several), are appended on the
+node's binding subject on condition that nothing was appended on the node's fence subjects
+(`gpu.evt.fence.<node>.*`: `node_releases`, where the claim service releases a claim allocated
+there and not bound in its fold, and `node_endings`, where the allocator marks a claim before a
+decision ends it) since the record: the record carries that last sequence (`NodeGrants.fence`),
+and nats-server checks it (`Nats-Expected-Last-Subject-Sequence` over the wildcard
+`subjects.node_fence`). A release or an ending of any claim on the node after the record refuses
+the whole message: nothing is stored and no workload starts; the agent waits for a record with
+another fence (the allocator writes one, the released claim left out) and binds what it lists.
+The agent reads none of the log to bind (issue 16: a GPU host reads only its own node's data).
+A retried append after a lost acknowledgement carries the same message id (of the node, the
+claims and the fence, behind a per-process nonce nobody else can guess), so it is stored once.
+After a restart, or an append whose outcome is unknown, the agent knows what it bound from the
+record's `bound` flags (as of the record's position in the log) and the bindings stored on its
+own binding subject after that position.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 from schemas import subjects
-from schemas.events import ClaimBound, DriftDetected, flatten
+from schemas.events import ClaimBound, ClaimEnding, ClaimReleased, DriftDetected, EventBatch, flatten
 from schemas.grants import LiveClaim, NodeGrants
 from shared.eventlog import AppendConflict
 from services.node_agent.binding import bind_env
@@ -35,6 +39,7 @@ from services.node_agent.record_plan import plan
 from services.node_agent.retry import TRANSIENT, Backoff
 
 log = logging.getLogger("gpuledger.node_agent")
+FENCE_RETRIES = 3  # refused bindings read the node's fence and try again this many times
 
 
 
@@ -45,9 +50,14 @@ class Binder:
         self.live: dict[str, LiveClaim] = {}  # what this agent acts on: bound, workloads started
         self.bound: set[str] = set()  # claims whose binding is stored (learnt or appended)
         self.bound_seq: int | None = None  # the binding subject read up to; None: not read at start yet
-        # claim -> the fence its binding was refused on: not tried again until a record lists
-        # the claim with another fence (its subjects moved: renewed, released, being ended)
-        self.stale: dict[str, int] = {}
+        # the node fence a record's bindings were refused on (and the retries gave up): nothing is
+        # tried again until a record comes with another fence
+        self.stale_fence: int | None = None
+        # claim -> sequence of its release or ending mark read on the node's fence subjects after
+        # a refusal: not bound on a record whose fence is older (a record folded past it that
+        # still lists the claim knows better: an ending whose decision was fenced out)
+        self.gone: dict[str, int] = {}
+        self.refusals = 0  # bindings refused by the fence (counted, for tests and metrics)
         self.nonce = uuid.uuid4().hex[:16]  # makes binding message ids unguessable
         self.latest: NodeGrants | None = None
         self.refused: set[str] = set()  # claims reported as not bindable (once each)
@@ -85,17 +95,18 @@ class Binder:
         if self.bound_seq is None and record.claims:  # an empty record has nothing bound to learn:
             await self._learn_start(record)  # a fleet of 2,000 idle nodes asks nothing at start
         todo = plan(record, self.live, self.bound)
-        listed = {claim.claim_id for claim in record.claims}
-        self.stale = {c: fence for c, fence in self.stale.items() if c in listed}  # forget the dropped
+        if self.gone:
+            listed = {claim.claim_id for claim in record.claims}
+            self.gone = {c: seq for c, seq in self.gone.items() if c in listed and seq > record.fence}
         for claim_id in todo.stop:
             self._ended(claim_id)
         for claim, device in todo.held:
             self._refuse(claim, f"device {device} is held by another live claim")
         for claim in todo.adopt:
             self._started(claim)
-        bind = [claim for claim in todo.bind if self.stale.get(claim.claim_id) != claim.fence]
-        if bind:
-            await self._bind(bind, record.through_seq)
+        bind = [claim for claim in todo.bind if claim.claim_id not in self.gone]
+        if bind and record.fence != self.stale_fence:
+            await self._bind(bind, record.fence)
 
     async def _learn_start(self, record: NodeGrants) -> None:
         """Bound before this start: the record's flags, and what its own binding subject holds
@@ -108,40 +119,70 @@ class Binder:
             last = stored.seq
         self.bound_seq = last
 
-    async def _bind(self, claims: list[LiveClaim], through_seq: int) -> None:
-        devices, now, ready = self.devices(), self.clock(), []
+    async def _bind(self, claims: list[LiveClaim], fence: int) -> None:
+        """Append the bindings of these claims, one message, on condition that the node's fence
+        subjects hold what the record saw (`fence`). Refused (a claim on the node was released or
+        marked since), the agent reads what came there (its own node's subjects only), leaves out
+        the claims named and tries again on condition of the last it read, a few times; then it
+        waits for a record with another fence. Nothing is appended (nor started) for a claim
+        whose release or ending came before the binding."""
+        record_fence, devices, now, ready = fence, self.devices(), self.clock(), []
         for claim in claims:
             binding = bind_env(claim, devices, self.node)
             if not binding.ok:
                 await self._report_missing(claim, binding.missing)
                 continue
             ready.append((claim, ClaimBound(at=now, claim_id=claim.claim_id, node=self.node, env=binding.env)))
-        results = await asyncio.gather(*(self._bind_one(claim, event, through_seq) for claim, event in ready),
-                                       return_exceptions=True)
-        for (claim, _), result in zip(ready, results):
-            if result is True:
-                self.bound.add(claim.claim_id)
-                self._started(claim)
-        failed = [result for result in results if isinstance(result, BaseException)]
-        if failed:  # the run loop looks again: a conflict means the claim's subject moved
-            raise failed[0]
-
-    async def _bind_one(self, claim: LiveClaim, event: ClaimBound, through_seq: int) -> bool:
-        """Append one binding on condition that the claim's subjects hold what the record saw
-        (`claim.fence`); False (nothing appended) when something came there since."""
-        try:
-            await self.log.append(self.subject, event, msg_id=f"bind.{self.nonce}.{claim.claim_id}",
-                                  expected_last_subject_seq=claim.fence,
-                                  expected_subject=subjects.claim_fence(claim.claim_id))
-        except AppendConflict as conflict:
-            self.stale[claim.claim_id] = claim.fence
-            # usual under load (a claim released before its node's record came): not worth a line
-            log.debug("%s: not binding claim %s yet: its subjects moved after the record (%s)",
-                     self.node, claim.claim_id, conflict)
-            return False
+        for attempt in range(FENCE_RETRIES + 1):
+            if not ready:
+                return
+            try:
+                await self._append_bindings([event for _, event in ready], fence)
+                break
+            except AppendConflict as conflict:
+                self.refusals += 1
+                # usual under load (a claim on the node released after the record): not worth a line
+                log.debug("%s: binding %d claims refused: the node's fence moved after %d (%s)",
+                          self.node, len(ready), fence, conflict)
+                moved = await self._moved_since(fence) if attempt < FENCE_RETRIES else None
+                if moved is None:
+                    self.stale_fence = record_fence
+                    return
+                fence, gone = moved
+                ready = [(claim, event) for claim, event in ready if claim.claim_id not in gone]
         self.appends += 1
-        self.stale.pop(claim.claim_id, None)
-        return True
+        self.stale_fence = None
+        for claim, _ in ready:
+            self.bound.add(claim.claim_id)
+            self._started(claim)
+
+    async def _append_bindings(self, events: list[ClaimBound], fence: int) -> None:
+        message = events[0] if len(events) == 1 else EventBatch(events=events, at=events[0].at)
+        ids = "\n".join([str(fence), *(event.claim_id for event in events)])
+        try:
+            await self.log.append(self.subject, message,
+                                  msg_id=f"bind.{self.nonce}.{hashlib.sha256(ids.encode()).hexdigest()[:32]}",
+                                  expected_last_subject_seq=fence, expected_subject=subjects.node_fence(self.node))
+        except AppendConflict:
+            raise
+        except Exception:  # stored or not: learnt again from the record and the binding subject
+            self.bound_seq = None
+            raise
+
+    async def _moved_since(self, fence: int) -> tuple[int, set[str]] | None:
+        """What came on the node's fence subjects after `fence`: (the last sequence read, the
+        claims released or marked as ending there), or None when something there names no claim
+        this agent can tell (then only a new record says what is live)."""
+        last, gone = fence, set()
+        async for stored in self.log.own_subject_after(subjects.node_fence(self.node), fence):
+            named = [e.claim_id for e in flatten(stored.event) if isinstance(e, (ClaimReleased, ClaimEnding))]
+            if not named:
+                return None
+            for claim_id in named:
+                self.gone[claim_id] = stored.seq
+            gone.update(named)
+            last = stored.seq
+        return (last, gone) if last > fence else None
 
     def _started(self, claim: LiveClaim) -> None:
         self.live[claim.claim_id] = claim

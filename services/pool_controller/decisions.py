@@ -47,10 +47,15 @@ def decide_create(state: State, cmd: CreatePool, facts: ClusterFacts, now: float
             return ok({"pool": pool.name, "created": False})
         return fail("conflict", f"pool {pool.name} already exists; only access may change "
                     "(pool update)", "pool.name")
+    subject = subjects.pool(pool.name)
+    other = next((name for name in state.pools if subjects.pool(name) == subject), None)
+    if other is not None:  # `gpu.a` and `gpu_a` ('.' is written '_'), as claims, quotas, endpoints
+        return fail("conflict", f"pool {pool.name} would share the subject {subject} with pool {other} "
+                    "('.' is written as '_'): choose another name", "pool.name")
     problems = validate_pool(pool, facts)
     if problems:
         return _invalid(problems)
-    return Append(subjects.pool(pool.name), PoolCreated(pool=pool, at=now),
+    return Append(subject, PoolCreated(pool=pool, at=now),
                   "create:" + _digest(pool), ok({"pool": pool.name, "created": True}))
 
 

@@ -7,6 +7,7 @@ position moved by someone else (a second projector, a rebuild) raises `PositionM
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from collections.abc import Callable
@@ -28,6 +29,8 @@ from services.projector.models import (
     PositionRow,
     QuotaRow,
 )
+
+log = logging.getLogger("gpuledger.projector")
 
 CHUNK = 500  # keys per DELETE ... IN (...): under every driver's parameter limit
 
@@ -57,6 +60,29 @@ _KEYS = {ClaimRow: ClaimRow.id, NodeRow: NodeRow.name, DeviceRow: DeviceRow.uuid
          PoolRow: PoolRow.name, QuotaRow: QuotaRow.namespace}
 
 
+_INT_LIMITS = {"BIGINT": 2**63 - 1, "INTEGER": 2**31 - 1, "SMALLINT": 2**15 - 1}
+
+
+def clamp_integers(changes: Changes) -> list[str]:
+    """Set every integer past its column's range (PostgreSQL's INTEGER, BIGINT; SQLite's 64 bits)
+    to the range's end, in place; returns `table.column: value` of each. A log may hold such a
+    number for good (an endpoint's priority of 10^26 stored before bounds existed, folded as
+    stored): without this one row made every commit fail and the read models stopped there."""
+    tables = [(t, rows) for t, rows in changes.replace.items()]
+    tables += [(AllocationRow, changes.allocations), (ClaimEventRow, changes.index)]
+    clamped = []
+    for table, rows in tables:
+        limits = {c.key: _INT_LIMITS[str(c.type)] for c in table.__table__.columns
+                  if str(c.type) in _INT_LIMITS}
+        for row in rows:
+            for key, limit in limits.items():
+                value = row.get(key)
+                if isinstance(value, int) and not -limit - 1 <= value <= limit:
+                    clamped.append(f"{table.__tablename__}.{key}: {value}")
+                    row[key] = limit if value > 0 else -limit - 1
+    return clamped
+
+
 def read_position(engine: Engine, name: str) -> int:
     with engine.connect() as conn:
         return _position(conn, name, lock=False) or 0
@@ -64,6 +90,25 @@ def read_position(engine: Engine, name: str) -> int:
 
 def commit(engine: Engine, name: str, changes: Changes) -> bool:
     """Write the batch and its position atomically; False when it was already written."""
+    try:
+        return _commit(engine, name, changes)
+    except Exception as err:
+        clamped = clamp_integers(changes) if _out_of_range(err) else []
+        if not clamped:
+            raise
+    log.error("commit of %d..%d: %d integers past their column's range written as its end (the "
+              "log keeps them whole): %s", changes.base_seq + 1, changes.last_seq, len(clamped),
+              "; ".join(clamped[:5]))
+    return _commit(engine, name, changes)
+
+
+def _out_of_range(err: Exception) -> bool:
+    """SQLite's OverflowError ("Python int too large to convert to SQLite INTEGER"), PostgreSQL's
+    "integer out of range" / "bigint out of range" (psycopg's NumericValueOutOfRange)."""
+    return isinstance(err, OverflowError) or "out of range" in str(err) or "OverflowError" in str(err)
+
+
+def _commit(engine: Engine, name: str, changes: Changes) -> bool:
     with writer(engine).begin() as conn:
         current = _position(conn, name, lock=True)
         if current == changes.last_seq > changes.base_seq:

@@ -1,5 +1,5 @@
-"""The binder on the in-memory event log (the same contract as JetStream's): one message per
-binding, conditional on its claim's subject, learning what is bound after a restart, a lost
+"""The binder on the in-memory event log (the same contract as JetStream's): one message for the
+bindings of a record, conditional on its node's fence subjects, learning what is bound after a restart, a lost
 acknowledgement stored once, NATS trouble retried. Devices are those of a simulated node.
 Releases racing the binding, on a real nats-server: tests/trust/test_bind_after_release.py."""
 
@@ -9,7 +9,7 @@ import nats.errors
 import pytest
 
 from schemas import subjects
-from schemas.events import ClaimBound, ClaimReleased, LeaseRenewed, flatten
+from schemas.events import ClaimBound, ClaimEnding, ClaimReleased, EventBatch, LeaseRenewed, flatten
 from schemas.grants import LiveClaim, NodeGrants
 from schemas.types import DeviceInfo, Grant
 from shared.eventlog import InMemoryEventLog
@@ -25,8 +25,8 @@ def claim(claim_id, card, bound=False):
                      grants=[Grant(node=NODE, uuid=f"GPU-{card}", index=card)])
 
 
-def record(*claims, seq=1):
-    return NodeGrants(node=NODE, through_seq=seq, claims=list(claims))
+def record(*claims, seq=1, fence=0):
+    return NodeGrants(node=NODE, through_seq=seq, claims=list(claims), fence=fence)
 
 
 class FlakyLog(InMemoryEventLog):
@@ -78,15 +78,18 @@ async def running():
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def test_each_binding_is_its_own_message_conditional_on_its_claims_subject():
+async def test_the_bindings_of_a_record_are_one_message_conditional_on_its_node_fence():
     log = InMemoryEventLog()
     binder, started, _ = binder_on(log)
     await binder.apply(record(claim("a", 0), claim("b", 1)))
-    assert [ids for _, ids in await stored_bindings(log)] == [["a"], ["b"]]
+    assert [ids for _, ids in await stored_bindings(log)] == [["a", "b"]]
     assert started == ["a", "b"]
     stored = [s async for s in log.subject_after(subjects.node_bindings(NODE))]
-    assert isinstance(stored[0].event, ClaimBound)
-    assert stored[0].event.env["CUDA_VISIBLE_DEVICES"] == "0"
+    assert isinstance(stored[0].event, EventBatch)
+    assert flatten(stored[0].event)[0].env["CUDA_VISIBLE_DEVICES"] == "0"
+    await binder.apply(record(claim("a", 0), claim("b", 1), claim("c", 2), seq=2))
+    alone = [s async for s in log.subject_after(subjects.node_bindings(NODE))][-1]
+    assert isinstance(alone.event, ClaimBound) and alone.event.claim_id == "c"  # one: no batch
 
 
 async def test_a_claim_the_next_record_drops_is_ended_and_nothing_is_bound_twice():
@@ -95,7 +98,7 @@ async def test_a_claim_the_next_record_drops_is_ended_and_nothing_is_bound_twice
     await binder.apply(record(claim("a", 0), claim("b", 1), seq=1))
     await binder.apply(record(claim("b", 1), claim("c", 0), seq=2))
     assert ended == ["a"]
-    assert [ids for _, ids in await stored_bindings(log)] == [["a"], ["b"], ["c"]]
+    assert [ids for _, ids in await stored_bindings(log)] == [["a", "b"], ["c"]]
 
 
 async def test_only_the_latest_record_of_its_own_node_is_kept(running):
@@ -143,27 +146,76 @@ async def test_a_binding_stored_but_not_acknowledged_is_stored_once(running):
     assert [ids for _, ids in await stored_bindings(log)] == [["a"]]
 
 
-async def test_a_claim_released_after_its_record_is_not_bound():
+async def test_a_release_on_the_node_after_its_record_refuses_and_the_others_are_bound_after_it():
+    """A release of one claim on the node (the claim service's node release subject) moves the
+    node's fence: the record's message is refused; the agent reads its node's fence subjects
+    after the record's fence, leaves the released claim out and binds the others on condition of
+    the release's sequence. The released claim is never tried again."""
     log = InMemoryEventLog()
     binder, started, _ = binder_on(log)
-    await log.append(subjects.claim("a"), ClaimReleased(claim_id="a", at=1.0))
+    released = await log.append(subjects.node_releases(NODE), ClaimReleased(claim_id="a", at=1.0))
     await binder.apply(record(claim("a", 0), claim("b", 1), seq=0))
     assert started == ["b"] and [ids for _, ids in await stored_bindings(log)] == [["b"]]
+    assert binder.refusals == 1 and binder.gone == {"a": released.seq} and binder.stale_fence is None
     await binder.apply(record(claim("a", 0), claim("b", 1), seq=0))  # the same record again
-    assert started == ["b"] and binder.appends == 1
+    assert started == ["b"] and binder.appends == 1 and binder.refusals == 1
+    await binder.apply(record(claim("b", 1), seq=released.seq, fence=released.seq))  # the record after it
+    assert binder.gone == {} and binder.appends == 1
 
 
-async def test_a_renewal_after_the_record_waits_for_the_record_with_its_fence():
+async def test_a_fence_moved_by_a_message_that_names_no_claim_waits_for_the_next_record():
+    """Something on the fence the agent cannot tell apart (here a forged heartbeat): it binds
+    nothing until a record with another fence lists what is live."""
+    from schemas.events import NodeHeartbeat
+
     log = InMemoryEventLog()
     binder, started, _ = binder_on(log)
-    renewed = await log.append(subjects.claim("a"), LeaseRenewed(claim_id="a", at=1.0))
+    moved = await log.append(subjects.node_releases(NODE), NodeHeartbeat(node=NODE, at=1.0))
     await binder.apply(record(claim("a", 0), seq=0))
-    assert started == [] and binder.stale == {"a": 0}
+    assert started == [] and binder.stale_fence == 0 and binder.appends == 0
     await binder.apply(record(claim("a", 0), seq=0))  # the same record: not tried again
-    assert started == [] and binder.appends == 0
-    fenced = LiveClaim(claim_id="a", namespace="ns", grants=claim("a", 0).grants, fence=renewed.seq)
-    await binder.apply(record(fenced, seq=renewed.seq))
-    assert started == ["a"] and binder.stale == {}
+    assert binder.refusals == 1
+    await binder.apply(record(claim("a", 0), seq=moved.seq, fence=moved.seq))
+    assert started == ["a"]
+
+
+async def test_releases_on_the_node_after_each_try_are_read_and_left_out_a_few_times():
+    """Each refused try reads what came and tries again; after FENCE_RETRIES it waits."""
+    from services.node_agent.binder import FENCE_RETRIES
+
+    class Releasing(InMemoryEventLog):
+        """A release of another claim on the node just before each binding append."""
+
+        async def append(self, subject, event, **kwargs):
+            if subject == subjects.node_bindings(NODE):
+                await super().append(subjects.node_releases(NODE), ClaimReleased(claim_id="other", at=1.0))
+            return await super().append(subject, event, **kwargs)
+
+    log = Releasing()
+    binder, started, _ = binder_on(log)
+    await binder.apply(record(claim("a", 0), seq=0))
+    assert started == [] and binder.refusals == FENCE_RETRIES + 1 and binder.stale_fence == 0
+
+
+async def test_an_ending_mark_on_the_node_is_read_and_a_renewal_no_longer_refuses():
+    log = InMemoryEventLog()
+    binder, started, _ = binder_on(log)
+    await log.append(subjects.claim("a"), LeaseRenewed(claim_id="a", at=1.0))  # not the node's fence
+    marked = await log.append(subjects.node_endings(NODE), ClaimEnding(claim_id="x", decision="ClaimEvicted",
+                                                                        fence=0, node=NODE, at=1.0))
+    await binder.apply(record(claim("a", 0), claim("x", 1), seq=1))
+    assert started == ["a"] and binder.refusals == 1 and binder.gone == {"x": marked.seq}
+    # a record folded past the mark that lists x again (its decision was fenced out): bound
+    await binder.apply(record(claim("a", 0), claim("x", 1), seq=marked.seq + 1, fence=marked.seq))
+    assert started == ["a", "x"] and binder.gone == {}
+
+
+async def test_another_node_s_fence_does_not_refuse():
+    log = InMemoryEventLog()
+    binder, started, _ = binder_on(log)
+    await log.append(subjects.node_releases("n10"), ClaimReleased(claim_id="z", at=1.0))
+    await binder.apply(record(claim("a", 0), seq=1))
+    assert started == ["a"]
 
 
 async def test_a_timed_out_append_is_retried_and_stored_once(running):

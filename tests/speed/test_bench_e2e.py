@@ -19,3 +19,5 @@ async def test_claims_through_the_whole_stack_are_decided_once_and_bound_only_wh
     assert result["leftover_workloads"] == 0, result
     assert result["agent_restarts"] == 0 and result["release_errors"] == 0, result
     assert result["cpu_ms_per_claim"]["total"] > 0 and "nats-server" in result["cpu_ms_per_claim"]
+    # every allocated claim's latency split into its hops (bench/e2e/hops.py)
+    assert all(result["hops_ms"][hop]["claims"] == 400 for hop in ("intake", "to_pass", "pass_to_seen")), result

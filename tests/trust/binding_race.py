@@ -19,17 +19,16 @@ def nc(fresh_client):
     return fresh_client
 
 
-def record(through_seq: int, *claim_ids: str, fences: dict[str, int] | None = None) -> NodeGrants:
-    """`fences`: each claim's fence as the allocator's fold saw it (0: nothing on its subjects)."""
-    return NodeGrants(node=NODE, through_seq=through_seq, claims=[
-        LiveClaim(claim_id=c, namespace="ns", grants=[Grant(node=NODE, uuid=f"GPU-{i}", index=i)],
-                  fence=(fences or {}).get(c, 0))
+def record(through_seq: int, *claim_ids: str, fence: int = 0) -> NodeGrants:
+    """`fence`: the node's fence as the allocator's fold saw it (0: nothing on its subjects)."""
+    return NodeGrants(node=NODE, through_seq=through_seq, fence=fence, claims=[
+        LiveClaim(claim_id=c, namespace="ns", grants=[Grant(node=NODE, uuid=f"GPU-{i}", index=i)])
         for i, c in enumerate(claim_ids)])
 
 
-async def fences_now(log, *claim_ids: str) -> dict[str, int]:
-    """Each claim's fence as the server has it now: what a record folded up to here carries."""
-    return {c: await log.last_subject_seq(subjects.claim_fence(c)) for c in claim_ids}
+async def fence_now(log) -> int:
+    """The node's fence as the server has it now: what a record folded up to here carries."""
+    return await log.last_subject_seq(subjects.node_fence(NODE))
 
 
 def binder_on(log):

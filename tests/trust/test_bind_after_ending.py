@@ -1,8 +1,8 @@
 """No binding stored after the decision that ended its grant (issue 16): an eviction, expired
 lease, unused allocation or lost node ends a claim by a decision on `gpu.evt.decision`, which a
 binding's condition (nothing new on the claim's subjects since its record) does not watch. The
-allocator marks the claim first (`ClaimEnding` on `gpu.evt.ending.<claim>`, which the binding's
-wildcard `gpu.evt.*.<claim>` covers; services/allocator/end_fence.py). On a real nats-server: the
+allocator marks the claim first (`ClaimEnding` on `gpu.evt.fence.<node>.ending`, which the
+binding's wildcard `gpu.evt.fence.<node>.*` covers; services/allocator/end_fence.py). On a real nats-server: the
 claim is ended after the record the agent acts on."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from schemas.types import ClaimSpec
 from shared.jetstream import JetStreamEventLog
 from services.allocator.end_fence import mark_endings, unbound_endings
 
-from tests.trust.binding_race import NODE, binder_on, fences_now, record
+from tests.trust.binding_race import NODE, binder_on, fence_now, record
 from tests.trust.binding_race import nc  # noqa: F401 (a fixture: the client these tests share)
 
 
@@ -44,18 +44,17 @@ async def end_by_decision(log: JetStreamEventLog, state: State, decision, *, mar
 
 
 async def bindings(log) -> list[str]:
-    return [s.event.claim_id async for s in log.subject_after(subjects.node_bindings(NODE))
-            if isinstance(s.event, ClaimBound)]
+    return [e.claim_id async for s in log.subject_after(subjects.node_bindings(NODE))
+            for e in ev.flatten(s.event) if isinstance(e, ClaimBound)]
 
 
 async def act_on_a_record_from_before(log, decision, *claim_ids: str, marks: bool = True):
     """The agent acts on a record folded before the allocator ended the claim."""
-    through = await log.last_seq()
-    fences = await fences_now(log, *claim_ids)
+    through, fence = await log.last_seq(), await fence_now(log)
     state = allocator_state(**{c: "allocated" for c in claim_ids})
     await end_by_decision(log, state, decision, marks=marks)
     binder, started = binder_on(log)
-    await binder.apply(record(through, *claim_ids, fences=fences))
+    await binder.apply(record(through, *claim_ids, fence=fence))
     return binder, started
 
 
@@ -69,18 +68,19 @@ ENDINGS = [
 
 @pytest.mark.parametrize("decision", ENDINGS[:3], ids=lambda d: type(d).__name__)
 async def test_an_ending_after_the_record_refuses_the_binding(nc, decision):
+    """The mark moves the node's fence: the record's message is refused; the agent reads the mark
+    on its node's fence and binds only the other, after the mark."""
     log = JetStreamEventLog(nc)
     binder, started = await act_on_a_record_from_before(log, decision, "gone", "kept")
-    assert await bindings(log) == ["kept"] and started == ["kept"]
-    assert list(binder.stale) == ["gone"]
-    stored = [s async for s in log.subject_after(subjects.ending("gone"))]
-    assert [type(s.event).__name__ for s in stored] == ["ClaimEnding"]
+    assert await bindings(log) == ["kept"] and started == ["kept"] and list(binder.gone) == ["gone"]
+    stored = [s async for s in log.subject_after(subjects.node_endings(NODE))]
+    assert [(type(s.event).__name__, s.event.claim_id) for s in stored] == [("ClaimEnding", "gone")]
 
 
 async def test_a_lost_node_refuses_every_binding_its_agent_had_not_stored(nc):
     log = JetStreamEventLog(nc)
     binder, started = await act_on_a_record_from_before(log, ENDINGS[3], "gone", "kept")
-    assert await bindings(log) == [] and started == [] and sorted(binder.stale) == ["gone", "kept"]
+    assert await bindings(log) == [] and started == [] and sorted(binder.gone) == ["gone", "kept"]
 
 
 async def test_without_the_marks_the_binding_lands_after_the_eviction(nc):

@@ -92,6 +92,8 @@ async def _write_ledger(server) -> dict[str, int]:
     for node in (MINE, OTHER):
         bound = ev.ClaimBound(claim_id=f"c-{node}", node=node, at=1.0, env={})
         seqs[node] = (await log.append(subjects.node_bindings(node), bound)).seq
+        released = ev.ClaimReleased(claim_id=f"r-{node}", at=1.0)
+        seqs[f"fence-{node}"] = (await log.append(subjects.node_releases(node), released)).seq
     return seqs
 
 
@@ -116,10 +118,14 @@ async def test_of_the_ledger_it_reads_only_its_own_subjects(agent, auth_server):
     log = JetStreamEventLog(agent.nc)
     mine = [s.event.claim_id async for s in log.own_subject_after(subjects.node_bindings(MINE))]
     assert mine == [f"c-{MINE}"]
+    # its node's fence, read after a refused binding (services/node_agent/binder.py)
+    fence = [s.event.claim_id async for s in log.own_subject_after(subjects.node_fence(MINE))]
+    assert fence == [f"r-{MINE}"]
     assert await log.last_subject_seq(subjects.node_bindings(MINE), direct=True) == seqs[MINE]
     stream = subjects.STREAM
     for subject in (subjects.node_bindings(OTHER), subjects.claim("c-other"), subjects.DECISIONS,
-                    subjects.node(OTHER), subjects.claim_fence("c-other")):
+                    subjects.node(OTHER), subjects.claim_fence("c-other"), subjects.node_fence(OTHER),
+                    subjects.node_releases(OTHER)):
         assert await _refused(agent, f"$JS.API.DIRECT.GET.{stream}.{subject}"), subject
         assert await _refused(agent, f"$JS.API.CONSUMER.CREATE.{stream}.peek.{subject}"), subject
     for body in (b'{"last_by_subj": "%s"}' % subjects.DECISIONS.encode(), b'{"seq": %d}' % seqs["claim"]):

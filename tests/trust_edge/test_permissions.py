@@ -15,7 +15,9 @@ OWNED = {
     "gpu.evt.decision": "allocator",
     "$KV.gpuledger_node_grants.gpu-1": "allocator",
     "gpu.evt.claim.c1": "claim",
-    "gpu.evt.ending.c1": "allocator",  # ClaimEnding (fences a binding): not the claim service
+    "gpu.evt.ending.c1": "allocator",  # ClaimEnding (fenced a binding, sessions 21-24)
+    "gpu.evt.fence.gpu-1.ending": "allocator",  # ClaimEnding (fences the node's bindings)
+    "gpu.evt.fence.gpu-1.release": "claim",  # releases of unbound claims (fence the node's bindings)
     "gpu.evt.intake": "claim",
     "gpu.outcome.claim.c1": "claim",
     "gpu.evt.quota.team-a": "quota",
