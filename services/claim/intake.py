@@ -367,7 +367,9 @@ async def _dead_letter(service, claim_id: str, code: str, message: str, field: s
         detail["system"] = system
     event = ev.ClaimRejected(claim_id=claim_id, code=code,
                              reasons=[Reason(code, message, detail=detail)], at=service.clock())
-    log.info("intake rejected claim %r: %s", claim_id, message)
+    # debug, not info: one line per refused message is a line per message of a flood of bad ones
+    # (the refusal itself is stored, on the dead-letter subject and the claim's own)
+    log.debug("intake rejected claim %r: %s", claim_id, message)
     await service.log.append(subjects.DEAD_LETTER + ".intake", event,
                              msg_id=f"dead-intake-{seq}" if seq else None)
     return event
