@@ -567,5 +567,7 @@ _HANDLERS = {
     ev.EventBatch: _event_batch,
 }
 
+HANDLERS = _HANDLERS  # event type -> its fold (for loops that call the handlers themselves)
+
 __all__ = ["evolve", "fold", "fold_batch", "folds_to_nothing", "apply_decision", "drop_ended_claims", "defer_dropping",
            "shed_ended_claims"]

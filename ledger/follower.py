@@ -29,11 +29,12 @@ import gc
 import logging
 from collections.abc import Callable
 
+from schemas import authority
 from schemas import events as ev
 from schemas import subjects
 
 from ledger.admission import Admission, read_batch
-from ledger.evolve import defer_dropping, drop_ended_claims, evolve, fold_batch, shed_ended_claims
+from ledger.evolve import HANDLERS, defer_dropping, drop_ended_claims, evolve, fold_batch, shed_ended_claims
 from ledger.state import State, defer_index, flush_index
 
 log = logging.getLogger("gpuledger")
@@ -172,7 +173,11 @@ class Follower:
         self.caught_up.set()
 
     def _fold_stored(self, batch) -> None:
-        """A stored range: decoded in one loop, folded with `fold_batch`, then shown to listeners."""
+        """A stored range: decoded in one loop, folded with `fold_batch`, then shown to listeners;
+        with no listener (the allocator's catch-up), read and folded in one loop instead."""
+        if not self.listeners:
+            self._fold_stored_alone(batch)
+            return
         admission = self.admission
         skipped = admission.refused + admission.undecodable
         decoded = read_batch(admission, batch)
@@ -187,6 +192,37 @@ class Follower:
             for (seq, event), (_seq, subject, _data, _headers) in zip(decoded, batch):
                 if event is not None:
                     self._tell(self.listeners, seq, subject, event)
+
+    def _fold_stored_alone(self, batch) -> None:
+        """`_fold_stored` for a follower no listener hears: each message decoded, admitted and
+        folded in one loop, with no list of decoded events in between (`read_batch` + `fold_batch`
+        with the same outcomes: a skipped message still moves the decision fence, a fold that
+        raises is counted and skipped, the position ends at the batch's last sequence)."""
+        state, admission = self.state, self.admission
+        decode, admits, handlers = ev.decode_event, authority.admits, HANDLERS
+        decisions = subjects.DECISIONS
+        for seq, subject, data, _headers in batch:
+            try:
+                event = decode(data)
+            except Exception:  # say which and why, and count it (or read it leniently)
+                event = admission.read(seq, subject, data)
+            else:
+                if not admits(subject, event):
+                    event = admission.admit(seq, subject, event)
+            if event is None:
+                if subject == decisions:
+                    self._skipped_decision(seq)
+                continue
+            handler = handlers.get(type(event))
+            if handler is not None:
+                try:
+                    handler(state, event, seq)
+                except Exception as err:  # logged, counted, skipped: never a stalled service
+                    admission.fold_failed(seq, event, err)
+        if batch and batch[-1][0]:
+            state.last_seq = batch[-1][0]
+        if self._shed_at and len(state.claims) >= self._shed_at:
+            self._shed_at = shed_ended_claims(state) + SHED_SLICE
 
     def _fold_live(self, batch) -> None:
         state, before, after = self.state, self.before_live, self.listeners + self.after_live

@@ -183,13 +183,20 @@ class QuotaSpec(msgspec.Struct, frozen=True, omit_defaults=True):
     fair_sharing_weight: Annotated[float, msgspec.Meta(ge=0, le=1e6)] = 1.0  # Kueue fairSharing.weight
 
 
+# A pool's lists and their entries (session 25: a 100,000-character inventory id and 20,000
+# namespaces were stored as they came); far above any cluster's, small enough for one event.
+PoolItem = Annotated[str, msgspec.Meta(max_length=512)]
+PoolList = Annotated[list[PoolItem], msgspec.Meta(max_length=1024)]
+MAX_DEVICES_PER_NODE = 1024
+
+
 class DeviceSelector(msgspec.Struct, frozen=True, omit_defaults=True):
-    inventory_ids: list[str] = []
-    products: list[str] = []
-    pci_vendors: list[str] = []
-    pci_devices: list[str] = []
+    inventory_ids: PoolList = []
+    products: PoolList = []
+    pci_vendors: PoolList = []
+    pci_devices: PoolList = []
     mig_capable: bool | None = None
-    mig_profiles: list[str] = []
+    mig_profiles: PoolList = []
 
 
 class PoolSpec(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
@@ -201,16 +208,18 @@ class PoolSpec(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_f
     unit: str = "Card"  # Card | MIG
     mig_profile: str = ""
     slices_per_unit: Annotated[int, msgspec.Meta(ge=1, le=64)] = 1
-    max_devices_per_node: int = 0  # 0 = no limit
+    # 0 = no limit; at most MAX_DEVICES_PER_NODE (10^23 was stored as it came, past what the
+    # allocator's snapshot can write)
+    max_devices_per_node: Annotated[int, msgspec.Meta(le=MAX_DEVICES_PER_NODE)] = 0
     strategy: str = "BinPack"  # BinPack | Spread
-    topology_key: str = ""
+    topology_key: PoolItem = ""
     include: DeviceSelector = DeviceSelector()
     exclude: DeviceSelector = DeviceSelector()
-    node_selector: dict[str, str] = {}
-    access_namespaces: list[str] = []  # empty: every namespace
-    access_service_accounts: list[str] = []
-    access_groups: list[str] = []
-    resource: str = ""  # e.g. gpu.deckhouse.io/<name>
+    node_selector: Annotated[dict[str, str], msgspec.Meta(max_length=MAX_ENTRIES)] = {}
+    access_namespaces: PoolList = []  # empty: every namespace
+    access_service_accounts: PoolList = []
+    access_groups: PoolList = []
+    resource: PoolItem = ""  # e.g. gpu.deckhouse.io/<name>
 
 
 class EndpointSpec(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
