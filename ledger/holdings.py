@@ -13,8 +13,7 @@ from typing import Callable
 from schemas.reasons import never_satisfiable_here
 from schemas.types import Grant
 
-from ledger.state import (FREE, Claim, Group, Node, NodeView, State, Unit, reindex_node, reindex_used,
-                          restore_view)
+from ledger.state import FREE, Claim, Node, NodeView, State, Unit, reindex_node, reindex_used, restore_view
 
 _CLAIM_FIELDS = Claim.__slots__ if hasattr(Claim, "__slots__") else ()
 _claim_values = attrgetter(*_CLAIM_FIELDS)
@@ -23,14 +22,14 @@ _claim_values = attrgetter(*_CLAIM_FIELDS)
 class Journal:
     """Undo closures, newest last; `mark()`/`rollback(mark)` nest for gangs and evictions.
 
-    `touched_nodes`: each node changed, with its view and group as they were before its first
-    change and the journal's length then. A rollback that restores the saved values puts such a
+    `touched_nodes`: each node changed, with its view as it was before its first change and
+    the journal's length then. A rollback that restores the saved values puts such a
     node back under that view (`restore_view`) instead of building its view again: since that
     first change everything on it was journaled, so undone it is as it was then."""
 
     def __init__(self) -> None:
         self._undo: list[Callable[[], None]] = []
-        self.touched_nodes: dict[str, tuple[Node, NodeView | None, Group | None, int]] = {}
+        self.touched_nodes: dict[str, tuple[Node, NodeView | None, int]] = {}
 
     def mark(self) -> int:
         return len(self._undo)
@@ -38,12 +37,10 @@ class Journal:
     def push(self, undo: Callable[[], None]) -> None:
         self._undo.append(undo)
 
-    def touch(self, state: State, node: Node) -> None:
-        """Note a node about to change (its view and group now), once."""
+    def touch(self, node: Node) -> None:
+        """Note a node about to change (its view now), once."""
         if node.name not in self.touched_nodes:
-            view = node.view
-            group = state.groups.get(view) if view is not None and state.deferred is None else None
-            self.touched_nodes[node.name] = (node, view, group, len(self._undo))
+            self.touched_nodes[node.name] = (node, node.view, len(self._undo))
 
     def rollback(self, state: State, mark: int = 0, keep_shared: bool = False) -> None:
         """Undo back to `mark`. `keep_shared`: run only the undos of claims and their book
@@ -59,14 +56,14 @@ class Journal:
         while len(undo) > mark:
             undo.pop()()
         touched = self.touched_nodes
-        for name, (node, view, group, at) in list(touched.items()):
+        for name, (node, view, at) in list(touched.items()):
             if at < mark:  # changed before the mark too: as it is now, built again
                 reindex_node(state, node)
                 continue
             if keep_shared:
                 reindex_node(state, node)
             else:
-                restore_view(state, node, view, group)
+                restore_view(state, node, view)
             del touched[name]  # as before its first change: untouched again
 
 
@@ -97,7 +94,7 @@ def save_node(state: State, node: Node, journal: Journal | None) -> None:
         node.cpu_free, node.mem_free, node.lost, node.claims = cpu, mem, lost, claims
 
     undo.shared = True
-    journal.touch(state, node)
+    journal.touch(node)
     journal.push(undo)
 
 
@@ -292,7 +289,7 @@ def _remember(state: State, claim: Claim, node: Node | None, units: list[Unit], 
             restore_claim()
 
     if node is not None:
-        journal.touch(state, node)
+        journal.touch(node)
         node_saved = (node.cpu_free, node.mem_free, node.lost, dict(node.claims))
     units_saved = [(unit, unit.milli_free, dict(unit.holders)) for unit in units]
     restore_usage = _usage_undo(state, claim.spec.namespace)

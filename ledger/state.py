@@ -284,6 +284,10 @@ class State:
     pools: dict[str, PoolSpec] = field(default_factory=dict)
     ignored: dict[str, str] = field(default_factory=dict)  # device UUID -> why an operator ignores it
     groups: dict[NodeView, Group] = field(default_factory=dict)
+    # groups that emptied lately (at most SPARE_GROUPS), by view: a view comes back often (a node
+    # allocated and released, a pass's tentative allocation rolled back), and its group taken
+    # back keeps its room and its view object, by which placement memoises scores
+    spare_groups: dict[NodeView, Group] = field(default_factory=dict)
     # model -> its groups (hashed by identity: a NodeView's nested tuples are slow to hash)
     groups_by_model: dict[str, dict["Group", None]] = field(default_factory=dict)
     # (model, pool, MIG profile) -> free whole units on a node -> groups: whole-unit needs visit
@@ -490,11 +494,10 @@ def reindex_used(state: State, node: Node) -> None:
     _join(state, node, NodeView(old.static, node.cpu_free, node.mem_free, tuple(units)))
 
 
-def restore_view(state: State, node: Node, view: NodeView | None, group: Group | None) -> None:
+def restore_view(state: State, node: Node, view: NodeView | None) -> None:
     """Put a node back under `view`, the view it had when its units, host room and condition
-    were what they are again now (a decision pass's rollback: holdings.Journal), in `group`,
-    the group it was in then, revived if it emptied meanwhile (its room, filed buckets and the
-    memos keyed by its view object are still good). Nothing is built or scored again."""
+    were what they are again now (a decision pass's rollback: holdings.Journal): nothing is
+    built again, and a group of that view that emptied meanwhile is taken back (`_join`)."""
     if state.deferred is not None:
         reindex_node(state, node)
         return
@@ -504,7 +507,7 @@ def restore_view(state: State, node: Node, view: NodeView | None, group: Group |
     if view is None:
         node.view = None
         return
-    _join(state, node, view, group)
+    _join(state, node, view)
 
 
 def defer_index(state: State) -> None:
@@ -557,14 +560,14 @@ def _index(state: State, node: Node) -> None:
                                 tuple(unit_view(u) for u in node.units)))
 
 
-def _join(state: State, node: Node, view: NodeView, spare: Group | None = None) -> None:
+def _join(state: State, node: Node, view: NodeView) -> None:
     """The node, schedulable, under `view`: into the group of that view, made if there is none
-    (`spare`, an emptied group of that very view, is taken back instead of made anew)."""
-    node.view = view
+    (taken back from `State.spare_groups` if one of that view emptied lately)."""
     group = state.groups.get(view)
     if group is None:
-        if spare is not None and not spare.ranks and spare.view == view:
-            group = state.groups[spare.view] = spare
+        group = state.spare_groups.pop(view, None)
+        if group is not None:
+            state.groups[group.view] = group
         else:
             group = state.groups[view] = Group(view)
             group.free, group.share = free_units(view), share_room(view)
@@ -574,6 +577,7 @@ def _join(state: State, node: Node, view: NodeView, spare: Group | None = None) 
             state.groups_by_free.setdefault(key, {}).setdefault(free, {})[group] = None
         for key, share in group.share.items():
             state.groups_by_share.setdefault(key, {}).setdefault(share, {})[group] = None
+    node.view = group.view  # one object per view: the memos keyed by it (placement) hit
     group.add(node.rank, node.name)
     if group.rank0 != group.filed:
         _refile(state, group)
@@ -602,8 +606,15 @@ def _refile(state: State, group: Group) -> None:
     group.filed = new
 
 
+SPARE_GROUPS = 4096  # emptied groups kept for their view's return; all let go when full
+
+
 def _drop_group(state: State, view: NodeView) -> None:
     group = state.groups.pop(view)
+    spare = state.spare_groups
+    if len(spare) >= SPARE_GROUPS:
+        spare.clear()
+    spare[group.view] = group
     for key, free in group.free.items():
         state.groups_by_free.get(key, {}).get(free, {}).pop(group, None)
     for key, share in group.share.items():

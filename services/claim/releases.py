@@ -45,16 +45,18 @@ class ReleaseAppender:
                 pending.append(event)
             else:
                 settled.append(event)
+        # the decisions this fold has read, taken with the statuses above: the appends below run
+        # as tasks, and the fold may read a decision allocating a pending claim before they start
+        decided = self.follower.state.last_decision_seq
         appends = [self._append_together(subjects.node_releases(node), group) for node, group in by_node.items()]
         if settled:
             appends.append(self._append_together(subjects.INTAKE_BATCHES, settled))
         if pending:
-            appends.append(self._append_pending(pending))
+            appends.append(self._append_pending(pending, decided))
         appended = await asyncio.gather(*appends)
         return max(appended, key=lambda a: a.seq)
 
-    async def _append_pending(self, events: list[ev.ClaimReleased]):
-        decided = self.follower.state.last_decision_seq
+    async def _append_pending(self, events: list[ev.ClaimReleased], decided: int):
         try:
             return await self._append_together(subjects.INTAKE_BATCHES, events, expected_last_subject_seq=decided,
                                                expected_subject=subjects.DECISIONS)

@@ -133,11 +133,16 @@ class Binder:
                 await self._report_missing(claim, binding.missing)
                 continue
             ready.append((claim, ClaimBound(at=now, claim_id=claim.claim_id, node=self.node, env=binding.env)))
+        # one message id for every try: a try stored whose acknowledgement was lost (its retry
+        # then refused, the fence having moved) is found by the next try as a duplicate, never
+        # stored twice (JetStream checks the fence first, then the id)
+        ids = "\n".join([str(record_fence), *(event.claim_id for _, event in ready)])
+        msg_id = f"bind.{self.nonce}.{hashlib.sha256(ids.encode()).hexdigest()[:32]}"
         for attempt in range(FENCE_RETRIES + 1):
             if not ready:
                 return
             try:
-                await self._append_bindings([event for _, event in ready], fence)
+                await self._append_bindings([event for _, event in ready], fence, msg_id)
                 break
             except AppendConflict as conflict:
                 self.refusals += 1
@@ -147,6 +152,8 @@ class Binder:
                 moved = await self._moved_since(fence) if attempt < FENCE_RETRIES else None
                 if moved is None:
                     self.stale_fence = record_fence
+                    if attempt:  # a try may have been stored after all: learnt from the log
+                        self.bound_seq = None
                     return
                 fence, gone = moved
                 ready = [(claim, event) for claim, event in ready if claim.claim_id not in gone]
@@ -156,12 +163,10 @@ class Binder:
             self.bound.add(claim.claim_id)
             self._started(claim)
 
-    async def _append_bindings(self, events: list[ClaimBound], fence: int) -> None:
+    async def _append_bindings(self, events: list[ClaimBound], fence: int, msg_id: str) -> None:
         message = events[0] if len(events) == 1 else EventBatch(events=events, at=events[0].at)
-        ids = "\n".join([str(fence), *(event.claim_id for event in events)])
         try:
-            await self.log.append(self.subject, message,
-                                  msg_id=f"bind.{self.nonce}.{hashlib.sha256(ids.encode()).hexdigest()[:32]}",
+            await self.log.append(self.subject, message, msg_id=msg_id,
                                   expected_last_subject_seq=fence, expected_subject=subjects.node_fence(self.node))
         except AppendConflict:
             raise

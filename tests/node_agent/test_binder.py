@@ -249,3 +249,28 @@ async def test_an_empty_record_asks_the_log_nothing_and_the_first_claim_learns_a
     await binder.apply(record(claim("c1", 0), seq=6))
     assert started == ["c1"] and binder.bound_seq is not None
     assert [ids for _, ids in await stored_bindings(log)] == [["c1"]]
+
+
+class StoredThenRefused(InMemoryEventLog):
+    """The first binding is stored, its acknowledgement lost, a release of another claim on the
+    node comes, and the retry is refused on the fence (JetStream checks it before the id)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lost = 1
+
+    async def append(self, subject, event, **kwargs):
+        appended = await super().append(subject, event, **kwargs)
+        if subject == subjects.node_bindings(NODE) and self.lost:
+            self.lost -= 1
+            await super().append(subjects.node_releases(NODE), ClaimReleased(claim_id="other", at=1.0))
+            return await super().append(subject, event, **kwargs)  # the retry: refused
+        return appended
+
+
+async def test_a_binding_stored_whose_retry_is_refused_is_not_stored_again():
+    log = StoredThenRefused()
+    binder, started, _ = binder_on(log)
+    await binder.apply(record(claim("a", 0), claim("b", 1), seq=0))
+    assert [ids for _, ids in await stored_bindings(log)] == [["a", "b"]]  # once
+    assert started == ["a", "b"] and binder.refusals == 1

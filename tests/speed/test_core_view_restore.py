@@ -1,7 +1,7 @@
 """A decision pass's allocations reindex their node reusing the unit entries that did not change
-(`ledger.state.reindex_used`), and its rollback puts each node it touched back under the view and
-group it had before (`restore_view`, reviving a group that emptied meanwhile) instead of building
-them again. Either way the placement index must be exactly the one a rebuild from the units gives:
+(`ledger.state.reindex_used`), its rollback puts each node it touched back under the view it had
+before (`restore_view`) instead of building it again, and a group that empties is kept aside
+(`State.spare_groups`) and taken back when its view returns. Either way the placement index must be exactly the one a rebuild from the units gives:
 checked after every pass of a busy run with gangs that fail half-placed (a rollback to a mark),
 nodes leaving and coming back and devices faulting, with the batch rolled back and folded (the
 default bench) and kept applied (`--kept`, as the allocator runs). Pure, no server."""
@@ -14,6 +14,7 @@ import pytest
 
 import bench.decide as bench_decide
 from ledger.holdings import Journal
+from ledger import state as ledger_state
 from ledger.state import NodeView, free_units, share_room, unit_view
 from tests.speed.test_core_rank_buckets import _check_buckets, _shake
 
@@ -43,6 +44,8 @@ def _check_index(state) -> None:
     for index, filed in ((state.groups_by_free, filed_free), (state.groups_by_share, filed_share)):
         assert {(key, room, id(g)) for key, rooms in index.items() for room, gs in rooms.items() for g in gs} == filed
     assert {id(g) for gs in state.groups_by_model.values() for g in gs} == {id(g) for g in state.groups.values()}
+    for view, group in state.spare_groups.items():  # emptied groups kept aside, none live
+        assert not group.ranks and group.filed == -1 and group.view == view and view not in state.groups
     _check_buckets(state)
 
 
@@ -57,6 +60,21 @@ def test_the_index_after_each_pass_is_the_rebuilt_one(monkeypatch, kept):
         rollback(self, state, mark, keep_shared)
 
     monkeypatch.setattr(Journal, "rollback", counted)
+    made = joined = 0
+    join, group_init = ledger_state._join, ledger_state.Group.__init__
+
+    def counted_join(*args):
+        nonlocal joined
+        joined += 1
+        join(*args)
+
+    def counted_group(self, view):
+        nonlocal made
+        made += 1
+        group_init(self, view)
+
+    monkeypatch.setattr(ledger_state, "_join", counted_join)
+    monkeypatch.setattr(ledger_state.Group, "__init__", counted_group)
     rng = random.Random(11)
     bench = bench_decide.Bench(40, "gpuledger", seed=4, kept=kept)
     for step in range(150):
@@ -69,5 +87,7 @@ def test_the_index_after_each_pass_is_the_rebuilt_one(monkeypatch, kept):
             _shake(bench, rng)
         _check_index(bench.state)
     assert len(bench.state.holding) > 20  # the fleet was busy, not empty
+    # a rolled-back allocation puts its node back in the group it left, taken back if emptied
+    assert kept or made < 0.5 * joined
     assert any(marks)  # gangs placed in part, then taken back to a mark inside the pass
     assert kept or marks.count(0) > 50  # whole passes rolled back
