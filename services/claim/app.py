@@ -249,7 +249,8 @@ class ClaimService:
         # Reports closer together than ACTIVITY_EVERY_S say nothing more for staleness (minutes):
         # answered, not appended, so a workload reporting in a loop does not grow the log with it
         if now - claim.last_activity >= ACTIVITY_EVERY_S:
-            await self.log.append(subjects.claim(claim_id), ev.ClaimActivity(claim_id=claim_id, at=now))
+            appended = await self.log.append(subjects.claim(claim_id), ev.ClaimActivity(claim_id=claim_id, at=now))
+            await self.follower.wait_for_seq(appended.seq)  # the next report sees it (as renew does)
         return {"claim_id": claim_id}
 
     # --- queries -------------------------------------------------------------------------------
