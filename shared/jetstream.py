@@ -17,6 +17,7 @@ from nats.js.errors import APIError, NoStreamResponseError, NotFoundError, Servi
 from schemas import subjects
 from schemas.events import Event, decode_event, encode_event
 from shared.natscluster import connect_args
+from shared import jsreply
 from shared.fastread import RangeReadError, open_range_reader
 from shared.paced import PacedTail
 from shared.retry import TRANSIENT as TRANSIENT_ERRORS, quiet_error, until_done
@@ -296,7 +297,7 @@ class JetStreamEventLog:
                             except Exception as err:  # as every fold does: skipped, never a stall
                                 log.warning("skipping an undecodable message on %s: %s", subject, err)
                                 continue
-                            yield StoredEvent(msg.metadata.sequence.stream, msg.subject, event,
+                            yield StoredEvent(jsreply.stream_seq(msg), msg.subject, event,
                                               dict(msg.headers or {}))
                 finally:
                     await sub.unsubscribe()
@@ -391,8 +392,7 @@ class JetStreamEventLog:
                     continue
                 batch, done = [], False
                 for msg in msgs:
-                    meta = msg.metadata
-                    seq = meta.sequence.stream
+                    seq, left = jsreply.seq_and_pending(msg)
                     if seq <= last[0]:  # the old consumer and the new one overlap after a resubscribe
                         continue
                     if stop_at is not None and seq > stop_at:
@@ -400,7 +400,7 @@ class JetStreamEventLog:
                         break
                     batch.append((seq, msg.subject, msg.data, dict(msg.headers or {})))
                     last[0] = seq
-                    if stop_at is not None and (seq >= stop_at or meta.num_pending == 0):
+                    if stop_at is not None and (seq >= stop_at or left == 0):
                         done = True
                         break
                 if batch:

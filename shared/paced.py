@@ -21,6 +21,7 @@ import logging
 
 from nats.js import api
 
+from shared import jsreply
 from shared.retry import Backoff, TRANSIENT
 
 log = logging.getLogger("gpuledger")
@@ -126,7 +127,7 @@ class PacedTail:
             return
         if msg.subject == self.inbox:  # neither a message nor a status: not ours to read
             return
-        seq = msg.metadata.sequence.stream
+        seq = jsreply.stream_seq(msg)
         self._got.append((seq, msg.subject, msg.data, dict(msg.headers or {})))
         if len(self._got) >= self._want:
             self._ended.set()

@@ -27,6 +27,7 @@ from schemas.seed import CLAIM_WIRE, SeedClaimSpec, convert_seed, from_seed_clai
 from schemas.strict_json import check_no_duplicate_keys
 from schemas.types import ClaimSpec, Reason
 from schemas.wording import in_words, whole_payload_words
+from shared import jsreply
 from shared.commands import DomainError, field_of, name_the_key
 from shared.retry import TRANSIENT, Backoff
 from shared.telemetry import tracer
@@ -160,14 +161,14 @@ def _system(msg) -> str:
 
 def _deliveries(msg) -> int:
     try:
-        return msg.metadata.num_delivered or 1
+        return jsreply.delivered(msg) or 1
     except Exception:  # not from JetStream (tests)
         return 1
 
 
 def _stream_seq(msg) -> int:
     try:
-        return msg.metadata.sequence.stream
+        return jsreply.stream_seq(msg)
     except Exception:  # a message not from JetStream (tests): no sequence to key a dead letter on
         return 0
 
@@ -366,7 +367,9 @@ async def _dead_letter(service, claim_id: str, code: str, message: str, field: s
         detail["system"] = system
     event = ev.ClaimRejected(claim_id=claim_id, code=code,
                              reasons=[Reason(code, message, detail=detail)], at=service.clock())
-    log.info("intake rejected claim %r: %s", claim_id, message)
+    # debug, not info: one line per refused message is a line per message of a flood of bad ones
+    # (the refusal itself is stored, on the dead-letter subject and the claim's own)
+    log.debug("intake rejected claim %r: %s", claim_id, message)
     await service.log.append(subjects.DEAD_LETTER + ".intake", event,
                              msg_id=f"dead-intake-{seq}" if seq else None)
     return event

@@ -9,7 +9,8 @@ waiting for each ack (a bounded window of outstanding acks; a failed one is writ
 A claim's `pending` outcome is held back until the claim has been known for PENDING_AFTER_S: most
 claims are allocated (or refused) sooner, and their first outcome is then that one. Nobody waits
 for `pending` (a publisher waits for `allocated`, `bound` or `final`), and "no outcome yet" already
-means the same to a reader; a claim that waits longer shows `pending`, with its reasons, as before.
+means the same to a reader; a claim that waits longer shows `pending`, with its reasons, and then
+their changes at most once per PENDING_AFTER_S.
 
 Restarts: a checkpoint (`gpu.outcome.checkpoint`, the ledger sequence up to which every outcome
 is stored) lets a restarted service fold the log silently up to it; it then writes the outcomes
@@ -31,7 +32,7 @@ from nats.js.errors import NotFoundError
 from schemas import events as ev
 from schemas import subjects
 from schemas.outcomes import encode_outcome
-from services.claim.ack_window import AckWindow
+from services.claim.ack_window import AckWindow, Flight
 from services.claim.outcome_view import outcome_of, rejected_outcome
 
 log = logging.getLogger("gpuledger.claim.outcomes")
@@ -146,8 +147,9 @@ class OutcomeWriter:
                 pass
 
     def _release_held(self) -> None:
-        """Held pending outcomes now due go out with the next flush (held in the order first noted,
-        so the due ones are at the front)."""
+        """Held pending outcomes now due go out with the next flush. Held in about the order they
+        are due (in the order held: one may wait a little past its time behind another), so only
+        the front is looked at."""
         now = self.clock()
         while self.held:
             claim_id, due = next(iter(self.held.items()))
@@ -176,17 +178,17 @@ class OutcomeWriter:
         through = self.service.state.last_seq  # every change up to here is noted
         messages = self._build(self.dirty)  # built before any await: one consistent state
         self.dirty = {}
-        sent, failed = [], 0
-        for claim_id, subject, data, seq, at in messages:
+        flight, failed, error = Flight(), 0, None
+        for index, (claim_id, subject, data, seq, at) in enumerate(messages):
             try:
-                ack = await self.window.publish(subject, data)
+                await self.window.publish(flight, index, subject, data)
             except Exception as err:  # not connected now: write it again later
-                log.warning("outcome of %s not sent (%s): will retry", claim_id, err)
                 self._retry(claim_id, seq, at)
-                failed += 1
-                continue
-            sent.append((claim_id, seq, at, ack))
-        self.flushes.append((through, asyncio.ensure_future(self._settle(sent))))
+                failed, error = failed + 1, error or (claim_id, err)
+        if error is not None:  # one line a flush, not one per outcome (an outage fails them all)
+            log.warning("%d outcomes not sent (first: %s, %s): will retry", failed, *error)
+        AckWindow.seal(flight)
+        self.flushes.append((through, asyncio.ensure_future(self._settle(messages, flight))))
         return failed
 
     def _build(self, dirty: dict[str, None]) -> list[tuple[str, str, bytes, int, float]]:
@@ -200,14 +202,19 @@ class OutcomeWriter:
                 continue
             claim = state.claims.get(claim_id)
             if claim is not None:
+                if claim.status == "pending":
+                    # not yet (and not built: the outcome is the writer's largest cost): it may be
+                    # allocated first. Due pending_after_s after the claim was first noted, or after
+                    # its last pending outcome (its reasons change at most that often: under load
+                    # the allocator's next pass often allocates it meanwhile)
+                    due = max(track[_SINCE], track[_WRITTEN]) + self.pending_after_s
+                    if now < due:
+                        self.held.setdefault(claim_id, due)
+                        continue
                 outcome = outcome_of(state, claim, track[_SEQ], track[_AT], self.service.owner(claim_id))
             elif claim_id in rejected:
                 outcome = rejected_outcome(rejected[claim_id], track[_SEQ])
             else:
-                continue
-            if outcome.status == "pending" and now - track[_SINCE] < self.pending_after_s:
-                # not yet: it may be allocated first (kept in the order first noted)
-                self.held.setdefault(claim_id, track[_SINCE] + self.pending_after_s)
                 continue
             self.held.pop(claim_id, None)
             data = encode_outcome(outcome)
@@ -231,13 +238,14 @@ class OutcomeWriter:
         self.dirty[claim_id] = None
         self.wake.set()
 
-    async def _settle(self, sent) -> None:
+    async def _settle(self, messages: list, flight: Flight) -> None:
         """Wait for a flush's acks (one wait for all of them, bounded), retry what failed."""
-        if sent:
-            acks = [ack for *_, ack in sent]
-            _, late = await asyncio.wait(acks, timeout=self.ack_timeout_s)
-            self.window.abandon(late)
-        failed = [(claim_id, seq, at) for claim_id, seq, at, ack in sent if not ack.result()]
+        if not flight.done.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(flight.done), self.ack_timeout_s)
+            except asyncio.TimeoutError:
+                self.window.abandon(flight)
+        failed = [(messages[i][0], messages[i][3], messages[i][4]) for i in sorted(flight.failed)]
         if failed:  # not at once: the stream may be gone for a while (this flush stays unsettled)
             log.warning("%d outcomes not stored (first: %s): will retry", len(failed), failed[0][0])
             await asyncio.sleep(self.retry_after_s)

@@ -62,7 +62,8 @@ async def test_a_claim_still_pending_after_the_hold_is_written_with_its_reasons(
         await service.follower.wait_for_seq(waiting.seq)
         await _until(lambda: "ph-2" in writer.held and not writer.dirty)
         await asyncio.sleep(0.2)  # a flush or two later: still nothing written
-        assert seen == [] and writer.safe_checkpoint() < submitted.seq
+        # the checkpoint stays below its latest change: a restart writes its outcome
+        assert seen == [] and writer.safe_checkpoint() < waiting.seq
         now[0] += HOLD_S  # the hold has passed
         writer.wake.set()
         await _until(lambda: len(seen) == 1)
@@ -88,3 +89,32 @@ def _allocation(claim_id: str, at: float) -> ev.DecisionBatch:
     grant = Grant(node="n1", uuid="n1-gpu0", index=0, memory_mib=1024)
     return ev.DecisionBatch(decisions=[ev.ClaimAllocated(
         claim_id=claim_id, namespace="team-a", node="n1", grants=[grant], at=at)], at=at)
+
+
+async def test_a_pending_claims_reasons_are_written_at_most_once_per_hold(fresh_nats):
+    async with running(fresh_nats.url, "claim") as contexts:
+        writer, service = contexts[0].claim_outcomes, contexts[0].claims
+        now = [0.0]
+        writer.pending_after_s, writer.clock = HOLD_S, lambda: now[0]
+        nc = await nats.connect(fresh_nats.url)
+        seen = await _collect(nc, "ph-3")
+        log = JetStreamEventLog(nc)
+        submitted = await log.append(subjects.claim("ph-3"), claim("ph-3", at=1.0))
+        await service.follower.wait_for_seq(submitted.seq)
+        await _until(lambda: "ph-3" in writer.held)
+        now[0] += HOLD_S
+        writer.wake.set()
+        await _until(lambda: len(seen) == 1)  # pending, no reasons yet
+        assert seen[0].status == "pending" and seen[0].reasons == []
+        why = [Reason("no-room", "no node has 1 free GPU", count=3)]
+        waiting = await log.append(subjects.DECISIONS, ev.DecisionBatch(
+            decisions=[ev.ClaimPending(claim_id="ph-3", reasons=why, at=2.0)], at=2.0))
+        await service.follower.wait_for_seq(waiting.seq)
+        await _until(lambda: "ph-3" in writer.held and not writer.dirty)
+        await asyncio.sleep(0.2)
+        assert len(seen) == 1  # within a hold of the last pending outcome: not yet
+        now[0] += HOLD_S
+        writer.wake.set()
+        await _until(lambda: len(seen) == 2)
+        assert seen[1].status == "pending" and [r.code for r in seen[1].reasons] == ["no-room"]
+        await nc.close()
