@@ -115,6 +115,8 @@ def explain(claim_id: str = ClaimId, as_json: bool = AsJson, url: Optional[str] 
         print_json(data)
         return
     _show(data, False)
+    if data.get("hint"):
+        typer.echo(f"  note: {data['hint']}")
     for line in data.get("placement", []):
         typer.echo(f"  placed: {line}")
     for step in data.get("timeline", []):

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
+from schemas.outcomes import STATUSES
 from schemas.types import ClaimSpec, EndpointSpec, PoolSpec, Text
 
 
@@ -45,7 +46,8 @@ class ListClaims(Command):
     fewer than `limit` claims to do so)."""
 
     namespace: str = ""
-    status: str = ""
+    # one of the statuses, or "" for all (a misspelt one answered an empty list, as if none had it)
+    status: Literal[("", *STATUSES)] = ""
     limit: Annotated[int, msgspec.Meta(ge=1, le=100000)] = 1000
     cursor: Annotated[str, msgspec.Meta(max_length=128, pattern=r"^([A-Za-z0-9][A-Za-z0-9._:-]*)?$")] = ""
 

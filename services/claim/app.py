@@ -11,6 +11,7 @@ from schemas import commands as cmd
 from schemas import events as ev
 from schemas import subjects
 from schemas import systems as sysmod
+from schemas.outcomes import FINAL
 from schemas.seed import CLAIM_WIRE
 from schemas.types import ClaimSpec
 from shared.commands import DomainError, batched_command, command
@@ -30,6 +31,7 @@ from services.claim.validation import ClaimInvalid, validate_claim
 from services.claim.views import claim_view, explain_view
 
 log = logging.getLogger("gpuledger.claim")
+ACTIVITY_EVERY_S = 1.0  # activity reports closer together than this are answered, not appended
 SETTLED = ("allocated", "bound", "rejected", "released", "evicted", "expired", "lost")
 
 
@@ -238,9 +240,17 @@ class ClaimService:
 
     async def activity(self, claim_id: str, system: str = "") -> dict:
         await self.catch_up_to(claim_id)
-        self._claim(claim_id)
+        claim = self._claim(claim_id)
         self.check_owner(claim_id, system, "report activity for")
-        await self.log.append(subjects.claim(claim_id), ev.ClaimActivity(claim_id=claim_id, at=self.clock()))
+        if claim.status in FINAL:  # as a renewal: the log is forever, an ended claim has no activity
+            raise DomainError("conflict", f"claim {claim_id} is {claim.status}: activity is reported "
+                                          "only for a live claim", "claim_id")
+        now = self.clock()
+        # Reports closer together than ACTIVITY_EVERY_S say nothing more for staleness (minutes):
+        # answered, not appended, so a workload reporting in a loop does not grow the log with it
+        if now - claim.last_activity >= ACTIVITY_EVERY_S:
+            appended = await self.log.append(subjects.claim(claim_id), ev.ClaimActivity(claim_id=claim_id, at=now))
+            await self.follower.wait_for_seq(appended.seq)  # the next report sees it (as renew does)
         return {"claim_id": claim_id}
 
     # --- queries -------------------------------------------------------------------------------

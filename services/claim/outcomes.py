@@ -202,19 +202,20 @@ class OutcomeWriter:
                 continue
             claim = state.claims.get(claim_id)
             if claim is not None:
+                if claim.status == "pending":
+                    # not yet (and not built: the outcome is the writer's largest cost): it may be
+                    # allocated first. Due pending_after_s after the claim was first noted, or after
+                    # its last pending outcome (its reasons change at most that often: under load
+                    # the allocator's next pass often allocates it meanwhile)
+                    due = max(track[_SINCE], track[_WRITTEN]) + self.pending_after_s
+                    if now < due:
+                        self.held.setdefault(claim_id, due)
+                        continue
                 outcome = outcome_of(state, claim, track[_SEQ], track[_AT], self.service.owner(claim_id))
             elif claim_id in rejected:
                 outcome = rejected_outcome(rejected[claim_id], track[_SEQ])
             else:
                 continue
-            if outcome.status == "pending":
-                # not yet: it may be allocated first. Due pending_after_s after the claim was
-                # first noted, or after its last pending outcome (its reasons change at most that
-                # often: under load the allocator's next pass often allocates it meanwhile)
-                due = max(track[_SINCE], track[_WRITTEN]) + self.pending_after_s
-                if now < due:
-                    self.held.setdefault(claim_id, due)
-                    continue
             self.held.pop(claim_id, None)
             data = encode_outcome(outcome)
             # what a reader sees, without seq and at (the last two fields)

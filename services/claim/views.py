@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from schemas.catalogue import expand_groups, models_in_group
 from schemas.reasons import never_satisfiable_here
 from schemas.types import Grant
 
@@ -69,11 +70,35 @@ def explain_view(claim: Claim, units: Mapping[str, Unit] | None = None) -> dict[
     the old preformatted lines (epoch seconds) for existing readers; `timeline` has the times as
     numbers for clients to show in local time."""
     view = claim_view(claim, units)
+    hint = pool_hint(claim, units or {})
+    if hint:
+        view["hint"] = hint
     view["history"] = list(claim.history)
     view["timeline"] = [{"at": at, "event": text} for at, text in claim.timeline]
     if claim.placement:
         view["placement"] = claim.placement
     return view
+
+
+def pool_hint(claim: Claim, units: Mapping[str, Unit]) -> str:
+    """For a waiting claim that names no pool while devices of its kind sit in GPU pools: where
+    they are. Its reasons ("5 nodes have no H100 devices") count only what it may use, and a pool's
+    devices go only to claims that name the pool, so without this it reads as if the fleet had none."""
+    spec = claim.spec
+    if claim.status != "pending" or spec.pool or spec.gpus == 0:
+        return ""
+    if not any(r.code in ("no-such-gpu", "no-free-gpu") for r in claim.reasons):
+        return ""
+    models = set(spec.models or (m for g in expand_groups(spec.gpu_groups) for m in models_in_group(g)))
+    pooled: dict[str, int] = {}
+    for unit in units.values():
+        if unit.pool and (not models or unit.model in models) and bool(unit.mig_profile) == bool(spec.mig_profile):
+            pooled[unit.pool] = pooled.get(unit.pool, 0) + 1
+    if not pooled:
+        return ""
+    where = ", ".join(f"{count} in pool {name}" for name, count in sorted(pooled.items()))
+    return (f"devices of this kind are in GPU pools ({where}), which give them only to claims that "
+            "name the pool: set `pool` (and the pool's access) to use them")
 
 
 def shape_label(claim: Claim) -> str:
