@@ -35,6 +35,7 @@ from simulator.live_tracker import Tracker
 from simulator.trace import Trace
 
 RELEASE = subjects.command("claim.release")
+NODE_FENCES = subjects.node_releases("x")[: -len("x.release")]  # gpu.evt.fence.
 SUMMARY = subjects.query("cluster.summary")
 
 
@@ -205,8 +206,10 @@ class LiveRun:
     # --- following the log -----------------------------------------------------------------------
 
     def _wanted(self, subject: str) -> bool:
+        # a node's release subject too: a claim allocated and not bound is released there
         return (subject in (subjects.DECISIONS, subjects.INTAKE_BATCHES, self.fleet.subject)
-                or subject.startswith(self.claim_subjects))
+                or subject.startswith(self.claim_subjects)
+                or (subject.startswith(NODE_FENCES) and subject.endswith(".release")))
 
     async def _follow(self, start_seq: int) -> None:
         async for batch in self.log.follow_raw(start_seq):
