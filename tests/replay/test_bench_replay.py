@@ -13,7 +13,8 @@ def test_a_small_replay_checks_out_and_reports_its_figures(fresh_nats):
     assert figures["digest_checked"] is True
     assert figures["events"] >= 3000 and figures["messages"] < figures["events"]
     for key in ("events_per_s", "seconds", "snapshot_restart_seconds", "read_only_messages_per_s",
-                "fold_only_events_per_s", "snapshot_bytes", "before_read_only_natspy_seconds"):
+                "fold_only_events_per_s", "snapshot_bytes", "before_read_only_natspy_seconds",
+                "catch_up_without_read_seconds"):
         assert key in figures
 
 
