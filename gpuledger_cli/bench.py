@@ -17,8 +17,8 @@ def _emit(result: dict, as_json: bool) -> None:
 
 
 @bench_app.command("decide")
-def decide(nodes: int = typer.Option(1000, "--nodes", help="nodes in the synthetic fleet"),
-           steps: int = typer.Option(2000, "--steps", help="measured decision passes"),
+def decide(nodes: int = typer.Option(1000, "--nodes", min=1, help="nodes in the synthetic fleet"),
+           steps: int = typer.Option(2000, "--steps", min=1, help="measured decision passes"),
            policy: str = typer.Option("", "--policy", help="placement policy (default: the allocator's)"),
            seed: int = typer.Option(1, "--seed", help="seed of the fleet and the claim mix"),
            digest: bool = typer.Option(False, "--digest", help="also print a SHA-256 of every decision "
@@ -36,8 +36,8 @@ def decide(nodes: int = typer.Option(1000, "--nodes", help="nodes in the synthet
 
 
 @bench_app.command("replay")
-def replay(events: int = typer.Option(1_000_000, "--events", help="events in the synthetic log"),
-           nodes: int = typer.Option(1000, "--nodes", help="nodes in the synthetic fleet"),
+def replay(events: int = typer.Option(1_000_000, "--events", min=1, help="events in the synthetic log"),
+           nodes: int = typer.Option(1000, "--nodes", min=1, help="nodes in the synthetic fleet"),
            nats_url: str = typer.Option("", "--nats-url", help="use this server (default: an embedded one "
                                         "in a temporary folder)"),
            single: bool = typer.Option(False, "--single-event-messages",

@@ -10,6 +10,7 @@ import typer
 from gpuledger_cli.client import (NatsUrl, ask, die, local_time, nats_url, open_requester, print_json,
                                   request, run)
 from schemas import subjects
+from schemas.types import MAX_PRIORITY
 
 claim_app = typer.Typer(help="Submit and manage GPU claims.", no_args_is_help=True)
 
@@ -27,32 +28,32 @@ def _kv(pairs: list[str], option: str) -> dict[str, str]:
 @claim_app.command("submit")
 def submit(
     namespace: str = typer.Option(..., "--namespace", "-n", help="namespace the claim is charged to"),
-    gpus: int = typer.Option(1, help="whole GPUs (1 with --gpu-milli for a share; 0 = CPU only or "
+    gpus: int = typer.Option(1, min=0, help="whole GPUs (1 with --gpu-milli for a share; 0 = CPU only or "
                                      "tensor-parallel)"),
     model: list[str] = typer.Option([], "--model", help="allowed GPU model, e.g. H100 (repeat, in order)"),
     group: list[str] = typer.Option([], "--group", help="GpuGroup in preference order, e.g. HOPPER_141 "
                                                         "(repeat), or 'any'"),
-    gpu_milli: int = typer.Option(1000, help="share of one GPU in thousandths (time-sliced)"),
-    gpu_memory: float = typer.Option(0.0, "--gpu-memory", help="GiB of memory on each GPU (a fraction by memory)"),
-    tflops: float = typer.Option(0.0, "--tflops", help="TFLOPS on each GPU (a share that provides them; "
+    gpu_milli: int = typer.Option(1000, min=1, max=1000, help="share of one GPU in thousandths (time-sliced)"),
+    gpu_memory: float = typer.Option(0.0, "--gpu-memory", min=0, help="GiB of memory on each GPU (a fraction by memory)"),
+    tflops: float = typer.Option(0.0, "--tflops", min=0, help="TFLOPS on each GPU (a share that provides them; "
                                                         "with --gpu-memory the larger share)"),
-    limit_tflops: float = typer.Option(0.0, "--limit-tflops", help="TFLOPS limit of the claim (quota limits)"),
-    limit_vram: float = typer.Option(0.0, "--limit-vram", help="GiB VRAM limit of the claim (quota limits)"),
-    model_memory: float = typer.Option(0.0, "--model-memory", help="GiB a model needs; the allocator picks "
+    limit_tflops: float = typer.Option(0.0, "--limit-tflops", min=0, help="TFLOPS limit of the claim (quota limits)"),
+    limit_vram: float = typer.Option(0.0, "--limit-vram", min=0, help="GiB VRAM limit of the claim (quota limits)"),
+    model_memory: float = typer.Option(0.0, "--model-memory", min=0, help="GiB a model needs; the allocator picks "
                                                                     "1, 2, 4 or 8 GPUs (tensor parallel)"),
     mig: str = typer.Option("", "--mig", help="MIG profile, e.g. 3g.40gb"),
     cuda: list[str] = typer.Option([], "--cuda", help="allowed CUDA version, e.g. 12.4 (repeat)"),
     pool: str = typer.Option("", help="GPU pool"),
     selector: list[str] = typer.Option([], "--selector", help="node selector KEY=VALUE (repeat)"),
-    priority: int = typer.Option(0, help="higher goes first and may preempt lower"),
+    priority: int = typer.Option(0, min=-MAX_PRIORITY, max=MAX_PRIORITY, help="higher goes first and may preempt lower"),
     gang: str = typer.Option("", "--gang", help="gang id: members are placed all-or-nothing"),
-    gang_size: int = typer.Option(0, "--gang-size", help="members the gang needs"),
-    lease: float = typer.Option(0.0, "--lease", help="seconds; the claim expires unless renewed"),
-    cpu_milli: int = typer.Option(0, "--cpu-milli", help="host CPU the workload needs, in millicores"),
-    memory_mib: int = typer.Option(0, "--memory-mib", help="host memory the workload needs, in MiB"),
+    gang_size: int = typer.Option(0, "--gang-size", min=0, help="members the gang needs"),
+    lease: float = typer.Option(0.0, "--lease", min=0, help="seconds; the claim expires unless renewed"),
+    cpu_milli: int = typer.Option(0, "--cpu-milli", min=0, help="host CPU the workload needs, in millicores"),
+    memory_mib: int = typer.Option(0, "--memory-mib", min=0, help="host memory the workload needs, in MiB"),
     claim_id: Optional[str] = typer.Option(None, "--id", help="claim id (default: a new uuid); "
                                                               "resubmitting an id is idempotent"),
-    wait: float = typer.Option(0.0, "--wait", help="seconds to wait for the decision"),
+    wait: float = typer.Option(0.0, "--wait", min=0, help="seconds to wait for the decision"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
     url: Optional[str] = NatsUrl,
 ) -> None:

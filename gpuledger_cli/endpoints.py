@@ -13,7 +13,7 @@ from schemas import subjects
 from schemas.commands import (CreateEndpoint, DeleteEndpoint, GetEndpoint, ListEndpoints, ReportEndpointLoad,
                               UpdateEndpoint)
 from schemas.seed import is_seed_endpoint
-from schemas.types import EndpointSpec
+from schemas.types import MAX_PRIORITY, EndpointSpec
 
 SERVICE = "claim"
 endpoint_app, register = command_group("endpoint", "Serverless endpoints: workers are claims the "
@@ -30,14 +30,14 @@ def create(
     gpus: str = typer.Option("any", "--gpus", help="GPU groups in priority order, e.g. "
                              "HOPPER_141,ADA_80_PRO; 'any' for every group."),
     cuda: str = typer.Option("", "--cuda", help="Allowed CUDA versions, e.g. 12.4,12.8."),
-    gpus_per_worker: int = typer.Option(1, "--gpus-per-worker", help="GPUs each worker claims"),
-    workers_min: int = typer.Option(0, "--workers-min", help="workers kept even when idle"),
-    workers_max: int = typer.Option(3, "--workers-max", help="most workers the autoscaler adds"),
+    gpus_per_worker: int = typer.Option(1, "--gpus-per-worker", min=1, help="GPUs each worker claims"),
+    workers_min: int = typer.Option(0, "--workers-min", min=0, help="workers kept even when idle"),
+    workers_max: int = typer.Option(3, "--workers-max", min=0, help="most workers the autoscaler adds"),
     scaler: str = typer.Option("QUEUE_DELAY", "--scaler", help="QUEUE_DELAY or REQUEST_COUNT."),
-    scaler_value: int = typer.Option(4, "--scaler-value", help="Seconds of queue delay, or requests "
+    scaler_value: int = typer.Option(4, "--scaler-value", min=0, help="Seconds of queue delay, or requests "
                                      "per minute per worker."),
-    idle_timeout: float = typer.Option(5.0, "--idle-timeout", help="Seconds a worker may idle."),
-    priority: int = typer.Option(0, "--priority", help="priority of its worker claims"),
+    idle_timeout: float = typer.Option(5.0, "--idle-timeout", min=0, help="Seconds a worker may idle."),
+    priority: int = typer.Option(0, "--priority", min=-MAX_PRIORITY, max=MAX_PRIORITY, help="priority of its worker claims"),
     image: str = typer.Option("", "--image", help="Container image the workers run (imageName)."),
     live: bool = typer.Option(False, "--live", help="A live endpoint: its workers run the operator's "
                               "locked image (GPULEDGER_LIVE_IMAGE), which no create or update can change."),
@@ -75,11 +75,11 @@ def update(
     file: Optional[Path] = typer.Option(None, "-f", "--file", help="The endpoint's new spec as JSON or YAML "
                                         "('-': stdin), in either spelling."),
     image: Optional[str] = typer.Option(None, "--image", help="New image (refused for a live endpoint)."),
-    workers_min: Optional[int] = typer.Option(None, "--workers-min", help="New workers_min."),
-    workers_max: Optional[int] = typer.Option(None, "--workers-max", help="New workers_max."),
+    workers_min: Optional[int] = typer.Option(None, "--workers-min", min=0, help="New workers_min."),
+    workers_max: Optional[int] = typer.Option(None, "--workers-max", min=0, help="New workers_max."),
     scaler: Optional[str] = typer.Option(None, "--scaler", help="New scaler: QUEUE_DELAY or REQUEST_COUNT."),
-    scaler_value: Optional[int] = typer.Option(None, "--scaler-value", help="New scaler value."),
-    idle_timeout: Optional[float] = typer.Option(None, "--idle-timeout", help="New idle timeout (s)."),
+    scaler_value: Optional[int] = typer.Option(None, "--scaler-value", min=0, help="New scaler value."),
+    idle_timeout: Optional[float] = typer.Option(None, "--idle-timeout", min=0, help="New idle timeout (s)."),
     as_json: bool = JSON,
     nats_url: str = nats_url_option(),
 ) -> None:
@@ -112,9 +112,9 @@ def delete(name: str = typer.Argument(..., help="the endpoint's name"), as_json:
 
 @endpoint_app.command("load")
 def load(name: str = typer.Argument(..., help="the endpoint's name"),
-         queued: int = typer.Option(..., "--queued", help="requests waiting now"),
-         oldest_wait: float = typer.Option(0.0, "--oldest-wait", help="Seconds the oldest request waited."),
-         rpm: float = typer.Option(0.0, "--rpm", help="Requests per minute."),
+         queued: int = typer.Option(..., "--queued", min=0, help="requests waiting now"),
+         oldest_wait: float = typer.Option(0.0, "--oldest-wait", min=0, help="Seconds the oldest request waited."),
+         rpm: float = typer.Option(0.0, "--rpm", min=0, help="Requests per minute."),
          as_json: bool = JSON, nats_url: str = nats_url_option()) -> None:
     """Report the endpoint's queue (what the front end does); the autoscaler acts on it."""
     command = ReportEndpointLoad(name=name, queued=queued, oldest_wait_s=oldest_wait, requests_per_min=rpm)

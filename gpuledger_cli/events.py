@@ -74,8 +74,8 @@ async def _tail(url: str, from_seq: Optional[int], last: int, subject: Optional[
 
 
 @events_app.command("replay")
-def replay(from_seq: int = typer.Option(1, "--from-seq", help="first sequence to print"),
-           until_seq: Optional[int] = typer.Option(None, "--until-seq", help="last sequence to print"),
+def replay(from_seq: int = typer.Option(1, "--from-seq", min=1, help="first sequence to print"),
+           until_seq: Optional[int] = typer.Option(None, "--until-seq", min=1, help="last sequence to print"),
            subject: Optional[str] = typer.Option(None, "--subject", help=f"filter, e.g. gpu.evt.claim.> "
                                                  f"or {subjects.DECISIONS}"),
            as_json: bool = typer.Option(False, "--json", help="one JSON object per line"),
@@ -85,9 +85,9 @@ def replay(from_seq: int = typer.Option(1, "--from-seq", help="first sequence to
 
 
 @events_app.command("tail")
-def tail(from_seq: Optional[int] = typer.Option(None, "--from-seq", help="start at this sequence "
+def tail(from_seq: Optional[int] = typer.Option(None, "--from-seq", min=1, help="start at this sequence "
                                                "instead of the last few events"),
-         last: int = typer.Option(10, "--last", help="events before now to show first"),
+         last: int = typer.Option(10, "--last", min=0, help="events before now to show first"),
          subject: Optional[str] = typer.Option(None, "--subject", help="filter, e.g. gpu.evt.claim.>"),
          as_json: bool = typer.Option(False, "--json", help="one JSON object per line"),
          url: Optional[str] = NatsUrl) -> None:

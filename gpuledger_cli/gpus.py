@@ -20,7 +20,7 @@ def register(app: typer.Typer) -> None:
 
 
 def gpus(
-    budget: Optional[float] = typer.Option(None, "--budget", help="Most to spend per hour (USD) on --count "
+    budget: Optional[float] = typer.Option(None, "--budget", min=0, help="Most to spend per hour (USD) on --count "
                                            "GPUs of one type: only types within it, cheapest first."),
     count: int = typer.Option(1, "--count", min=1, max=64, help="GPUs on one node the budget is for."),
     model_size: str = typer.Option("", "--model-size", help="A model to serve: parameters (70B, 7.5b) or "

@@ -46,7 +46,7 @@ def config(data_dir: Path = DataDir,
                                             "`system-NAME` (NAME:NS[,NS...], repeat per system; "
                                             "default: GPULEDGER_SYSTEMS); the claim service must be "
                                             "given the same systems (GPULEDGER_SYSTEMS)"),
-           port: int = typer.Option(4222, "--port", help="client port of the whole configuration"),
+           port: int = typer.Option(4222, "--port", min=1, max=65535, help="client port of the whole configuration"),
            store_dir: Path = typer.Option(Path("jetstream"), "--store-dir",
                                           help="JetStream store of the whole configuration")) -> None:
     """Print a nats-server configuration with every gpuledger user and its permissions."""
@@ -88,7 +88,7 @@ def creds(user: str = typer.Argument(..., help="ops, publisher, system-NAME (a p
                                       "demo fleet) or node-NAME"),
           data_dir: Path = DataDir,
           host: str = typer.Option("127.0.0.1", "--host", help="host in the printed URL"),
-          port: Optional[int] = typer.Option(None, "--port", help="port in the printed URL (default: "
+          port: Optional[int] = typer.Option(None, "--port", min=1, max=65535, help="port in the printed URL (default: "
                                              "the one `gpuledger up` uses, from DATA_DIR/ports.json)")) -> None:
     """Print one user's URL, nats://USER:SECRET@HOST:PORT, from the secrets `gpuledger up` made."""
     path = data_dir / nats_auth.SECRETS_FILE

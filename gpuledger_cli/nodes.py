@@ -112,10 +112,10 @@ def agent_cmd(
 @node_app.command("fault")
 def fault_cmd(
     node: str = typer.Argument(..., help="simulated node, e.g. sim-h100-0"),
-    index: int = typer.Argument(..., help="GPU index on that node"),
+    index: int = typer.Argument(..., min=0, help="GPU index on that node"),
     healthy: bool = typer.Option(False, "--healthy", help="heal the GPU instead"),
     kind: str = typer.Option("ecc", "--kind", help="ecc | lost | row-remap | xid"),
-    xid: int = typer.Option(79, "--xid", help="the XID number for --kind xid"),
+    xid: int = typer.Option(79, "--xid", min=0, help="the XID number for --kind xid"),
     nats_url: str = NATS_URL,
 ) -> None:
     """Fault (or heal) a GPU of a simulated fleet; its agent reports DeviceHealthChanged."""
@@ -129,11 +129,11 @@ def fault_cmd(
 @node_app.command("process")
 def process_cmd(
     node: str = typer.Argument(..., help="simulated node"),
-    index: int = typer.Argument(..., help="GPU index"),
-    pid: int = typer.Argument(..., help="the fake process id"),
-    mig_index: int = typer.Option(-1, "--mig-index", help="MIG instance on that GPU"),
-    used_mib: int = typer.Option(1024, "--used-mib", help="GPU memory the process uses, MiB"),
-    utilization: int = typer.Option(50, "--utilization", help="GPU utilization it causes, percent"),
+    index: int = typer.Argument(..., min=0, help="GPU index"),
+    pid: int = typer.Argument(..., min=1, help="the fake process id"),
+    mig_index: int = typer.Option(-1, "--mig-index", min=-1, help="MIG instance on that GPU"),
+    used_mib: int = typer.Option(1024, "--used-mib", min=0, help="GPU memory the process uses, MiB"),
+    utilization: int = typer.Option(50, "--utilization", min=0, max=100, help="GPU utilization it causes, percent"),
     stop: bool = typer.Option(False, "--stop", help="end the process instead"),
     nats_url: str = NATS_URL,
 ) -> None:

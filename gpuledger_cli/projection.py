@@ -150,7 +150,7 @@ def rebuild_cmd(
     db: Optional[str] = typer.Option(None, "--db", help="target database URL (default: the configured "
                                      "read models; with --until-*, a new SQLite file in the data dir)"),
     schema: Optional[str] = Schema,
-    until_seq: Optional[int] = typer.Option(None, "--until-seq", help="last sequence to project"),
+    until_seq: Optional[int] = typer.Option(None, "--until-seq", min=1, help="last sequence to project"),
     until_time: Optional[str] = typer.Option(None, "--until-time",
                                              help="project what the log held at this time "
                                                   "(ISO 8601 or unix seconds)"),
@@ -200,7 +200,7 @@ def _default_target(time_travel: bool, cutoff: int) -> str:
 
 @state_app.command("at")
 def state_at_cmd(
-    seq: Optional[int] = typer.Option(None, "--seq", help="fold events 1..SEQ"),
+    seq: Optional[int] = typer.Option(None, "--seq", min=1, help="fold events 1..SEQ"),
     when: Optional[str] = typer.Option(None, "--time", help="fold what the log held at this time "
                                                              "(ISO 8601 or unix seconds)"),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of text"),

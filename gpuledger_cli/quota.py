@@ -21,6 +21,10 @@ def _opt(help_text: str):
     return typer.Option(None, help=help_text)
 
 
+def _count(help_text: str):
+    return typer.Option(None, min=0, help=help_text)
+
+
 @quota_app.command("set")
 def set_quota(
     namespace: str = typer.Argument(..., help="namespace (or cohort) the quota applies to"),
@@ -28,20 +32,20 @@ def set_quota(
     requests_vram: Optional[str] = _opt("total VRAM requests, e.g. 100Gi"),
     limits_tflops: Optional[str] = _opt("total TFLOPS limits"),
     limits_vram: Optional[str] = _opt("total VRAM limits, e.g. 200Gi"),
-    max_workers: Optional[int] = _opt("most claims (workers) at once"),
-    alert_threshold: float = typer.Option(95.0, "--alert-threshold", help="alert at this % of any limit"),
+    max_workers: Optional[int] = _count("most claims (workers) at once"),
+    alert_threshold: float = typer.Option(95.0, "--alert-threshold", min=0, help="alert at this % of any limit"),
     single_max_requests_tflops: Optional[str] = _opt("per-workload TFLOPS requests"),
     single_max_requests_vram: Optional[str] = _opt("per-workload VRAM requests, e.g. 16Gi"),
     single_max_limits_tflops: Optional[str] = _opt("per-workload TFLOPS limits"),
     single_max_limits_vram: Optional[str] = _opt("per-workload VRAM limits, e.g. 32Gi"),
-    single_max_gpu_count: Optional[int] = _opt("most GPUs per workload"),
+    single_max_gpu_count: Optional[int] = _count("most GPUs per workload"),
     parent: str = typer.Option("", help="cohort (team, org) whose unused quota this one may borrow; "
                                         "cohorts may have parents too"),
     borrowing_limit_tflops: Optional[str] = _opt("TFLOPS it may borrow ('unlimited'; default 0)"),
     borrowing_limit_vram: Optional[str] = _opt("VRAM it may borrow, e.g. 64Gi ('unlimited'; default 0)"),
     lending_limit_tflops: Optional[str] = _opt("most of its unused TFLOPS others may use (default: all)"),
     lending_limit_vram: Optional[str] = _opt("most of its unused VRAM others may use, e.g. 16Gi (default: all)"),
-    fair_sharing_weight: float = typer.Option(1.0, help="fair sharing weight among siblings (Kueue's "
+    fair_sharing_weight: float = typer.Option(1.0, min=0, help="fair sharing weight among siblings (Kueue's "
                                                         "fairSharing.weight; 0: borrows last)"),
     as_json: bool = JsonOpt,
     url: Optional[str] = NatsUrl,
@@ -160,13 +164,13 @@ def set_default(
     requests_vram: Optional[str] = _opt("VRAM requests of each namespace, e.g. 80Gi"),
     limits_tflops: Optional[str] = _opt("TFLOPS limits of each namespace"),
     limits_vram: Optional[str] = _opt("VRAM limits of each namespace"),
-    max_workers: Optional[int] = _opt("most claims (workers) of each namespace at once"),
-    alert_threshold: float = typer.Option(95.0, "--alert-threshold", help="alert at this % of any limit"),
+    max_workers: Optional[int] = _count("most claims (workers) of each namespace at once"),
+    alert_threshold: float = typer.Option(95.0, "--alert-threshold", min=0, help="alert at this % of any limit"),
     single_max_requests_tflops: Optional[str] = _opt("per-workload TFLOPS requests"),
     single_max_requests_vram: Optional[str] = _opt("per-workload VRAM requests"),
     single_max_limits_tflops: Optional[str] = _opt("per-workload TFLOPS limits"),
     single_max_limits_vram: Optional[str] = _opt("per-workload VRAM limits"),
-    single_max_gpu_count: Optional[int] = _opt("most GPUs per workload"),
+    single_max_gpu_count: Optional[int] = _count("most GPUs per workload"),
     as_json: bool = JsonOpt,
     url: Optional[str] = NatsUrl,
 ) -> None:

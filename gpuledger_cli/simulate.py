@@ -36,10 +36,10 @@ def simulate(
                               "services) and print claims/s and submit-to-allocated latency"),
     nats_url: str = typer.Option(None, "--nats-url", envvar="GPULEDGER_NATS_URL", help="--live: the "
                                  "system to replay through; unset: start one on a temporary folder"),
-    speed: float = typer.Option(None, "--speed", help="--live: clock acceleration (trace seconds per "
+    speed: float = typer.Option(None, "--speed", min=0, help="--live: clock acceleration (trace seconds per "
                                 "wall second); default 1000"),
     limit: int = typer.Option(None, "--limit", min=1, help="--live: only the first N pods by creation time"),
-    max_gap: float = typer.Option(None, "--max-gap", help="--live: shorten idle wall gaps between "
+    max_gap: float = typer.Option(None, "--max-gap", min=0, help="--live: shorten idle wall gaps between "
                                   "arrivals to at most this many seconds"),
     drain: float = typer.Option(15.0, "--drain", min=0, help="--live: after the last submit, wait at "
                                 "most this many seconds for claims to be allocated"),

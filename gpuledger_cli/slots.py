@@ -54,7 +54,7 @@ def list_slots(model: str = typer.Option("", "--model", help="only slots of this
 
 
 @slot_app.command("cleanup")
-def cleanup(stale_after: float = typer.Option(0.0, "--stale-after", help="Seconds idle that make a slot "
+def cleanup(stale_after: float = typer.Option(0.0, "--stale-after", min=0, help="Seconds idle that make a slot "
                                               "stale; 0: the configured GPULEDGER_SLOT_STALE_S."),
             as_json: bool = JSON, nats_url: str = nats_url_option()) -> None:
     """Release the stale slots now (the clean-up timer does it too)."""

@@ -112,7 +112,7 @@ def register(app: typer.Typer) -> None:
     @app.command("status")
     def status(url: Optional[str] = NatsUrl,
                as_json: bool = typer.Option(False, "--json", help="print JSON instead of text"),
-               timeout: float = typer.Option(2.0, "--timeout", help="seconds each service has to answer")) -> None:
+               timeout: float = typer.Option(2.0, "--timeout", min=0, help="seconds each service has to answer")) -> None:
         """Whether each service answers and how far it has read the log; the intake's backlog.
         Exits 1 when a service does not answer."""
         report = run(gather_status(nats_url(url), timeout))

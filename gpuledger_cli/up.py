@@ -158,10 +158,10 @@ def register(app: typer.Typer) -> None:
            nats_url: Optional[str] = typer.Option(None, "--nats-url", help="use this NATS server instead "
                                                   "of starting one"),
            fleet: str = typer.Option(DEFAULT_FLEET, "--fleet", help="simulated fleet for --demo"),
-           port: int = typer.Option(0, "--port", help="client port of the embedded nats-server (default: "
+           port: int = typer.Option(0, "--port", min=0, max=65535, help="client port of the embedded nats-server (default: "
                                     "the one the last start used, kept in DATA_DIR/ports.json, else a "
                                     "free one); remembered for the next start"),
-           ready_timeout: float = typer.Option(90.0, "--ready-timeout", help="seconds to wait for every "
+           ready_timeout: float = typer.Option(90.0, "--ready-timeout", min=0, help="seconds to wait for every "
                                                "service (and demo node) to be ready"),
            dashboard: bool = typer.Option(True, "--dashboard/--no-dashboard", help="run the dashboard, "
                                           "which also serves the one /metrics of the stack (off: "

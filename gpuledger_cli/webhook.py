@@ -33,7 +33,7 @@ def certs(namespace: str = typer.Option("gpuledger", "--namespace", "-n", help="
                                            "_ALIASES, the first names the pool annotation)."),
           resource: list[str] = typer.Option([], "--resource", help="A pool's own resource name "
                                              "outside the prefixes (repeat)."),
-          days: int = typer.Option(365, "--days", help="Validity of the serving certificate."),
+          days: int = typer.Option(365, "--days", min=1, help="Validity of the serving certificate."),
           apply: bool = typer.Option(False, "--apply", help="Apply to the cluster of the current "
                                      "kubeconfig / service account instead of printing."),
           out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="Also write tls.crt, tls.key "

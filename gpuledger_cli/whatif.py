@@ -24,15 +24,15 @@ async def _events(url: str, until_seq: Optional[int]) -> list:
 def register(app: typer.Typer) -> None:
     @app.command("whatif")
     def whatif(policy: str = typer.Option("gpuledger", "--policy", help="placement policy to try"),
-               stale_after: float = typer.Option(600.0, "--stale-after", help="seconds idle before eviction"),
-               starvation_after: float = typer.Option(300.0, "--starvation-after", help="seconds a claim waits "
+               stale_after: float = typer.Option(600.0, "--stale-after", min=0, help="seconds idle before eviction"),
+               starvation_after: float = typer.Option(300.0, "--starvation-after", min=0, help="seconds a claim waits "
                                                        "before it holds a node"),
-               node_timeout: float = typer.Option(30.0, "--node-timeout", help="seconds of silence before a node "
+               node_timeout: float = typer.Option(30.0, "--node-timeout", min=0, help="seconds of silence before a node "
                                                    "is lost"),
                release_unused_after: float = typer.Option(
-                   1800.0, "--release-unused-after",
+                   1800.0, "--release-unused-after", min=0,
                    help="seconds an allocation may show no process before it is released (0: never)"),
-               until_seq: Optional[int] = typer.Option(None, "--until-seq", help="stop at this sequence"),
+               until_seq: Optional[int] = typer.Option(None, "--until-seq", min=1, help="stop at this sequence"),
                as_json: bool = typer.Option(False, "--json", help="print JSON instead of text"), url: Optional[str] = NatsUrl) -> None:
         """Replay the log's claims, releases and hardware facts; at every recorded decision point
         let the allocator decide with these settings instead; compare with what happened."""

@@ -40,7 +40,7 @@ class Admission:
         """An event whose fold raised: logged, counted and skipped (what it changed before it
         raised stays; the fold's own checks keep that within capacity)."""
         self.unfoldable += 1
-        if _loud(self.unfoldable):
+        if loud(self.unfoldable):
             log.error("skipping %s at seq=%d: folding it failed: %s: %s (%d so far)", type(event).__name__,
                       seq, type(err).__name__, err, self.unfoldable, exc_info=self.unfoldable == 1)
 
@@ -65,7 +65,7 @@ class Admission:
         except Exception:
             return self._undecodable(seq, subject, strict_error)
         self.lenient += 1
-        if _loud(self.lenient):
+        if loud(self.lenient):
             log.info("seq=%d on %s predates a constraint it breaks (%s): folded as stored (%d so far)",
                      seq, subject, strict_error, self.lenient)
         return event
@@ -77,7 +77,7 @@ class Admission:
         if not authority.folded(subject):
             return None
         self.refused += 1
-        if _loud(self.refused):
+        if loud(self.refused):
             log.warning("refusing %s at seq=%d: subject %s is not one its writer may use "
                         "(schemas/authority.py; %d refused so far)", type(event).__name__, seq,
                         subject, self.refused)
@@ -85,13 +85,14 @@ class Admission:
 
     def _undecodable(self, seq: int, subject: str, err: Exception) -> None:
         self.undecodable += 1
-        if _loud(self.undecodable):
+        if loud(self.undecodable):
             log.warning("skipping undecodable message seq=%d subject=%s: %s (%d so far)", seq,
                         subject, err, self.undecodable)
         return None
 
 
-def _loud(count: int) -> bool:
+def loud(count: int) -> bool:
+    """Whether the `count`-th skip of a kind is logged."""
     return count <= LOUD_FIRST or count % LOUD_EVERY == 0
 
 

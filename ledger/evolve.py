@@ -8,13 +8,19 @@ no unit is ever held beyond its capacity, whatever the allocators did.
 
 from __future__ import annotations
 
+import logging
+
 from schemas import events as ev
 from schemas.types import DeviceInfo, PoolSpec
 
+from ledger.admission import loud
 from ledger.holdings import Journal, allocate, fitting_units, free, park_if_fleet_bound, save_claim
+from ledger.inventory import refusal
 from ledger.pools import assign_pools
 from ledger.shapes import bound_mix, bound_models, shapes_from_counts
 from ledger.state import Claim, Node, State, Unit, grow, milli_tflops, reindex_node
+
+log = logging.getLogger("gpuledger")
 
 
 def evolve(state: State, event: ev.Event, seq: int = 0) -> State:
@@ -222,6 +228,13 @@ def _unit_from(device: DeviceInfo, node: str, ignored: dict[str, str]) -> Unit:
 
 
 def _node_registered(state: State, e: ev.NodeRegistered, seq: int) -> None:
+    why = refusal(state.units, e)
+    if why:  # an impossible inventory, or another node's device: dropped whole (ledger/inventory.py)
+        state.refused_inventories += 1
+        if loud(state.refused_inventories):
+            log.warning("refusing NodeRegistered of node %s at seq=%d: %s (%d refused so far)",
+                        e.node, seq, why, state.refused_inventories)
+        return
     old = state.nodes.get(e.node)
     units = [_unit_from(d, e.node, state.ignored) for d in e.devices if not d.mig_enabled]
     carried = _end_claims_on_vanished_units(state, old, {u.uuid for u in units}) if old else []
@@ -360,15 +373,17 @@ def fold_usage(state: State, e: ev.UsageObserved, not_yet: frozenset | set = fro
 
 
 def _drift_detected(state: State, e: ev.DriftDetected, seq: int) -> None:
-    """`claim explain` shows drift about a claim: idle, or a process that outlived it."""
+    """`claim explain` shows drift about a claim: idle, or a process that outlived it. Only about
+    a claim allocated on the node the report is about (the subject's: schemas/authority.py), so
+    one node's agent cannot write into the history of a claim on another node."""
     claim = state.claims.get(e.claim_id) if e.claim_id else None
-    if claim is not None:
+    if claim is not None and claim.node == e.node:
         claim.trail.append((e.at, "drift", e.kind, e.node, e.detail))
 
 
 def _process_killed(state: State, e: ev.ProcessKilled, seq: int) -> None:
     claim = state.claims.get(e.claim_id) if e.claim_id else None
-    if claim is not None:
+    if claim is not None and claim.node == e.node:  # as for drift: its own node's claims only
         claim.trail.append((e.at, "killed", e.pid, e.node, e.uuid, e.reason))
 
 

@@ -330,6 +330,9 @@ class State:
     freed_ns: dict[str, int] = field(default_factory=dict)  # this namespace's quota use dropped
     next_rank: int = 0
     submitted: int = 0
+    # node inventories this fold did not believe (`ledger.inventory`): counted like forged events,
+    # not kept in snapshots (a counter of what this process read, as `ledger.admission`'s are)
+    refused_inventories: int = 0
     # the lowest priority of any claim submitted (None: none yet): a bound below every holding
     # claim's priority, so a pass knows without a scan when no priority preemption can exist
     min_priority: int | None = None

@@ -31,7 +31,9 @@ def instrument(metrics: Metrics, allocator: Allocator, stream_end) -> None:
                           lambda: allocator.batches_appended)
     admission = allocator.follower.admission
     metrics.counters_from("gpuledger_events_refused", "Stored events the fold did not believe: on a "
-                          "subject their type may not use (schemas/authority.py)", lambda: admission.refused)
+                          "subject their type may not use (schemas/authority.py), or a node inventory "
+                          "out of bounds (ledger/inventory.py)",
+                          lambda: admission.refused + allocator.state.refused_inventories)
     metrics.counters_from("gpuledger_events_undecodable", "Stored messages no event type decodes "
                           "(skipped)", lambda: admission.undecodable)
     metrics.counters_from("gpuledger_events_unfoldable", "Stored events whose fold raised (skipped)",

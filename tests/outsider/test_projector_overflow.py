@@ -30,4 +30,4 @@ def test_a_number_past_its_column_is_written_as_its_end_and_the_projector_goes_o
         rows = dict(conn.execute(text("SELECT id, priority FROM claims")).all())
         cpu = conn.execute(text("SELECT cpu_total FROM nodes")).scalar()
     assert rows == {"ep1-w1": 2**31 - 1, "after": 0}
-    assert cpu == 2**63 - 1
+    assert cpu is None  # session 26: an impossible inventory is not folded at all (ledger/inventory.py)

@@ -55,7 +55,8 @@ class Pass:
     journal: Journal = field(default_factory=Journal)
     decisions: list = field(default_factory=list)
     held: dict[str, int] = field(default_factory=dict)  # node -> priority of the claim holding it
-    failed: dict[tuple, list[Reason]] = field(default_factory=dict)  # need shape -> reasons
+    # need shape -> its reasons, or None when it failed unexplained (place._try_need)
+    failed: dict[tuple, list[Reason] | None] = field(default_factory=dict)
     victim_pool: list | None = None  # allocations that eviction may consider, built once per pass
     lowest_priority: int = 0  # of the pool's allocations: below it no priority preemption exists
     explain: bool = True  # count reasons for the claim being tried

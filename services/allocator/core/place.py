@@ -99,8 +99,12 @@ def _try_need(state, run, claim, need: Need, args: tuple, pctx: PlacementContext
         need = need._replace(models=frozenset(models))
     shape = (need, claim.spec.priority, tuple(sorted(run.held)), args)
     if shape in run.failed:  # the same need, held nodes and rule arguments failed in this pass
-        reasons.extend(run.failed[shape])
-        return None
+        found = run.failed[shape]
+        if found is not None:
+            reasons.extend(found)
+            return None
+        if not run.explain:  # failed unexplained before: it fails again, and none is asked for
+            return None
     if pctx is None:
         pctx = _placement_context(state, run, claim, args)
     policy = get_policy(_policy_name(state, run, need))
@@ -109,7 +113,8 @@ def _try_need(state, run, claim, need: Need, args: tuple, pctx: PlacementContext
     if choice is None and run.only_node:
         return None
     if choice is None:
-        if not run.explain:
+        if not run.explain:  # noted without its reasons (a claim that has reasons already is
+            run.failed[shape] = None  # not explained again outside the timer pass)
             return None
         found = reasons_for(state, need, pctx)
         run.failed[shape] = found
