@@ -162,21 +162,27 @@ def node_role(user: str, nodes: list[str], simulated: bool = False) -> Role:
                 notes=f"node agent of {', '.join(nodes)}")
 
 
+PLAIN_OUTCOMES = subjects.outcome("x").rsplit(".", 1)[0] + ".>"  # gpu.outcome.claim.>: no system's
+
+
 def publisher_role() -> Role:
     """Submit claims (the intake stream, or the submit request) and read outcomes; no consumer of
     its own (a push consumer's deliveries could be pointed at another stream's subjects). One user
     shared by every system that has none of its own: it gets no power over claims once submitted
     (a system of its own may release and renew its claims: `system_role`)."""
     pub = [subjects.INTAKE_CLAIMS, subjects.command("claim.submit"), *_outcome_reads()]
-    return Role(PUBLISHER, tuple(pub), ("gpu.outcome.claim.>", "_INBOX.>"), allow_responses=False,
+    return Role(PUBLISHER, tuple(pub), (PLAIN_OUTCOMES, "_INBOX.>"), allow_responses=False,
                 notes="submit claims, read outcomes")
 
 
 def _outcome_reads() -> list[str]:
-    outcomes = subjects.OUTCOMES_STREAM
-    return ["$JS.API.INFO", f"$JS.API.STREAM.INFO.{outcomes}", f"$JS.API.STREAM.INFO.{subjects.INTAKE_STREAM}",
-            f"$JS.API.DIRECT.GET.{outcomes}", f"$JS.API.DIRECT.GET.{outcomes}.>",
-            f"$JS.API.STREAM.MSG.GET.{outcomes}"]
+    """Plain claims' outcomes only, by the direct get that names the subject in the request
+    subject (nats-py `get_last_msg(direct=True)`, nats.js `direct.getMessage` with
+    `last_by_subj`), so nats-server checks it: not the gets whose subject is in the body
+    (`DIRECT.GET.<stream>`, `STREAM.MSG.GET`), nor the outcome stream's info (its subjects filter
+    lists every system's claim tokens). Those read any system's outcome (session 26)."""
+    return ["$JS.API.INFO", f"$JS.API.STREAM.INFO.{subjects.INTAKE_STREAM}",
+            f"$JS.API.DIRECT.GET.{subjects.OUTCOMES_STREAM}.{PLAIN_OUTCOMES}"]
 
 
 def system_role(system: sysmod.System) -> Role:

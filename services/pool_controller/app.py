@@ -47,9 +47,10 @@ class PoolController:
         self.clock = clock
         self.projection = PoolProjection()
         # the allocator's fold, without its placement index: pools and units are what it reads; in
-        # bursts (shared.paced): a pool or node change may reach admission 50 ms later
+        # bursts (shared.paced): a pool or node change may reach admission 50 ms later; the oldest
+        # generation of objects is left to the follower's refreezes (ledger.follower)
         self.follower = Follower(event_log, self.projection.state, places=False,
-                                 linger_s=SLOW_READER_LINGER_S)
+                                 linger_s=SLOW_READER_LINGER_S, collect_old=False)
         self.follower.listeners.append(self.projection.saw)
         self.boot_seq: int | None = None  # the log's end at start: ready once read that far
         self._writing = asyncio.Lock()

@@ -7,10 +7,12 @@ position moved by someone else (a second projector, a rebuild) raises `PositionM
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from dataclasses import dataclass, field
 from collections.abc import Callable
+from operator import itemgetter
 from typing import Any
 
 import msgspec
@@ -164,13 +166,33 @@ def _executemany(conn: Connection, build: Callable[[], Any], table: type, rows: 
     """The driver's executemany on SQLAlchemy's SQL: per-row parameter processing in SQLAlchemy
     costs more than the database's insert, and a batch has tens of thousands of rows."""
     sql, names = _compiled(conn, (kind, table), build)
+    conn.exec_driver_sql(sql, _parameters(table, names, rows))
+
+
+def _parameters(table: type, names: tuple[str, ...] | None, rows: list[dict[str, Any]]) -> list:
+    """Each row's parameters as the driver takes them, JSON columns encoded: by name (`names` None),
+    else a sequence in `names`' order, picked by one `itemgetter` (a generator over the names per
+    row cost more than SQLite's insert of it)."""
     json_columns = _json_columns(table)
-    if json_columns:
-        rows = [{**row, **{c: _json(row[c]) for c in json_columns}} for row in rows]
-    if names is not None:
-        conn.exec_driver_sql(sql, [tuple(row[n] for n in names) for row in rows])
-    else:
-        conn.exec_driver_sql(sql, rows)
+    if names is None:
+        if not json_columns:
+            return rows
+        return [{**row, **{c: _json(row[c]) for c in json_columns}} for row in rows]
+    pick = itemgetter(*names)
+    if len(names) == 1:
+        return [(pick(row),) for row in rows]
+    json_at = [i for i, name in enumerate(names) if name in json_columns]
+    if not json_at:
+        return list(map(pick, rows))
+    out = []
+    for row in rows:
+        values = list(pick(row))
+        for i in json_at:
+            value = values[i]
+            if value is not None:
+                values[i] = _encode(value).decode()
+        out.append(tuple(values))
+    return out
 
 
 # (dialect, driver, paramstyle, kind, table) -> (SQL, parameter names when positional)
@@ -191,8 +213,9 @@ def _compiled(conn: Connection, key: tuple, build: Callable[[], Any]) -> tuple[s
     return found
 
 
-def _json_columns(table: type) -> list[str]:
-    return [c.name for c in table.__table__.columns if isinstance(c.type, JSON)]
+@functools.cache
+def _json_columns(table: type) -> frozenset[str]:
+    return frozenset(c.name for c in table.__table__.columns if isinstance(c.type, JSON))
 
 
 def _json(value: Any) -> str | None:

@@ -50,7 +50,9 @@ class QuotaService(QuotaWrites):
         self.clock = clock
         self.view = QuotaView()
         # reports use, never places; reads the log in bursts (alerts and drift are looked at 4x a second)
-        self.follower = Follower(event_log, self.view.state, places=False, linger_s=SLOW_READER_LINGER_S)
+        # and leaves the oldest generation of objects to the follower's refreezes (ledger.follower)
+        self.follower = Follower(event_log, self.view.state, places=False, linger_s=SLOW_READER_LINGER_S,
+                                 collect_old=False)
         self.follower.listeners.append(self._folded)
         self.changed = asyncio.Event()
         self.dirty_nodes: set[str] = set()

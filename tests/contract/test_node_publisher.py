@@ -60,8 +60,7 @@ async def test_a_node_publisher_learns_why_its_claim_was_refused(fresh_nats):
 
 # What docs/contract.md says a publisher needs, and nothing more.
 PUBLISHER_PERMISSIONS = {
-    "publish": ["gpu.intake.claim", "$JS.API.DIRECT.GET.GPULEDGER_OUTCOMES",
-                "$JS.API.DIRECT.GET.GPULEDGER_OUTCOMES.>"],
+    "publish": ["gpu.intake.claim", "$JS.API.DIRECT.GET.GPULEDGER_OUTCOMES.gpu.outcome.claim.>"],
     "subscribe": ["gpu.outcome.claim.>", "_INBOX.>"],
 }
 

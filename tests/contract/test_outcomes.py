@@ -126,6 +126,8 @@ async def test_what_changed_while_the_service_was_down_is_written_after_a_restar
     nc = await nats.connect(fresh_nats.url)
     js, log = nc.jetstream(), JetStreamEventLog(nc)
     async with running(fresh_nats.url, "claim") as (claim,):
+        # no allocator here to explain them: pending written after the plain hold, not the longer one
+        claim.claim_outcomes.unexplained_after_s = claim.claim_outcomes.pending_after_s
         await publish(js, {"claim_id": "kept", "namespace": "team-a"})
         await publish(js, {"claim_id": "ended", "namespace": "team-a"})
         await outcome_when(js, "ended", lambda o: o.status == "pending")
@@ -147,6 +149,7 @@ async def test_an_outcome_the_stream_refused_is_written_once_the_stream_is_back(
     async with running(fresh_nats.url, "claim") as (claim,):
         writer = claim.claim_outcomes
         writer.retry_after_s = 0.05
+        writer.unexplained_after_s = writer.pending_after_s  # no allocator here to explain it
         await js.delete_stream(subjects.OUTCOMES_STREAM)
         await publish(js, {"claim_id": "while-gone", "namespace": "team-a"})
         for _ in range(1000):  # until its write has failed at least once

@@ -22,7 +22,8 @@ async def test_changes_within_the_window_are_written_once(fresh_nats):
         writer = contexts[0].claim_outcomes
         window = HeldWindow()
         writer.coalescing_window = window.wait  # each pause after a flush lasts until opened
-        writer.pending_after_s = 0.0  # pending written at once (test_outcome_pending_held.py)
+        # pending written at once (test_outcome_pending_held.py), explained or not
+        writer.pending_after_s = writer.unexplained_after_s = 0.0
         nc = await nats.connect(fresh_nats.url)
         seen: list = []
 

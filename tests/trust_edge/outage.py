@@ -107,7 +107,7 @@ async def outcomes(url: str, claim_ids: list[str], timeout: float = 90) -> dict[
         while time.monotonic() < deadline:
             for claim_id in claim_ids:
                 try:
-                    msg = await js.get_last_msg(subjects.OUTCOMES_STREAM, subjects.outcome(claim_id))
+                    msg = await js.get_last_msg(subjects.OUTCOMES_STREAM, subjects.outcome(claim_id), direct=True)
                     seen[claim_id] = json.loads(msg.data)["status"]
                 except nats.js.errors.NotFoundError:
                     seen[claim_id] = "no outcome"
