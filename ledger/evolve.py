@@ -373,15 +373,17 @@ def fold_usage(state: State, e: ev.UsageObserved, not_yet: frozenset | set = fro
 
 
 def _drift_detected(state: State, e: ev.DriftDetected, seq: int) -> None:
-    """`claim explain` shows drift about a claim: idle, or a process that outlived it."""
+    """`claim explain` shows drift about a claim: idle, or a process that outlived it. Only about
+    a claim allocated on the node the report is about (the subject's: schemas/authority.py), so
+    one node's agent cannot write into the history of a claim on another node."""
     claim = state.claims.get(e.claim_id) if e.claim_id else None
-    if claim is not None:
+    if claim is not None and claim.node == e.node:
         claim.trail.append((e.at, "drift", e.kind, e.node, e.detail))
 
 
 def _process_killed(state: State, e: ev.ProcessKilled, seq: int) -> None:
     claim = state.claims.get(e.claim_id) if e.claim_id else None
-    if claim is not None:
+    if claim is not None and claim.node == e.node:  # as for drift: its own node's claims only
         claim.trail.append((e.at, "killed", e.pid, e.node, e.uuid, e.reason))
 
 

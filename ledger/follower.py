@@ -39,7 +39,8 @@ from schemas import events as ev
 from schemas import subjects
 
 from ledger.admission import Admission, read_batch
-from ledger.evolve import HANDLERS, defer_dropping, drop_ended_claims, evolve, fold_batch, shed_ended_claims
+from ledger.catchup import handlers_for
+from ledger.evolve import defer_dropping, drop_ended_claims, evolve, fold_batch, shed_ended_claims
 from ledger.state import State, defer_index, flush_index
 
 log = logging.getLogger("gpuledger")
@@ -250,7 +251,7 @@ class Follower:
         with the same outcomes: a skipped message still moves the decision fence, a fold that
         raises is counted and skipped, the position ends at the batch's last sequence)."""
         state, admission = self.state, self.admission
-        decode, admits, handlers = ev.decode_event, authority.admits, HANDLERS
+        decode, admits, handlers = ev.decode_event, authority.admits, handlers_for(state)
         decisions = subjects.DECISIONS
         for seq, subject, data, _headers in batch:
             try:

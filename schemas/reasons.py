@@ -76,6 +76,8 @@ REASONS: tuple[ReasonCode, ...] = (
 )
 
 BY_CODE: dict[str, ReasonCode] = {r.code: r for r in REASONS}
+# the codes of kind `fleet`: a code this version does not know counts as `wait`, never as these
+FLEET_CODES = frozenset(r.code for r in REASONS if r.kind == "fleet")
 
 
 def never_satisfiable_here(codes: list[str]) -> bool:
@@ -84,4 +86,10 @@ def never_satisfiable_here(codes: list[str]) -> bool:
     `fleet`-bound."""
     if "never-satisfiable" in codes:
         return True
-    return bool(codes) and all(BY_CODE.get(c, ReasonCode(c, "wait", "")).kind == "fleet" for c in codes)
+    if not codes:
+        return False
+    fleet = FLEET_CODES  # every pending decision folded asks this: no tuple made per code
+    for code in codes:
+        if code not in fleet:
+            return False
+    return True

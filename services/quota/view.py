@@ -123,10 +123,13 @@ def _drift_cleared(view: QuotaView, e: ev.DriftCleared) -> None:
 
 
 def _usage_observed(view: QuotaView, e: ev.UsageObserved) -> None:
-    obs = view.observed
+    obs, units = view.observed, view.state.units
     obs.node_at[e.node] = max(obs.node_at.get(e.node, 0.0), e.at)
     devices = obs.node_devices.setdefault(e.node, set())
     for usage in e.devices:
+        unit = units.get(usage.uuid)
+        if unit is not None and unit.node != e.node:  # another node's device: not this agent's to
+            continue  # report (as `ledger.evolve.fold_usage` ignores it)
         devices.add(usage.uuid)
         _track_owners(view, usage, e.at)
         obs.last[usage.uuid] = usage

@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+import ledger.catchup as catchup_module
 import ledger.evolve as evolve_module
 import ledger.follower as follower_module
 from schemas import events as ev
@@ -78,6 +79,7 @@ def renewals_raise(monkeypatch):
         raise RuntimeError("a fold that raises")
 
     monkeypatch.setitem(evolve_module._HANDLERS, ev.LeaseRenewed, boom)  # every fold's table
+    monkeypatch.setitem(catchup_module.CATCH_UP, ev.LeaseRenewed, boom)  # and the catch-up's own
 
 
 async def test_the_one_loop_catch_up_ends_where_the_two_step_one_does(renewals_raise):
