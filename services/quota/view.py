@@ -37,10 +37,10 @@ class Observations:
     # (uuid, pid) -> the claims holding the device when the process was first seen: a process is
     # unallocated once none of them holds the device (it outlived its claim, or came with none)
     owners: dict[tuple[str, int], tuple[str, ...]] = field(default_factory=dict)
-    # uuid -> (claim, when it ended) of the last claims that held the device (`FORMER_KEPT`)
-    former: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
-    # (uuid, pid) -> when it was first seen, of the processes first seen with no claim to own them
-    unowned: dict[tuple[str, int], float] = field(default_factory=dict)
+    # uuid -> the claims the device was last freed by, and when (FORMER_HOLDERS_S)
+    former: dict[str, tuple[tuple[str, ...], float]] = field(default_factory=dict)
+    # (uuid, pid) -> when it was first seen, of the processes first seen on a device no claim held
+    unheld: dict[tuple[str, int], float] = field(default_factory=dict)
 
 
 @dataclass
@@ -60,14 +60,16 @@ RECENT = 50
 # A process first seen on a device no claim holds is still a claim's when the times say so (both
 # races are seen in `bench e2e`, where every claim's workload runs; judged as processes of no claim
 # they were a DriftDetected and a DriftCleared each, 0.06 messages per claim, 15 % of the log):
-# - the device was freed at most FORMER_HOLDERS_S before it was seen: a claim shorter than the
-#   agent's usage look (3 s) is first seen after its release, before its agent stopped it; it is
-#   then judged like any process that outlives its claim (after the service's settle time);
+# - the claims that freed the device last did so at most FORMER_HOLDERS_S before it was seen: a
+#   claim shorter than the agent's usage look (3 s) is first seen after its release, before its
+#   agent stopped it; it is then judged like any process that outlives its claim (after the
+#   service's settle time);
 # - the log allocates the device later by a decision made no later than it was seen: the agent
-#   learnt the grant from its node record and started it before the decision batch was stored.
-# Neither hides a process that stays: it is reported as outliving the claim once that claim is over.
+#   learnt the grant from its node record and started it before the decision batch was stored
+#   (it is then that claim's too: a process of the claim before it, still running then, is
+#   reported once the new claim is over, not while it holds the device).
+# A process that stays once its claims are over is reported, as outliving the first of them.
 FORMER_HOLDERS_S = 10.0
-FORMER_KEPT = 8  # per device (shared devices have several holders)
 # what `quota status` lists as recent: borrowing, reclaim, and reconciliation with what runs
 RECENT_DECISIONS = (ev.QuotaBorrowed, ev.QuotaReclaimed, ev.AllocationUnused)
 
@@ -145,17 +147,17 @@ def _track_owners(view: QuotaView, usage: DeviceUsage, at: float) -> None:
     before = obs.last.get(uuid)
     for pid in set(before.pids if before else ()) - set(usage.pids):
         owners.pop((uuid, pid), None)
-        obs.unowned.pop((uuid, pid), None)
+        obs.unheld.pop((uuid, pid), None)
     unit = view.state.units.get(uuid)
     for pid in usage.pids:
         if (uuid, pid) not in owners:
             holders = tuple(sorted(unit.holders)) if unit is not None else ()
             if not holders:
-                holders = tuple(sorted({claim_id for claim_id, ended in obs.former.get(uuid, ())
-                                        if ended >= at - FORMER_HOLDERS_S}))
+                obs.unheld[(uuid, pid)] = at
+                freed_by, freed_at = obs.former.get(uuid, ((), 0.0))
+                if freed_at >= at - FORMER_HOLDERS_S:
+                    holders = freed_by
             owners[(uuid, pid)] = holders
-            if not holders:
-                obs.unowned[(uuid, pid)] = at
 
 
 def _decisions_on_devices(view: QuotaView, batch: ev.DecisionBatch) -> None:
@@ -171,9 +173,10 @@ def _decisions_on_devices(view: QuotaView, batch: ev.DecisionBatch) -> None:
 
 
 def _owned_by_allocation(view: QuotaView, decision: ev.ClaimAllocated, at: float) -> None:
-    """Processes seen on the granted devices, with no owner, no earlier than the decision: its."""
+    """Processes first seen on the granted devices while no claim held them, no earlier than the
+    decision: its too."""
     obs = view.observed
-    if not obs.unowned:
+    if not obs.unheld:
         return
     for grant in decision.grants:
         unit = view.state.units.get(grant.uuid)
@@ -181,23 +184,26 @@ def _owned_by_allocation(view: QuotaView, decision: ev.ClaimAllocated, at: float
         if unit is None or usage is None or decision.claim_id not in unit.holders:
             continue  # a void allocation holds nothing
         for pid in usage.pids:
-            seen = obs.unowned.get((grant.uuid, pid))
+            key = (grant.uuid, pid)
+            seen = obs.unheld.get(key)
             if seen is not None and seen >= at:
-                obs.owners[(grant.uuid, pid)] = (decision.claim_id,)
-                del obs.unowned[(grant.uuid, pid)]
+                obs.owners[key] = (*obs.owners.get(key, ()), decision.claim_id)
+                del obs.unheld[key]
 
 
 def _freed(view: QuotaView, claim_id: str, at: float) -> None:
-    """The devices `claim_id` held: it is their former holder from `at` (FORMER_HOLDERS_S)."""
+    """The devices `claim_id` held were freed by it at `at` (with others freed at the same time)."""
     claim = view.state.claims.get(claim_id)
     if claim is None:
         return
     former = view.observed.former
     for grant in claim.grants:
-        entries = former.setdefault(grant.uuid, [])
-        entries.append((claim_id, at))
-        if len(entries) > FORMER_KEPT:
-            del entries[0]
+        freed_by, freed_at = former.get(grant.uuid, ((), 0.0))
+        if freed_at == at and freed_by:
+            if claim_id not in freed_by:
+                former[grant.uuid] = ((*freed_by, claim_id), at)
+        else:
+            former[grant.uuid] = ((claim_id,), at)
 
 
 def _claim_released(view: QuotaView, e: ev.ClaimReleased) -> None:

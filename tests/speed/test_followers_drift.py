@@ -68,6 +68,23 @@ def test_one_that_stays_is_reported_as_outliving_that_claim():
     assert reports(view) == [("DriftDetected", "n1-gpu0", 7, "c1")]  # once c1 has settled
 
 
+def test_only_the_claims_that_freed_the_device_last_own_it():
+    view = view_with(node("n1", 2), claim("c0"), claim("c1"), allocated("c0", "n1-gpu0", 1.0),
+                     ev.ClaimReleased(claim_id="c0", at=2.0), allocated("c1", "n1-gpu0", 5.0),
+                     ev.ClaimReleased(claim_id="c1", at=6.0), seen(6.1, **{"n1-gpu0": [7]}))
+    assert reports(view, settling={"c1"}) == []  # c0, long settled, is not its owner
+
+
+def test_a_process_seen_between_two_claims_is_both_and_reported_once_both_are_over():
+    view = view_with(node("n1", 2), claim("c0"), claim("c1"), allocated("c0", "n1-gpu0", 1.0),
+                     ev.ClaimReleased(claim_id="c0", at=5.0), seen(5.2, **{"n1-gpu0": [7]}),
+                     allocated("c1", "n1-gpu0", 5.1))
+    assert reports(view) == []  # c1 holds the device
+    fold(view, ev.ClaimReleased(claim_id="c1", at=9.0))
+    assert reports(view, settling={"c1"}) == []
+    assert reports(view) == [("DriftDetected", "n1-gpu0", 7, "c0")]
+
+
 def test_a_process_on_a_device_long_free_is_a_process_of_no_claim():
     view = view_with(node("n1", 2), claim("c1"), allocated("c1", "n1-gpu0", 5.0),
                      ev.ClaimReleased(claim_id="c1", at=6.0),
