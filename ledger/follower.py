@@ -167,6 +167,10 @@ class Follower:
         # asked before each live event is folded: True when its writer already applied it to this
         # state (the allocator's own decision batch), so the fold skips it; hooks still hear it
         self.applied: Callable[[int, str, ev.Event], bool] | None = None
+        # asked before a live message is decoded: the event itself when the message is what its
+        # writer appended and already applied (the allocator's batch, by its bytes), so the fold
+        # skips it without decoding it; hooks hear the event returned
+        self.applied_stored: Callable[[int, str, bytes], ev.Event | None] | None = None
         self.caught_up = asyncio.Event()
         self.dropped: list = []  # ended claims the catch-up dropped (keep_ended=False)
         self.live_events = 0
@@ -278,8 +282,12 @@ class Follower:
 
     def _fold_live(self, batch) -> None:
         state, before, after = self.state, self.before_live, self.listeners + self.after_live
-        applied = self.applied
+        applied, known = self.applied, self.applied_stored
         for seq, subject, data, _headers in batch:
+            event = known(seq, subject, data) if known is not None else None
+            if event is not None:
+                self._skip_applied(seq, subject, event)
+                continue
             event = self.admission.read(seq, subject, data)
             if event is None:
                 if subject == subjects.DECISIONS:
@@ -289,11 +297,7 @@ class Follower:
                     hook(seq, subject)
                 continue
             if applied is not None and applied(seq, subject, event):
-                if before:
-                    self._tell(before, seq, subject, event)
-                state.last_seq = seq
-                if after:
-                    self._tell(after, seq, subject, event)
+                self._skip_applied(seq, subject, event)
                 continue
             if before:
                 self._tell(before, seq, subject, event)
@@ -307,6 +311,15 @@ class Follower:
                 self._tell(after, seq, subject, event)
         self.live_events += len(batch)
         self.refreezer.add(len(batch))
+
+    def _skip_applied(self, seq: int, subject: str, event: ev.Event) -> None:
+        """An event its writer already applied to this state: heard by the hooks, not folded."""
+        if self.before_live:
+            self._tell(self.before_live, seq, subject, event)
+        self.state.last_seq = seq
+        after = self.listeners + self.after_live
+        if after:
+            self._tell(after, seq, subject, event)
 
     def _skipped_decision(self, seq: int) -> None:
         """The fence is the decision subject's last sequence as stored: a message there that no

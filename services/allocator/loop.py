@@ -93,6 +93,8 @@ class Allocator:
         # the batch in flight stays applied until the fold reaches it (own_batch.py)
         self.own = OwnBatch()
         self.follower.applied = lambda seq, subject, event: self.own.settle(self.state, seq, subject, event)
+        self.follower.applied_stored = lambda seq, subject, data: self.own.settle_stored(
+            self.state, seq, subject, data)
         self.caught_up = self.follower.caught_up
         self.dirty = asyncio.Event()
         self._traces: dict[str, dict[str, str]] = {}
@@ -106,6 +108,7 @@ class Allocator:
         self.failed_in_row = 0
         self.memo: dict = {}  # placement scores per node view, kept across passes
         self.failed_at: dict = {}  # claim -> capacity epoch it last failed at
+        self.needs_memo: dict = {}  # claim -> its needs and rule arguments (core/place.py)
         self.frag = FragCache()  # the fragmentation measure's memos, this allocator's own
         self.reclaiming: asyncio.Task | None = None  # frees the claims a catch-up dropped
         # called after each decision pass with (seconds, decisions): the metrics' one hook per pass
@@ -210,7 +213,7 @@ class Allocator:
     def context(self, timers: bool = True) -> DecideContext:
         return DecideContext(
             now=self.clock(), policy=self.settings.policy or DEFAULT_POLICY, check_timers=timers,
-            memo=self.memo, failed_at=self.failed_at, frag=self.frag,
+            memo=self.memo, failed_at=self.failed_at, needs_memo=self.needs_memo, frag=self.frag,
             node_timeout_s=self.settings.node_timeout_s, stale_after_s=self.settings.stale_after_s,
             starvation_after_s=self.settings.starvation_after_s,
             pending_expire_after_s=self.settings.pending_expire_after_s,
@@ -244,7 +247,7 @@ class Allocator:
         fence = self.state.last_decision_seq
         # kept applied until the fold reaches it, or rolled back now (own_batch.py): before the
         # endings are read, which look at the state before the batch
-        self.own.hold(self.state, batch, journal)
+        self.own.hold(self.state, batch, journal, ev.encode_event(batch))
         try:
             return await self._append(batch, decisions, fence)
         finally:

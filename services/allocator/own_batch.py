@@ -18,6 +18,10 @@ allocator keeps the decisions applied (`decide_kept`) while its batch is in flig
   stays a prefix of the log, in the log's order);
 - a fenced-out or failed append rolls them back too.
 
+The batch coming back is recognised first by its bytes (`settle_stored`): the very payload the
+allocator appended is not decoded again (about 1 ms for a batch of 500 decisions, and as long
+again to compare it field by field); anything else is decoded and compared as before.
+
 Only batches whose every decision the stored fold applies exactly as the tentative one did are
 kept: allocations that took effect, pending reasons, borrowings. A batch that frees or ends a claim
 (evictions, expiries, rejections, lost nodes) differs in the fold (the claim leaves the state,
@@ -55,6 +59,7 @@ class OwnBatch:
 
     def __init__(self) -> None:
         self.batch: ev.DecisionBatch | None = None
+        self.payload: bytes | None = None  # the batch as appended (encode_event), when known
         self.claims: set[str] = set()  # the claims the kept batch decides on
         self.journal: Journal | None = None
         # an event was folded on top of the kept batch: the journal's saved units, nodes and
@@ -71,10 +76,11 @@ class OwnBatch:
     def holding(self) -> bool:
         return self.batch is not None
 
-    def hold(self, state: State, batch: ev.DecisionBatch, journal: Journal) -> None:
-        """Keep `batch` applied if it can be; otherwise roll it back now."""
+    def hold(self, state: State, batch: ev.DecisionBatch, journal: Journal, payload: bytes | None = None) -> None:
+        """Keep `batch` applied if it can be; otherwise roll it back now. `payload`: the bytes it
+        is appended as, to know it again without decoding it."""
         if keepable(state, batch.decisions):
-            self.batch, self.journal = batch, journal
+            self.batch, self.journal, self.payload = batch, journal, payload
             self.claims = {d.claim_id for d in batch.decisions}
             self.folded_on_top = False
         else:
@@ -97,8 +103,24 @@ class OwnBatch:
                 self.journal.rollback(state)
             self.undone += 1
             self._count(cause)
-        self.batch = self.journal = None
+        self.batch = self.journal = self.payload = None
         self.claims = set()
+
+    def settle_stored(self, state: State, seq: int, subject: str, data: bytes) -> ev.DecisionBatch | None:
+        """The fold's hook before a live message is decoded: when it is the kept batch's very
+        bytes, the batch is settled (as `settle` does) and returned, for the fold to skip without
+        decoding it; else None (decoded, then `settle`)."""
+        if self.payload is None or subject != subjects.DECISIONS or data != self.payload:
+            return None
+        batch = self.batch
+        self._settled(state, seq)
+        return batch
+
+    def _settled(self, state: State, seq: int) -> None:
+        state.last_decision_seq = seq
+        self.batch = self.journal = self.payload = None
+        self.claims = set()
+        self.kept += 1
 
     def settle(self, state: State, seq: int, subject: str, event: ev.Event) -> bool:
         """The fold's hook before each live event: True when `event` is the kept batch (already
@@ -108,10 +130,7 @@ class OwnBatch:
         if self.batch is None:
             return False
         if subject == subjects.DECISIONS and event == self.batch:
-            state.last_decision_seq = seq
-            self.batch = self.journal = None
-            self.claims = set()
-            self.kept += 1
+            self._settled(state, seq)
             return True
         if isinstance(event, ev.UsageObserved) and not self.commutes(state, event):
             # a report of devices the batch's claims now hold, stored before the batch: folded

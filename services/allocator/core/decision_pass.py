@@ -42,6 +42,9 @@ class DecideContext:
     # claims that failed at the current epoch: nothing was freed since, so they would fail again.
     # Time-based rules (stale eviction, starvation holds, leases) run in timer passes, which retry all.
     failed_at: dict | None = field(default=None, compare=False)
+    # caller-owned: claim id -> (spec, fleet models, needs, rule arguments), kept across passes
+    # for claims that wait (place._needs_and_args); None: built for each try
+    needs_memo: dict | None = field(default=None, compare=False)
     # Before this time the caller heard nothing (a NATS outage that ended then): no heartbeat or
     # lease renewal could be stored, so silence before it is no evidence against a node or claim.
     heard_since: float = 0.0
@@ -63,6 +66,7 @@ class Pass:
     any_stale: bool = False
     only_node: str = ""  # while trying evictions: place on this node or not at all
     frag: FragCache = field(default_factory=FragCache)  # the caller's, if it keeps one
+    fleet_models: list[str] | None = None  # the fleet's models, sorted, once a pass needs them
 
     def __post_init__(self) -> None:
         if self.ctx.frag is not None:

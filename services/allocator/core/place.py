@@ -44,7 +44,7 @@ def try_place(state: State, run: Pass, claim: Claim, prepared: Prepared | None =
     if refusal is not None:
         return refusal
     if prepared is None:  # a claim alone builds its context only for a need it tries
-        needs, args, pctx = claim_needs(state, claim), rule_args(spec, state), None
+        (needs, args), pctx = _needs_and_args(state, run, claim), None
     else:
         needs, args, pctx = prepared
     if not needs:
@@ -73,11 +73,39 @@ def try_place(state: State, run: Pass, claim: Claim, prepared: Prepared | None =
     return ranked
 
 
-def claim_needs(state: State, claim: Claim) -> list[Need]:
-    """Every concrete way to take the claim on this fleet, in its pool, most preferred first."""
+def claim_needs(state: State, claim: Claim, fleet_models: list[str] | None = None) -> list[Need]:
+    """Every concrete way to take the claim on this fleet, in its pool, most preferred first.
+    `fleet_models`: the fleet's models, sorted, when the caller has them (`fleet_models`)."""
     spec = claim.spec
     pool = state.pools.get(spec.pool) if spec.pool else None
-    return [in_pool(need, pool) for need in needs_for(spec, sorted(k for k in state.groups_by_model if k))]
+    if fleet_models is None:
+        fleet_models = sorted(k for k in state.groups_by_model if k)
+    return [in_pool(need, pool) for need in needs_for(spec, fleet_models)]
+
+
+def fleet_models(state: State) -> list[str]:
+    return sorted(k for k in state.groups_by_model if k)
+
+
+def _needs_and_args(state: State, run: Pass, claim: Claim) -> tuple[list[Need], tuple]:
+    """The claim's needs and rule arguments, kept from the last pass that built them in the
+    caller's `needs_memo` (DecideContext): a claim waiting on a full fleet is tried in pass after
+    pass (thousands a pass under `bench e2e` at saturation), and both were built anew each time.
+    They depend on the spec alone (the same object while the claim lives), the fleet's models
+    (checked: the pass's list, equal to the one they were built from) and the claim's pool (a
+    claim in a pool is not kept: its pool may change)."""
+    spec, memo = claim.spec, run.ctx.needs_memo
+    if memo is None or spec.pool:
+        return claim_needs(state, claim), rule_args(spec, state)
+    models = run.fleet_models
+    if models is None:
+        models = run.fleet_models = fleet_models(state)
+    kept = memo.get(claim.claim_id)
+    if kept is not None and kept[0] is spec and kept[1] == models:
+        return kept[2], kept[3]
+    needs, args = claim_needs(state, claim, models), rule_args(spec, state)
+    memo[claim.claim_id] = (spec, models, needs, args)
+    return needs, args
 
 
 def member_needs(state: State, run: Pass, claim: Claim) -> tuple[list[Need], PlacementContext]:

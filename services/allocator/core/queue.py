@@ -43,6 +43,8 @@ def walk_queue(state: State, run: Pass, epoch: int) -> None:
     failed_at = run.ctx.failed_at
     if failed_at is not None and run.ctx.check_timers:
         forget_ended(state, failed_at)
+    if run.ctx.needs_memo is not None and run.ctx.check_timers:
+        forget_ended(state, run.ctx.needs_memo)
     skip = failed_at is not None and not run.ctx.check_timers
     for claim in queue_order(state):
         if len(run.decisions) >= run.ctx.max_decisions:
@@ -65,8 +67,8 @@ def walk_queue(state: State, run: Pass, epoch: int) -> None:
 
 
 def forget_ended(state: State, failed_at: dict) -> None:
-    """Keep the caller's failure book to the claims still pending (and their gangs): without this
-    it would hold one entry for every claim that ever waited."""
+    """Keep a caller's book by claim (or gang) id (`failed_at`, `needs_memo`) to the claims still
+    pending and their gangs: without this it would hold one entry for every claim that ever waited."""
     if len(failed_at) <= 2 * len(state.pending) + 64:
         return
     live = {key for c in state.pending for key in (c, state.claims[c].spec.gang_id) if key}
