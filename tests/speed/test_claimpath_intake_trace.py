@@ -43,7 +43,8 @@ async def test_a_drained_batch_reads_the_trace_context_once(monkeypatch):
         traces = {e.claim.claim_id: e.trace async for stored in log.read() for e in ev.flatten(stored.event)
                   if isinstance(e, ev.ClaimSubmitted)}
         assert traces.pop("own") == {"traceparent": PARENT}
-        assert len(traces) == 10 and all(t == telemetry.inject_headers() for t in traces.values())
+        # the batch span's context (empty with no exporter: no span; a test process may have one)
+        assert len(traces) == 10 and len({tuple(sorted(t.items())) for t in traces.values()}) == 1
         # a submit by command (no batch) still reads the context itself
         event = service.prepare(msgspec.json.decode(_spec("cmd"), type=claim_app.ClaimSpec))
         assert event is not None and len(reads) == 2
