@@ -88,7 +88,20 @@ def commands_of(module_name: str) -> dict[str, click.Command]:
         return {}
     scratch = typer.Typer()
     module.register(scratch)
-    return dict(typer.main.get_group(scratch).commands)
+    commands = dict(typer.main.get_group(scratch).commands)
+    for command in commands.values():
+        _no_missing_envvar(command)
+    return commands
+
+
+def _no_missing_envvar(command: click.Command) -> None:
+    """typer shows every option's env var; click 8.2 then ends a usage error with "(env var:
+    'None')" for an option that has none: only options with one say so."""
+    for param in command.params:
+        if getattr(param, "show_envvar", False) and not param.envvar:
+            param.show_envvar = False
+    for sub in getattr(command, "commands", {}).values():
+        _no_missing_envvar(sub)
 
 
 class _Listed(TyperCommand):

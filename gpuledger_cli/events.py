@@ -43,6 +43,25 @@ def _line(stored, as_json: bool) -> str:
             f"{summarise(stored.event)}")
 
 
+def subject_filter(value: Optional[str]) -> Optional[str]:
+    """A NATS subject filter, checked before it reaches the server (which answered a malformed one
+    with a traceback): dot-separated tokens, none empty or with blanks, `*` one whole token, `>`
+    the whole last token."""
+    if not value:
+        return value
+    tokens = value.split(".")
+    for i, token in enumerate(tokens):
+        problem = ("an empty token (tokens are separated by single dots)" if not token
+                   else "a blank inside" if any(c.isspace() for c in token)
+                   else "'>' before the last token" if token == ">" and i < len(tokens) - 1
+                   else f"'{token}': * and > stand for whole tokens" if token not in ("*", ">")
+                   and ("*" in token or ">" in token) else "")
+        if problem:
+            raise typer.BadParameter(f"{value!r} is not a NATS subject filter: {problem} "
+                                     "(e.g. gpu.evt.claim.> or gpu.evt.node.*)")
+    return value
+
+
 async def _replay(url: str, from_seq: int, until_seq: Optional[int], subject: Optional[str],
                   as_json: bool, progress: bool) -> int:
     nc = await connect_or_die(url)
@@ -76,11 +95,13 @@ async def _tail(url: str, from_seq: Optional[int], last: int, subject: Optional[
 @events_app.command("replay")
 def replay(from_seq: int = typer.Option(1, "--from-seq", min=1, help="first sequence to print"),
            until_seq: Optional[int] = typer.Option(None, "--until-seq", min=1, help="last sequence to print"),
-           subject: Optional[str] = typer.Option(None, "--subject", help=f"filter, e.g. gpu.evt.claim.> "
-                                                 f"or {subjects.DECISIONS}"),
+           subject: Optional[str] = typer.Option(None, "--subject", callback=subject_filter,
+                                                 help=f"filter, e.g. gpu.evt.claim.> or {subjects.DECISIONS}"),
            as_json: bool = typer.Option(False, "--json", help="one JSON object per line"),
            url: Optional[str] = NatsUrl) -> None:
     """Print the log from a sequence to its current end (with a progress bar on a terminal)."""
+    if until_seq is not None and until_seq < from_seq:
+        raise typer.BadParameter(f"{until_seq} is before --from-seq {from_seq}", param_hint="'--until-seq'")
     asyncio.run(_replay(nats_url(url), from_seq, until_seq, subject, as_json, progress=True))
 
 
@@ -88,7 +109,8 @@ def replay(from_seq: int = typer.Option(1, "--from-seq", min=1, help="first sequ
 def tail(from_seq: Optional[int] = typer.Option(None, "--from-seq", min=1, help="start at this sequence "
                                                "instead of the last few events"),
          last: int = typer.Option(10, "--last", min=0, help="events before now to show first"),
-         subject: Optional[str] = typer.Option(None, "--subject", help="filter, e.g. gpu.evt.claim.>"),
+         subject: Optional[str] = typer.Option(None, "--subject", callback=subject_filter,
+                                               help="filter, e.g. gpu.evt.claim.>"),
          as_json: bool = typer.Option(False, "--json", help="one JSON object per line"),
          url: Optional[str] = NatsUrl) -> None:
     """Follow the log live (Ctrl-C to stop)."""

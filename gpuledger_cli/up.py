@@ -23,7 +23,7 @@ from typing import Optional
 import typer
 
 import schemas
-from gpuledger_cli import up_auth, up_web
+from gpuledger_cli import up_auth, up_lock, up_web
 from gpuledger_cli.up_nice import lower_priority, nice_of
 from gpuledger_cli.ports import PortBook
 from gpuledger_cli.services_cmd import SERVICES
@@ -52,13 +52,17 @@ class Child:
         self.name, self.argv, self.env, self.log_path = name, argv, env, log_dir / f"{name}.log"
         self.nice = nice_of(name, env)  # off the claim path: a lower CPU priority (up_nice.py)
         self.process: subprocess.Popen | None = None
+        self.folder: FolderLock | None = None  # `up`'s lock on the data folder: every child keeps it
 
     def start(self) -> None:
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(self.argv, env=self.env, stdin=subprocess.DEVNULL, stdout=log,
                                         stderr=subprocess.STDOUT, start_new_session=True,
-                                        preexec_fn=lower_priority(self.nice))
+                                        preexec_fn=lower_priority(self.nice),
+                                        pass_fds=self.folder.fds if self.folder else ())
         log.close()
+        if self.folder:
+            self.folder.started(self.name, self.process.pid)
 
     def stop(self) -> None:
         if self.process and self.process.poll() is None:
@@ -72,6 +76,22 @@ class Child:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+
+
+class FolderLock:
+    """`up`'s lock on its data folder (up_lock.py), handed to every process it starts, and the
+    list of those processes kept in the lock file as they start and restart."""
+
+    def __init__(self, fd: int):
+        self.fd, self.pids = fd, {"up": os.getpid()}
+
+    @property
+    def fds(self) -> tuple[int, ...]:
+        return (self.fd,)
+
+    def started(self, name: str, pid: int) -> None:
+        self.pids[name] = pid
+        up_lock.note(self.fd, self.pids)
 
 
 def _available_services() -> list[str]:
@@ -203,13 +223,17 @@ def _expected_nodes(fleet: str) -> int:
     return total
 
 
-def _start_server(data_dir: Path, book: PortBook, port: int | None, users: up_auth.StackUsers | None):
+def _start_server(data_dir: Path, book: PortBook, port: int | None, users: up_auth.StackUsers | None,
+                  folder: FolderLock | None = None):
     try:
         server = start_nats_server(data_dir / "nats", port=book.take("nats", port),
-                                   config_file=users.config_file if users else None)
+                                   config_file=users.config_file if users else None,
+                                   pass_fds=folder.fds if folder else ())
     except NatsServerError as err:
         _say(f"cannot start nats-server: {err}")
         raise typer.Exit(1)
+    if folder:
+        folder.started("nats-server", server.process.pid)
     who = "users and permissions from " + str(users.config_file) if users else "NO authorization (--no-auth)"
     _say(f"nats-server with JetStream at {server.url}, data in {data_dir / 'nats'}, {who}")
     return server
@@ -239,6 +263,11 @@ def _run_up(demo: bool, data_dir: Path, nats_url: str | None, fleet: str, port: 
     data_dir = data_dir.resolve()
     log_dir = data_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        folder = FolderLock(up_lock.hold(data_dir))
+    except up_lock.DataDirBusy as err:
+        _say(str(err))
+        raise typer.Exit(1)
     server = holder = None
     book = PortBook(data_dir)
     urls: dict[str, str] = {}
@@ -246,13 +275,13 @@ def _run_up(demo: bool, data_dir: Path, nats_url: str | None, fleet: str, port: 
     users = (up_auth.prepare(data_dir, fleet if demo else None, agent_nodes, systems)
              if auth and nats_url is None else None)
     if nats_url is None and cluster:
-        server, nats_url = _start_cluster(data_dir, cluster, book.take("nats", port), users)
+        server, nats_url = _start_cluster(data_dir, cluster, book.take("nats", port), users, folder)
         replicas = {"GPULEDGER_STREAM_REPLICAS": str(min(cluster, 3))}
         urls = _user_urls(users, [node.port for node in server.nodes])
         holder = ServerHolder(server, lambda: server)
     elif nats_url is None:
-        server = _start_server(data_dir, book, port, users)
-        holder = ServerHolder(server, lambda: _start_server(data_dir, book, server.port, users))
+        server = _start_server(data_dir, book, port, users, folder)
+        holder = ServerHolder(server, lambda: _start_server(data_dir, book, server.port, users, folder))
         nats_url = server.url
         urls = _user_urls(users, [server.port])
     nats_url = urls.get(nats_auth.OPS, nats_url)
@@ -264,6 +293,8 @@ def _run_up(demo: bool, data_dir: Path, nats_url: str | None, fleet: str, port: 
         env["GPULEDGER_MODELS"] = str(DEMO_MODELS)
     services = _available_services()
     children = _children(services, env, log_dir, fleet if demo else None, book, dashboard, urls)
+    for child in children:
+        child.folder = folder
     book.save()
     for change in book.changed:
         _say(change)
@@ -306,12 +337,14 @@ def _run_up(demo: bool, data_dir: Path, nats_url: str | None, fleet: str, port: 
         raise typer.Exit(1)
 
 
-def _start_cluster(data_dir: Path, size: int, first_port: int | None, users: up_auth.StackUsers | None):
+def _start_cluster(data_dir: Path, size: int, first_port: int | None, users: up_auth.StackUsers | None,
+                   folder: FolderLock | None = None):
     """`--cluster N`: N nats-servers routed to each other (shared/natscluster.py); the first keeps
     the port remembered for `nats`, the others get free ones."""
     try:
         cluster = start_nats_cluster(data_dir / "nats-cluster", size, ports=[first_port or 0],
-                                     config_file=users.config_file if users else None)
+                                     config_file=users.config_file if users else None,
+                                     pass_fds=folder.fds if folder else ())
     except NatsServerError as err:
         _say(f"cannot start the nats-server cluster: {err}")
         raise typer.Exit(1)

@@ -83,6 +83,7 @@ class ClusterNode:
     store_dir: Path
     argv: list[str] = field(default_factory=list)
     process: subprocess.Popen | None = None
+    pass_fds: tuple[int, ...] = ()  # kept open by the server (`gpuledger up`'s lock on its folder)
 
     @property
     def url(self) -> str:
@@ -99,7 +100,8 @@ class ClusterNode:
     def start(self) -> None:
         self.store_dir.mkdir(parents=True, exist_ok=True)
         self.process = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.DEVNULL, start_new_session=True)
+                                        stderr=subprocess.DEVNULL, start_new_session=True,
+                                        pass_fds=self.pass_fds)
 
     def kill(self) -> None:
         """kill -9: no shutdown, no goodbye to the routes; the others notice on their own."""
@@ -164,7 +166,8 @@ def _argv(node: ClusterNode, peers: list[ClusterNode], config_file: str | os.Pat
 
 
 def start_nats_cluster(store_dir: str | os.PathLike, size: int = 3, ports: list[int] | None = None,
-                       ready_timeout: float = 30.0, config_file: str | os.PathLike | None = None) -> NatsCluster:
+                       ready_timeout: float = 30.0, config_file: str | os.PathLike | None = None,
+                       pass_fds: tuple[int, ...] = ()) -> NatsCluster:
     """Start `size` nats-servers routed to each other, wait until every one reports healthy
     (JetStream's meta group has elected a leader)."""
     if size < 1:
@@ -172,7 +175,7 @@ def start_nats_cluster(store_dir: str | os.PathLike, size: int = 3, ports: list[
     ports = list(ports or [])
     store = Path(store_dir)
     nodes = [ClusterNode(f"n{i}", ports[i] if i < len(ports) and ports[i] else free_port(),
-                         free_port(), free_port(), store / f"n{i}") for i in range(size)]
+                         free_port(), free_port(), store / f"n{i}", pass_fds=pass_fds) for i in range(size)]
     for node in nodes:
         node.argv = _argv(node, nodes, config_file)
     cluster = NatsCluster(nodes)

@@ -58,9 +58,11 @@ class NatsServer:
 
 
 def start_nats_server(store_dir: str | os.PathLike, port: int | None = None,
-                      ready_timeout: float = 15.0, config_file: str | os.PathLike | None = None) -> NatsServer:
+                      ready_timeout: float = 15.0, config_file: str | os.PathLike | None = None,
+                      pass_fds: tuple[int, ...] = ()) -> NatsServer:
     """Start nats-server with JetStream, wait until it accepts connections. `config_file` (users
-    and permissions, shared.nats_auth) is read first; the address, port and store given here win."""
+    and permissions, shared.nats_auth) is read first; the address, port and store given here win.
+    `pass_fds`: descriptors the server keeps open (`gpuledger up`'s lock on its data folder)."""
     store = Path(store_dir)
     store.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
@@ -68,7 +70,7 @@ def start_nats_server(store_dir: str | os.PathLike, port: int | None = None,
     cmd = [find_binary(), *(["-c", str(config_file)] if config_file else []), "-a", "127.0.0.1",
            "-p", str(port), "-js", "-sd", str(store), "-l", str(log_file)]
     process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, start_new_session=True)
+                               stderr=subprocess.PIPE, start_new_session=True, pass_fds=pass_fds)
     server = NatsServer(process, port, store, log_file)
     _wait_ready(server, ready_timeout)
     return server

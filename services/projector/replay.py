@@ -7,6 +7,7 @@ the writers' `at` fields, so "the state at 10:00" means "what the log held at 10
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import AsyncIterator
 from datetime import datetime, timezone
 
@@ -40,9 +41,13 @@ async def batches(log_, from_seq: int = 1, stop_at: int | None = None, admission
 def parse_time(value: str) -> float:
     """Unix seconds, or ISO 8601 (a time without a zone is UTC)."""
     try:
-        return float(value)
+        seconds = float(value)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(seconds):  # "nan", "inf", "1e400": no moment of any log
+            raise ValueError(f"time {value!r} is not a finite number of unix seconds")
+        return seconds
     try:
         moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:

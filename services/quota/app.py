@@ -9,6 +9,7 @@ allocator checks quota in the same decision that grants the GPUs.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 import time
 
@@ -60,6 +61,7 @@ class QuotaService(QuotaWrites):
         # claims ended a moment ago -> (when, by this service's clock, to judge them; their node):
         # until then a process they brought is not reported as outliving them
         self.settling: dict[str, tuple[float, str]] = {}
+        self._settle_order: list[tuple[float, str]] = []  # a heap of (when, claim) over `settling`
         self.events_appended = 0
         self.judged_through = 0  # the log position the last finished reconcile pass judged (tests wait on it)
 
@@ -72,6 +74,7 @@ class QuotaService(QuotaWrites):
             due = self.clock() + self.settle_after_end_s
             for claim_id, node in ended:
                 self.settling[claim_id] = (due, node)
+                heapq.heappush(self._settle_order, (due, claim_id))
         self.dirty_nodes.update(self._nodes_to_judge(event))
         self.changed.set()
 
@@ -100,12 +103,18 @@ class QuotaService(QuotaWrites):
         return []
 
     def _settled_now(self) -> set[str]:
-        """Nodes of the ended claims whose settle time has come (they leave `settling`)."""
-        now = self.clock()
-        due = [(claim_id, node) for claim_id, (at, node) in self.settling.items() if at <= now]
-        for claim_id, _node in due:
-            del self.settling[claim_id]
-        return {node for _claim, node in due}
+        """Nodes of the ended claims whose settle time has come (they leave `settling`). Only those
+        are looked at: at saturation thousands of claims settle at once, and every pass scanned
+        them all."""
+        now, order, settling = self.clock(), self._settle_order, self.settling
+        nodes = set()
+        while order and order[0][0] <= now:
+            at, claim_id = heapq.heappop(order)
+            entry = settling.get(claim_id)
+            if entry is not None and entry[0] == at:  # else ended again since: a later entry
+                del settling[claim_id]
+                nodes.add(entry[1])
+        return nodes
 
     def _node_of(self, claim_id: str) -> list[str]:
         claim = self.view.state.claims.get(claim_id)
@@ -126,9 +135,12 @@ class QuotaService(QuotaWrites):
             await asyncio.sleep(RECONCILE_EVERY_S)
 
     def _until_next_end(self) -> float | None:
-        if not self.settling:
+        order, settling = self._settle_order, self.settling
+        while order and settling.get(order[0][1], (None,))[0] != order[0][0]:
+            heapq.heappop(order)  # left behind by a claim that ended again
+        if not order:
             return None
-        return max(min(at for at, _node in self.settling.values()) - self.clock(), 0.0)
+        return max(order[0][0] - self.clock(), 0.0)
 
     async def reconcile_once(self) -> int:
         """Append what the rules call for now; wait until it is folded back. Returns events appended."""

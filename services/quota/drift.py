@@ -20,8 +20,8 @@ from services.quota.view import DriftKey, Observations, QuotaView
 
 def mismatches(state: State, obs: Observations, node: str, stale_after_s: float,
                release_after_s: float = 0.0, settling: Container[str] = ()) -> dict[DriftKey, ev.DriftDetected]:
-    """Every mismatch on one node as of its latest observation. A process brought by claims that
-    are all `settling` (ended a moment ago: their agent may not have stopped it yet) is not one."""
+    """Every mismatch on one node as of its latest observation. A process brought by a claim that
+    is `settling` (ended a moment ago: its agent may not have stopped it yet) is not one yet."""
     found: dict[DriftKey, ev.DriftDetected] = {}
     at = obs.node_at.get(node, 0.0)
     for uuid in sorted(obs.node_devices.get(node, ())):
@@ -44,8 +44,8 @@ def _unallocated(state: State, obs: Observations, node: str, uuid: str, at: floa
         owners = obs.owners.get((uuid, pid), ())
         if any(owner in holders for owner in owners):
             continue  # its claim still holds the device
-        if owners and all(owner in settling for owner in owners):
-            continue  # its claim ended a moment ago: judged once its agent had time to stop it
+        if any(owner in settling for owner in owners):
+            continue  # a claim of it ended a moment ago: judged once its agent had time to stop it
         former = owners[0] if owners else ""
         outlived = f" (it outlived claim {former})" if former else ""
         key = DriftKey("unallocated-process", node, uuid, former, pid)

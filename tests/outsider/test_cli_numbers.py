@@ -46,3 +46,35 @@ def test_a_wrong_number_is_refused_naming_the_option_and_the_range(args, option,
         else invoke(*args)
     assert done.returncode == 2, done
     assert f"Invalid value for '{option}'" in done.stderr and shown in done.stderr, done.stderr
+    assert "env var: 'None'" not in done.stderr  # typer + click 8.2 said so for every option
+
+
+def test_a_range_that_was_there_before_no_longer_ends_in_a_missing_env_var():
+    done = invoke("claim", "list", "--limit", "0")
+    assert done.returncode == 2 and "Invalid value for '--limit': 0 is not in the range x>=1" in done.stderr
+
+
+@pytest.mark.parametrize("command", ["replay", "tail"])
+@pytest.mark.parametrize("subject,problem", [
+    ("gpu..x", "an empty token"), ("gpu.evt.>.x", "'>' before the last token"),
+    ("gpu.evt.cl*", "'cl*': * and > stand for whole tokens"), ("gpu evt", "a blank inside"), ("gpu.", "an empty token")])
+def test_a_malformed_subject_filter_is_refused_before_the_server_sees_it(command, subject, problem):
+    """nats-server answered these with `invalid subject`, which the CLI printed as a traceback."""
+    done = invoke("events", command, "--subject", subject, "--nats-url", "nats://127.0.0.1:9")
+    assert done.returncode == 2 and "Invalid value for '--subject'" in done.stderr and problem in done.stderr, done
+
+
+def test_an_end_before_the_start_is_refused():
+    """It printed nothing, as if the range were empty."""
+    done = invoke("events", "replay", "--from-seq", "5", "--until-seq", "2", "--nats-url", "nats://127.0.0.1:9")
+    assert done.returncode == 2 and "Invalid value for '--until-seq': 2 is before --from-seq 5" in done.stderr
+
+
+@pytest.mark.parametrize("value", ["1e400", "nan", "-inf"])
+def test_a_time_that_is_no_moment_is_refused(value):
+    """`state at --time 1e400` showed the state at the log's end as if it were a time."""
+    from services.projector.replay import parse_time
+
+    with pytest.raises(ValueError, match="not a finite number of unix seconds"):
+        parse_time(value)
+    assert parse_time("1795886825.5") == 1795886825.5
