@@ -18,7 +18,7 @@ from ledger.holdings import Journal, allocate, fitting_units, free, park_if_flee
 from ledger.inventory import refusal
 from ledger.pools import assign_pools
 from ledger.shapes import bound_mix, bound_models, shapes_from_counts
-from ledger.state import Claim, Node, State, Unit, grow, milli_tflops, reindex_node
+from ledger.state import Claim, Node, State, Unit, grow, milli_tflops, new_claim, reindex_node
 
 log = logging.getLogger("gpuledger")
 
@@ -76,7 +76,7 @@ def _claim_submitted(state: State, e: ev.ClaimSubmitted, seq: int) -> None:
     if claim_id in state.claims or claim_id in state.ended:
         return  # a retried submit beyond the dedup window: stored twice, counted once
     state.submitted += 1
-    state.claims[claim_id] = Claim(spec, seq or state.submitted, e.at, last_activity=e.at)
+    state.claims[claim_id] = new_claim(spec, seq or state.submitted, e.at)
     state.pending[claim_id] = None
     state.queue[claim_id] = None
     key = (spec.gpus, spec.gpu_milli, spec.mig_profile, spec.cpu_milli,

@@ -255,7 +255,7 @@ class Follower:
         with the same outcomes: a skipped message still moves the decision fence, a fold that
         raises is counted and skipped, the position ends at the batch's last sequence)."""
         state, admission = self.state, self.admission
-        decode, admits, handlers = ev.decode_event, authority.admits, handlers_for(state)
+        decode, admits, handlers = ev.event_decoder(), authority.admits, handlers_for(state)
         decisions = subjects.DECISIONS
         for seq, subject, data, _headers in batch:
             try:

@@ -195,3 +195,27 @@ def test_a_pending_decision_makes_no_reason_code_per_code(monkeypatch):
     assert reasons.never_satisfiable_here(["no-such-gpu", "a-code-from-a-newer-version"]) is False
     assert reasons.never_satisfiable_here(["no-free-gpu", "never-satisfiable"]) is True
     assert reasons.never_satisfiable_here([]) is False
+
+
+def test_a_submit_makes_its_claim_as_the_dataclass_would():
+    from ledger.state import Claim, new_claim
+    from schemas.types import ClaimSpec
+
+    spec = ClaimSpec(claim_id="c1", namespace="team-a", gpus=2)
+    made, plain = new_claim(spec, 7, 3.5), Claim(spec, 7, 3.5, last_activity=3.5)
+    assert made == plain  # every field (an unset slot would raise here)
+    assert [getattr(made, f.name) for f in dataclasses.fields(Claim)] == \
+        [getattr(plain, f.name) for f in dataclasses.fields(Claim)]
+    other = new_claim(spec, 8, 3.5)
+    assert made.grants is not other.grants and made.trail is not other.trail and made.env is not other.env
+
+
+def test_a_catch_up_decodes_without_a_call_around_each_message(monkeypatch):
+    from schemas import upcast
+
+    decode = ev.event_decoder()
+    assert getattr(decode, "__self__", None) is ev._decoder  # the decoder's own method
+    data = encode_event(ev.ClaimReleased(claim_id="a", at=1.0))
+    assert decode(data) == ev.decode_event(data)
+    monkeypatch.setitem(upcast.EVENT_KINDS, "ClaimReleased", 2)  # once a type has upcasters
+    assert ev.event_decoder() is ev.decode_event
