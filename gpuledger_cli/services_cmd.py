@@ -8,7 +8,7 @@ import logging
 
 import typer
 
-from shared.service import serve
+from shared.service import leaving_nothing_behind, serve
 from shared.settings import Settings
 from shared.telemetry import setup_tracing
 
@@ -35,7 +35,7 @@ def run_service(name: str, build) -> None:
         from uvloop import run as run_loop  # faster request/reply latency (DESIGN.md)
     except ImportError:
         run_loop = asyncio.run
-    run_loop(serve(name, Settings(), build))
+    run_loop(leaving_nothing_behind(serve(name, Settings(), build)))
 
 
 def register(app: typer.Typer) -> None:

@@ -116,10 +116,39 @@ async def stop_service(ctx: ServiceContext) -> None:
         await hook()
     try:  # a subscription left open would make the drain wait its whole timeout: bound it
         await asyncio.wait_for(ctx.broker.stop(), timeout=5.0)
-    except asyncio.TimeoutError:
-        log.warning("%s: broker did not drain within 5s; closing", ctx.name)
+    except Exception as err:  # the timeout, or NATS away ("connection reconnecting": no drain)
+        log.warning("%s: broker did not drain (%s); closing", ctx.name,
+                    "not within 5s" if isinstance(err, asyncio.TimeoutError) else f"{type(err).__name__}: {err}")
         if ctx.nc is not None and not ctx.nc.is_closed:
-            await ctx.nc.close()
+            try:
+                await asyncio.wait_for(ctx.nc.close(), timeout=5.0)
+            except Exception as err:
+                log.warning("%s: closing NATS: %s: %s", ctx.name, type(err).__name__, err)
+
+
+STOP_GRACE_S = 10.0
+
+
+async def leaving_nothing_behind(main: Awaitable[Any], grace_s: float = STOP_GRACE_S) -> Any:
+    """A service process's whole run: `main` (its `serve`), then whatever it left running
+    cancelled and waited for at most `grace_s`. nats-py swallows some cancels while it reconnects,
+    and `asyncio.run` waits for every task: a service stopped (SIGTERM) during a NATS outage never
+    exited (a `kill -9` of `up` followed by stopping what it left ran into it). The process then
+    exits anyway, naming the tasks that ignored their cancel: what it wrote is in JetStream."""
+    try:
+        return await main
+    finally:
+        me = asyncio.current_task()
+        left = [task for task in asyncio.all_tasks() if task is not me and not task.done()]
+        for task in left:
+            task.cancel()
+        stuck = (await asyncio.wait(left, timeout=grace_s))[1] if left else set()
+        if stuck:
+            names = sorted(f"{t.get_name()} ({getattr(t.get_coro(), '__qualname__', '?')})" for t in stuck)
+            log.error("stopping: %d task(s) ignored their cancel for %gs: %s; exiting without them",
+                      len(stuck), grace_s, ", ".join(names))
+            logging.shutdown()
+            os._exit(1)
 
 
 async def serve(name: str, settings: Settings, build: Builder) -> None:

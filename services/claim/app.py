@@ -130,11 +130,14 @@ class ClaimService:
 
     def prepare(self, spec: ClaimSpec, trace: dict | None = None,
                 pending: dict[str, ClaimSpec] | None = None, system: str = "",
-                pending_owners: dict[str, str] | None = None) -> ev.ClaimSubmitted | None:
+                pending_owners: dict[str, str] | None = None,
+                current_trace: dict[str, str] | None = None) -> ev.ClaimSubmitted | None:
         """The ClaimSubmitted to append, None for a repeat of a known claim, DomainError if
         invalid, outside the submitting `system`'s namespaces, or if the id is taken by a different
         claim or by another system's (in the log or in `pending`, whose systems are in
-        `pending_owners`)."""
+        `pending_owners`). A claim without a `trace` of its own carries the current one:
+        `current_trace` when the caller has it already (the intake: one per drained batch, whose
+        span is current for all its claims), else read here."""
         try:
             spec = validate_claim(spec)
         except ClaimInvalid as err:
@@ -162,7 +165,9 @@ class ClaimService:
             raise DomainError("conflict", f"claim id {spec.claim_id} would share the subject "
                               f"{subjects.claim(spec.claim_id)} with claim {other} ('.' is written as '_'): "
                               "choose an id that differs in more than '.' and '_'", "claim.claim_id")
-        return ev.ClaimSubmitted(claim=spec, trace=trace or inject_headers(), at=self.clock(), system=system)
+        if not trace:
+            trace = dict(current_trace) if current_trace is not None else inject_headers()
+        return ev.ClaimSubmitted(claim=spec, trace=trace, at=self.clock(), system=system)
 
     async def submit(self, spec: ClaimSpec, wait_seconds: float = 0.0, trace: dict | None = None,
                      system: str = "") -> dict:

@@ -19,7 +19,7 @@ from typing import Any
 from ledger.follower import Refreezer
 from shared.nats_auth import DEMO_AGENTS, node_inbox, user_inbox
 from shared.natscluster import INBOX_PREFIX_ENV
-from shared.service import Builder, ServiceContext, serve
+from shared.service import Builder, ServiceContext, leaving_nothing_behind, serve
 from shared.settings import Settings
 from services.node_agent.agent import AgentConfig, NodeAgent
 from services.node_agent.beats import FleetBeats
@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         # its own inbox prefix, as its NATS user allows: one node's agent, or the simulated fleet's
         inbox = user_inbox(DEMO_AGENTS) if args.fleet else node_inbox(args.node or local_node_name())
         os.environ.setdefault(INBOX_PREFIX_ENV, inbox)
-        _run_loop()(serve(SERVICE, settings, build))
+        _run_loop()(leaving_nothing_behind(serve(SERVICE, settings, build)))
     except (FleetSpecError, AgentSetupError) as err:
         print(f"node-agent: {err}", file=sys.stderr)
         return 2

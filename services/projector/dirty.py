@@ -47,7 +47,8 @@ def mark_node(state: State, dirty: Dirty, name: str, with_claims: bool = True) -
 
 
 def mark_event(state: State, dirty: Dirty, event: ev.Event) -> None:
-    """Mark what `event` names; called once before and once after it is folded."""
+    """Mark what `event` names; called after it is folded, and before too where that can find more
+    (`marks_before`)."""
     if isinstance(event, ev.EventBatch):
         for member in event.events:
             mark_event(state, dirty, member)
@@ -57,6 +58,19 @@ def mark_event(state: State, dirty: Dirty, event: ev.Event) -> None:
     marker = _MARKERS.get(type(event))
     if marker is not None:
         marker(state, dirty, event)
+
+
+def marks_before(event: ev.Event) -> bool:
+    """Whether marking `event` before it is folded can find rows that marking it after cannot: a
+    node's units and claims, before a (re-)registration or a loss changes them. A claim's grants
+    and node are set once, when it is allocated, and kept after it ends, so what marking after a
+    claim's event finds holds all that marking before it would (the marking before the fold was
+    a third of the projector's staging, nine events of ten being claims' events)."""
+    if isinstance(event, ev.EventBatch):
+        return any(marks_before(member) for member in event.events)
+    if isinstance(event, ev.DecisionBatch):
+        return any(isinstance(decision, ev.NodeLost) for decision in event.decisions)
+    return isinstance(event, ev.NodeRegistered)
 
 
 def claims_named(event: ev.Event) -> list[str]:

@@ -17,7 +17,7 @@ from schemas import events as ev
 from ledger.evolve import apply_decision, evolve
 from ledger.state import State, defer_index
 from services.projector import rows
-from services.projector.dirty import Dirty, claims_named, mark_event
+from services.projector.dirty import Dirty, claims_named, mark_event, marks_before
 from services.projector.index import index_rows
 from services.projector.models import ClaimRow, DeviceRow, NodeRow, PoolRow, QuotaRow
 from services.projector.store import Changes, commit, read_position
@@ -45,6 +45,9 @@ class Projector:
         self._index: list[dict] = []
         self._base = 0
         self._staged = 0
+        # the node and device rows as last handed to a commit (a commit is retried until it lands,
+        # or the projector is reset): a row that comes out the same is not written again
+        self._written: dict[type, dict[str, dict]] = {NodeRow: {}, DeviceRow: {}}
 
     # --- the fold ------------------------------------------------------------------------------
 
@@ -98,7 +101,7 @@ class Projector:
         if self._staged == 0:
             self._base = self.position
         self._staged += 1
-        if event is not None:
+        if event is not None and marks_before(event):
             mark_event(self.state, self._dirty, event)
         applied = self.fold(seq, event)
         if event is not None:
@@ -151,26 +154,47 @@ class Projector:
     # --- rows ----------------------------------------------------------------------------------
 
     def _claims(self, changes: Changes) -> None:
-        claim_rows = []
+        claim_rows, base = [], self._base
+        earlier = set()  # claims whose allocation rows may be stored: all but those new in the batch
         for claim_id in self._dirty.claims:
             claim = self.state.claims.get(claim_id)
             if claim is None:  # refused at intake, never submitted: only the index knows it
+                earlier.add(claim_id)
                 continue
+            if claim.seq <= base:
+                earlier.add(claim_id)
             claim_rows.append(rows.claim_row(claim, self.ended_at.get(claim_id),
                                              self.claim_seq.get(claim_id, 0)))
             changes.allocations.extend(rows.allocation_rows(claim))
-        changes.allocations_of = set(self._dirty.claims)
+        changes.allocations_of = earlier
         changes.replace[ClaimRow] = claim_rows
 
     def _nodes_and_devices(self, changes: Changes) -> None:
+        """Rows of the nodes and devices the batch touched, less those that came out as they were
+        last written: under load most devices are taken and given back within one window."""
         state, dirty = self.state, self._dirty
-        changes.replace[NodeRow] = [rows.node_row(state.nodes[n]) for n in dirty.nodes
-                                    if n in state.nodes]
-        changes.remove[NodeRow] = {n for n in dirty.nodes if n not in state.nodes}
-        uuids = state.units.keys() if dirty.all_devices else dirty.devices
-        changes.replace[DeviceRow] = [rows.device_row(state.units[u]) for u in uuids
-                                      if u in state.units]
-        changes.remove[DeviceRow] = {u for u in dirty.devices if u not in state.units}
+        nodes, units = state.nodes, state.units
+        changes.replace[NodeRow] = self._changed(
+            NodeRow, ((n, rows.node_row(nodes[n])) for n in dirty.nodes if n in nodes))
+        changes.remove[NodeRow] = self._forget(NodeRow, {n for n in dirty.nodes if n not in nodes})
+        uuids = units.keys() if dirty.all_devices else dirty.devices
+        changes.replace[DeviceRow] = self._changed(
+            DeviceRow, ((u, rows.device_row(units[u])) for u in uuids if u in units))
+        changes.remove[DeviceRow] = self._forget(DeviceRow, {u for u in dirty.devices if u not in units})
+
+    def _changed(self, table: type, keyed_rows) -> list[dict]:
+        written, out = self._written[table], []
+        for key, row in keyed_rows:
+            if written.get(key) != row:
+                written[key] = row
+                out.append(row)
+        return out
+
+    def _forget(self, table: type, keys: set[str]) -> set[str]:
+        written = self._written[table]
+        for key in keys:
+            written.pop(key, None)
+        return keys
 
     def _pools_and_quotas(self, changes: Changes) -> None:
         state, dirty = self.state, self._dirty
