@@ -247,9 +247,10 @@ class Allocator:
         fence = self.state.last_decision_seq
         # kept applied until the fold reaches it, or rolled back now (own_batch.py): before the
         # endings are read, which look at the state before the batch
-        self.own.hold(self.state, batch, journal, ev.encode_event(batch))
+        payload = ev.encode_event(batch)
+        self.own.hold(self.state, batch, journal, payload)
         try:
-            return await self._append(batch, decisions, fence)
+            return await self._append(batch, decisions, fence, payload)
         finally:
             self.own.undo(self.state)  # fenced out or failed (a kept batch was settled by the fold)
             if self.node_records is not None:  # records wait while a batch is held (node_writer.py)
@@ -269,7 +270,17 @@ class Allocator:
             logging.shutdown()
             os._exit(EXIT_DAMAGED_STATE)
 
-    async def _append(self, batch: ev.DecisionBatch, decisions: list, fence: int) -> int:
+    async def _append_batch(self, batch: ev.DecisionBatch, payload: bytes, fence: int):
+        """The batch appended as `payload` (its encoding, made once: kept to know it again when
+        the fold reaches it) where the log takes bytes; else as the event."""
+        append_raw = getattr(self.log, "append_raw", None)
+        if append_raw is not None:
+            return await append_raw(subjects.DECISIONS, payload, expected_last_subject_seq=fence,
+                                    headers=inject_headers())
+        return await self.log.append(subjects.DECISIONS, batch, expected_last_subject_seq=fence,
+                                     headers=inject_headers())
+
+    async def _append(self, batch: ev.DecisionBatch, decisions: list, fence: int, payload: bytes) -> int:
         endings = unbound_endings(self.state, decisions)
         records = getattr(self, "node_records", None) if endings else None
         if records is not None:  # no record folded past the marks before the batch is folded
@@ -281,9 +292,7 @@ class Allocator:
                     await mark_endings(self.log, endings, fence, batch.at)
                     self.endings_marked += len(endings)
                 try:
-                    appended = await self.log.append(
-                        subjects.DECISIONS, batch, expected_last_subject_seq=fence,
-                        headers=inject_headers())
+                    appended = await self._append_batch(batch, payload, fence)
                 except AppendConflict as conflict:
                     self.conflicts += 1
                     span.set_attribute("gpuledger.conflict", True)

@@ -15,6 +15,7 @@ from ledger.digest import compact_digest
 from ledger.state import State
 from services.allocator.loop import Allocator
 from services.allocator.own_batch import OwnBatch
+from shared import jetstream
 from shared.jetstream import JetStreamEventLog
 from tests.service.helpers import h100_node, register_nodes
 from tests.service.helpers import test_settings as settings_for
@@ -30,8 +31,19 @@ def claim(i: int, gpus: int = 1) -> ev.ClaimSubmitted:
     return ev.ClaimSubmitted(claim=ClaimSpec(claim_id=f"c{i}", namespace=f"ns{i % 3}", gpus=gpus), at=time.time())
 
 
-async def test_a_kept_batch_is_not_decoded_again(log):
+async def test_a_kept_batch_is_not_decoded_again(log, monkeypatch):
+    """...nor encoded twice: the bytes kept to know it again are the bytes appended."""
     log, url = log
+    encoded: list = []
+    encode = ev.encode_event
+
+    def encoding(event):
+        if isinstance(event, ev.DecisionBatch):
+            encoded.append(event)
+        return encode(event)
+
+    monkeypatch.setattr(ev, "encode_event", encoding)
+    monkeypatch.setattr(jetstream, "encode_event", encoding)
     await register_nodes(log, *(h100_node(f"n{i}") for i in range(4)))
     allocator = Allocator(log, settings_for(url), "alloc-test")
     decoded: list[str] = []
@@ -53,6 +65,7 @@ async def test_a_kept_batch_is_not_decoded_again(log):
                 c in allocator.state.claims and allocator.state.claims[c].status == "allocated" for c in ids)), allocator.own.undone_by
         assert allocator.own.kept == allocator.batches_appended >= 4 and allocator.own.undone == 0
         assert subjects.DECISIONS not in decoded
+        assert len(encoded) == allocator.batches_appended
         fresh = await fresh_fold(log)
         assert allocator.state.last_decision_seq == fresh.last_decision_seq
         assert compact_digest(allocator.state) == compact_digest(fresh)

@@ -84,3 +84,22 @@ def test_queue_order_is_priority_then_age():
     queued = [state.claims[c] for c in state.queue]
     assert len({c.seq for c in queued}) < len(queued)  # some share a seq
     assert queue_order(state) == sorted(queued, key=lambda c: (-c.spec.priority, c.seq))
+
+
+def test_claims_alike_share_a_placement_context(monkeypatch):
+    """A pass builds the placement context of claims alike (rule arguments, priority, holds) once,
+    not once per claim; a claim of another priority gets its own."""
+    built: list = []
+    real = place.PlacementContext
+
+    def context(**fields):
+        built.append(fields["args"])
+        return real(**fields)
+
+    monkeypatch.setattr(place, "PlacementContext", context)
+    led = Ledger()
+    led.append(h100_node("h0"), h100_node("h1"))
+    led.append(*(claim(f"c{i}", gpus=1) for i in range(6)), claim("p", gpus=1, priority=3))
+    decisions = led.decide(1.0)
+    assert sum(isinstance(d, ev.ClaimAllocated) for d in decisions) == 7
+    assert len(built) == 2

@@ -67,6 +67,7 @@ class Pass:
     only_node: str = ""  # while trying evictions: place on this node or not at all
     frag: FragCache = field(default_factory=FragCache)  # the caller's, if it keeps one
     fleet_models: list[str] | None = None  # the fleet's models, sorted, once a pass needs them
+    contexts: dict = field(default_factory=dict)  # placement contexts built (place._placement_context)
 
     def __post_init__(self) -> None:
         if self.ctx.frag is not None:

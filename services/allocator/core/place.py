@@ -231,14 +231,24 @@ def _policy_name(state: State, run: Pass, need: Need) -> str:
 
 
 def _placement_context(state: State, run: Pass, claim: Claim, args: tuple) -> PlacementContext:
-    excluded = {n for n, prio in run.held.items() if prio >= claim.spec.priority}
+    """The context placement judges `claim` in. Claims alike in rule arguments and priority get
+    the same one while the pass's holds, the shape mix and the model prices stay the same (built
+    once, not once per claim: a pass places hundreds of claims of a few kinds)."""
     shapes = _typical_shapes(state, run)
     # a caller's mix (the simulator's) names the models its shapes are bound to; the allocator's
     # own measure is model-blind and its bound mix is kept apart (ledger.shapes.bound_mix)
     mix = run.ctx.typical_shapes or state.typical_bound
-    return PlacementContext(args=args, typical_shapes=shapes, rng=run.ctx.rng,
-                            excluded=excluded, memo=run.ctx.memo, frag=run.frag,
-                            model_prices=model_prices(mix, fleet_cards(state), run.frag))
+    prices = model_prices(mix, fleet_cards(state), run.frag)
+    priority = claim.spec.priority
+    key = (args, priority, tuple(run.held.items()))
+    found = run.contexts.get(key)
+    if found is not None and found.typical_shapes is shapes and found.model_prices is prices:
+        return found
+    excluded = {n for n, prio in run.held.items() if prio >= priority}
+    found = run.contexts[key] = PlacementContext(
+        args=args, typical_shapes=shapes, rng=run.ctx.rng, excluded=excluded, memo=run.ctx.memo,
+        frag=run.frag, model_prices=prices)
+    return found
 
 
 def _typical_shapes(state: State, run: Pass) -> tuple:
