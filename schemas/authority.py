@@ -117,6 +117,7 @@ AUTHORITY: dict[type, Rule] = {
 
 # Every fold checks every event: the token of an id is cached (node names and claim ids recur).
 _tok = functools.lru_cache(maxsize=1 << 16)(_token)
+KNOWN_NODES = 1 << 16  # node names remembered as safe tokens, per pattern (forgotten all at once)
 
 
 def _field(event: Any, path: str) -> str:
@@ -148,12 +149,24 @@ def _checker(pattern: Pattern) -> Callable[[str, Any], bool]:
         return fleet
     field = operator.attrgetter(key)  # decoded events: the field is a str
     safe = subjects._SAFE_TOKEN.fullmatch
+    # node names recur (a binding, heartbeat or usage report of one of a fleet's nodes is most of a
+    # log): the names found safe are remembered, so their check is one look-up, not a regex match
+    known: dict[str, None] | None = {} if key == "node" else None
 
     def keyed(subject: str, event: Any) -> bool:
         value = field(event)
         if not value:
             return False
         if subject == prefix + value + suffix:  # the usual case: the id is its own token
+            if known is not None:
+                if value in known:
+                    return True
+                if safe(value) is not None:
+                    if len(known) >= KNOWN_NODES:
+                        known.clear()
+                    known[value] = None
+                    return True
+                return _token(value) == value
             return safe(value) is not None or _token(value) == value
         return subject == prefix + _tok(value) + suffix
     return keyed

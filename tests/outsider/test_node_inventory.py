@@ -47,6 +47,11 @@ BAD = {
     "bandwidth_gbps": node("x", card("GPU-x-0", bandwidth_gbps=1e308)),
     "too many devices": node("x", *[card(f"GPU-x-{i}", i % 8) for i in range(1025)]),
     "a uuid twice": node("x", card("GPU-x-0", 0), card("GPU-x-0", 1)),
+    "a long model name": node("x", card("GPU-x-0", model="H" * 257)),
+    "a long uuid": node("x", card("GPU-" + "x" * 300)),
+    "too many labels": node("x", labels={f"k{i}": "v" for i in range(1025)}),
+    "a long label value": node("x", labels={"zone": "z" * 257}),
+    "a long driver version": node("x", driver_version="5" * 257),
 }
 
 
