@@ -10,6 +10,7 @@ from typing import Optional
 import typer
 
 from schemas.systems import System, SystemsError, parse_systems
+from gpuledger_cli.up_auth import node_names
 from shared import nats_auth
 from shared.settings import Settings
 
@@ -27,7 +28,8 @@ def _die(message: str) -> None:
 
 @nats_app.command("config")
 def config(data_dir: Path = DataDir,
-           node: list[str] = typer.Option([], "--node", help="add a node agent user `node-NAME` that "
+           node: list[str] = typer.Option([], "--node", callback=node_names,
+                                          help="add a node agent user `node-NAME` that "
                                           "may write only that node's subjects (repeat per node)"),
            env_passwords: bool = typer.Option(False, "--env-passwords", help="passwords as environment "
                                               "variables nats-server reads ($GPULEDGER_NATS_<USER>_"

@@ -170,6 +170,17 @@ async def _start_and_wait(children: list[Child], url: str, names: list[str], wan
         await nc.close()
 
 
+def _fleet_spec(value: str) -> str:
+    """--fleet checked before anything starts (a bad spec was a traceback from deep inside)."""
+    from services.node_agent.fleet import FleetSpecError
+
+    try:
+        up_auth.fleet_nodes(value)
+    except FleetSpecError as err:
+        raise typer.BadParameter(str(err)) from None
+    return value
+
+
 def register(app: typer.Typer) -> None:
     @app.command("up")
     def up(demo: bool = typer.Option(False, "--demo", help="also run simulated node agents"),
@@ -177,7 +188,8 @@ def register(app: typer.Typer) -> None:
                                          "read-model database and logs live"),
            nats_url: Optional[str] = typer.Option(None, "--nats-url", help="use this NATS server instead "
                                                   "of starting one"),
-           fleet: str = typer.Option(DEFAULT_FLEET, "--fleet", help="simulated fleet for --demo"),
+           fleet: str = typer.Option(DEFAULT_FLEET, "--fleet", callback=_fleet_spec,
+                                     help="simulated fleet for --demo"),
            port: int = typer.Option(0, "--port", min=0, max=65535, help="client port of the embedded nats-server (default: "
                                     "the one the last start used, kept in DATA_DIR/ports.json, else a "
                                     "free one); remembered for the next start"),
@@ -195,7 +207,8 @@ def register(app: typer.Typer) -> None:
                                      "the CLI (ops) and claim publishers a user with only its own "
                                      "rights (docs/security.md); --no-auth: anyone on the port may "
                                      "write the ledger, for debugging only"),
-           agent_node: list[str] = typer.Option([], "--agent-node", help="a real node agent will "
+           agent_node: list[str] = typer.Option([], "--agent-node", callback=up_auth.node_names,
+                                                help="a real node agent will "
                                                 "join as this node: give it a NATS user of its own "
                                                 "(repeat per node; `gpuledger nats creds node-NAME` "
                                                 "prints its URL)"),

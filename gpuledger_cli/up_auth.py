@@ -8,6 +8,7 @@ DATA_DIR/nats-users.json (0600), and the nats-server configuration in DATA_DIR/n
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +16,23 @@ from schemas.systems import System
 from shared import nats_auth
 
 CONFIG_FILE = "nats-auth.conf"
+# the names a node agent gives its node (services.node_agent.app.local_node_name): lower-case
+# letters, digits and '-', at most 63; a user made for another name is one no agent connects as
+NODE_NAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
+
+
+def node_names(names: list[str]) -> list[str]:
+    """A typer callback for --node / --agent-node: each a name a node agent would use."""
+    import typer
+
+    for name in names:
+        if not NODE_NAME.fullmatch(name):
+            agent = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:63]
+            raise typer.BadParameter(
+                f"{name!r} is not a node name: lower-case letters, digits and '-', at most 63"
+                + (f" (an agent given GPULEDGER_NODE_NAME={name!r} calls its node {agent!r}: use that)"
+                   if agent else ""))
+    return names
 
 
 @dataclass

@@ -43,7 +43,8 @@ def _long(name: str, text: str) -> str:
     return f"{name} is {len(text)} characters, more than {MAX_TEXT}" if len(text) > MAX_TEXT else ""
 
 
-def _labels(labels: dict[str, str]) -> str:
+def labels_problem(labels: dict[str, str]) -> str:
+    """What is wrong with a node's labels ("" when nothing): the node agent checks its own."""
     if len(labels) > MAX_LABELS:
         return f"labels: {len(labels)} entries, more than {MAX_LABELS}"
     for key, value in labels.items():
@@ -61,7 +62,7 @@ def refusal(units: dict, event: NodeRegistered) -> str:
         return problem
     if len(event.devices) > MAX_DEVICES_PER_NODE:
         return f"devices: {len(event.devices)} is more than {MAX_DEVICES_PER_NODE}"
-    problem = _labels(event.labels) or _long("driver_version", event.driver_version) \
+    problem = labels_problem(event.labels) or _long("driver_version", event.driver_version) \
         or _long("cuda_version", event.cuda_version)
     if problem:
         return problem

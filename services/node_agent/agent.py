@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ledger.inventory import refusal
 from schemas import subjects
 from schemas.events import DeviceHealthChanged, NodeConditionChanged, NodeHeartbeat, UsageObserved
 from schemas.grants import LiveClaim
@@ -35,6 +36,10 @@ from services.node_agent.retry import TRANSIENT, Backoff, every
 from services.node_agent.usage import observe_usage, usage_signature
 
 log = logging.getLogger("gpuledger.node_agent")
+
+
+class InventoryRefused(RuntimeError):
+    """The inventory this agent would register is one every fold drops (ledger/inventory.py)."""
 LOOKS = frozenset(("rescan", "health", "usage"))  # what a watch pass may look at
 
 
@@ -129,8 +134,11 @@ class NodeAgent:
                                      self.config.xid_ignore)
         self.verdicts = device_verdicts(inventory.devices, {})
         c = self.config
-        await self.log.append(subjects.node(self.node), inventory.registered(
-            self.clock(), c.labels, c.cpu_milli, c.memory_mib, c.simulated))
+        event = inventory.registered(self.clock(), c.labels, c.cpu_milli, c.memory_mib, c.simulated)
+        why = refusal({}, event)
+        if why:  # every fold would drop it (ledger/inventory.py): say so here, where it can be fixed
+            raise InventoryRefused(f"{self.node}: every service would refuse this node's inventory: {why}")
+        await self.log.append(subjects.node(self.node), event)
         await self._publish_condition(force=True)
 
     # --- loops ----------------------------------------------------------------------------

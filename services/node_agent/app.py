@@ -17,6 +17,7 @@ import sys
 from typing import Any
 
 from ledger.follower import Refreezer
+from ledger.inventory import labels_problem as inventory_labels
 from shared.nats_auth import DEMO_AGENTS, node_inbox, user_inbox
 from shared.natscluster import INBOX_PREFIX_ENV
 from shared.service import Builder, ServiceContext, leaving_nothing_behind, serve
@@ -102,6 +103,9 @@ def local_labels() -> dict[str, str]:
         if not sep or not key.strip():
             raise AgentSetupError(f"GPULEDGER_NODE_LABELS: {item!r} is not key=value")
         labels[key.strip()] = value.strip()
+    problem = inventory_labels(labels)  # the fold would drop the whole inventory (ledger/inventory.py)
+    if problem:
+        raise AgentSetupError(f"GPULEDGER_NODE_LABELS: {problem}")
     return labels
 
 
