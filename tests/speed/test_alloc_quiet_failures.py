@@ -103,3 +103,38 @@ def test_claims_alike_share_a_placement_context(monkeypatch):
     decisions = led.decide(1.0)
     assert sum(isinstance(d, ev.ClaimAllocated) for d in decisions) == 7
     assert len(built) == 2
+
+
+def test_claims_alike_that_fail_are_tried_once(monkeypatch):
+    """Claims alike (needs, rule arguments, priority, holds) that fail in a pass get the first one's
+    verdict: only the first is tried need by need."""
+    led = full_fleet_with_waiting(6)
+    tried: list = []
+    real = place._try_need
+
+    def try_need(state, run, claim, *rest):
+        tried.append(claim.claim_id)
+        return real(state, run, claim, *rest)
+
+    monkeypatch.setattr(place, "_try_need", try_need)
+    assert led.decide(3.0) == []
+    assert tried == ["w0"]
+
+
+def test_a_verdict_goes_when_its_shape_is_explained():
+    """A claim alike that failed unexplained (verdict: its own reasons) is followed by a claim with
+    no reasons, which explains the shape: a claim alike after it is told those reasons, not its
+    own old ones (what trying it need by need gives)."""
+    from schemas.types import Reason
+    from services.allocator.core.decision_pass import DecideContext, Pass
+
+    led = full_fleet_with_waiting(2)
+    led.append(claim("new", gpus=1))
+    state, old = led.state, [Reason("old", "old reason", 1)]
+    for claim_id in ("w0", "w1"):
+        state.claims[claim_id].reasons = list(old)
+    run = Pass(DecideContext(now=3.0, check_timers=False, needs_memo={}))
+    assert place.try_place(state, run, state.claims["w0"]) == old  # unexplained: as it had them
+    explained = place.try_place(state, run, state.claims["new"])
+    assert explained and explained != old
+    assert place.try_place(state, run, state.claims["w1"]) == explained

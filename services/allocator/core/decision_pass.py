@@ -60,6 +60,7 @@ class Pass:
     held: dict[str, int] = field(default_factory=dict)  # node -> priority of the claim holding it
     # need shape -> its reasons, or None when it failed unexplained (place._try_need)
     failed: dict[tuple, list[Reason] | None] = field(default_factory=dict)
+    failed_gen: int = 0  # moves when a shape noted unexplained in `failed` gets its reasons
     victim_pool: list | None = None  # allocations that eviction may consider, built once per pass
     lowest_priority: int = 0  # of the pool's allocations: below it no priority preemption exists
     explain: bool = True  # count reasons for the claim being tried

@@ -9,6 +9,7 @@ from schemas import events as ev
 from schemas.types import Grant, Reason
 
 from ledger.pools import has_access
+from ledger.cohorts import quota_of
 from ledger.quota import Cost, quota_check
 from ledger.state import FREE, Claim, State
 from services.allocator.core.decision_pass import POLICY_VERSION, Pass
@@ -55,11 +56,18 @@ def try_place(state: State, run: Pass, claim: Claim, prepared: Prepared | None =
     # Counting reasons over every node is the expensive part of a failure: a pass without timers
     # does it only for claims that have none yet; the timer pass (every tick) refreshes them all.
     run.explain = run.ctx.explain_failures and (run.ctx.check_timers or not claim.reasons)
+    verdict = _verdict_key(state, run, claim, needs, args) if prepared is None else None
+    if verdict is not None:
+        found = run.failed.get(verdict)
+        if found is not None and found[0] == run.failed_gen:
+            return list(claim.reasons) if found[1] is None else list(found[1])
     for need in needs:
         outcome = _try_need(state, run, claim, need, args, pctx, reasons, single_refusals)
         if outcome is not None:
             return outcome
     if not run.explain and not reasons:
+        if verdict is not None:
+            run.failed[verdict] = (run.failed_gen, None)
         return list(claim.reasons)
     if single_refusals and len(single_refusals) == len(needs):
         return ev.AllocationRejected(claim_id=claim.claim_id, code="quota-single-exceeded",
@@ -69,8 +77,25 @@ def try_place(state: State, run: Pass, claim: Claim, prepared: Prepared | None =
         never = never_reason(state, needs, pctx or _placement_context(state, run, claim, args)) or \
             never_within_quota(state, claim, needs)
         if never is not None:
-            return [never, *ranked[:7]]
+            ranked = [never, *ranked[:7]]
+    if verdict is not None:
+        run.failed[verdict] = (run.failed_gen, list(ranked))
     return ranked
+
+
+def _verdict_key(state: State, run: Pass, claim: Claim, needs: list[Need], args: tuple) -> tuple | None:
+    """What a claim that fails in this pass gets (its reasons, or "as it had them") is the same for
+    every claim alike: same needs, rule arguments, priority, holds and `run.explain`, outside any
+    pool or quota (whose checks read the claim's namespace). Kept in `run.failed` (cleared with it
+    when an eviction changes the room) under this key, as of the failures noted then
+    (`failed_gen`: a shape explained since changes what a claim alike is told), so the thousands
+    of claims alike waiting on a full fleet are not each tried need by need. None: not kept."""
+    if run.only_node or claim.spec.pool or quota_of(state, claim.spec.namespace) is not None:
+        return None
+    return (_VERDICT, tuple(needs), claim.spec.priority, tuple(run.held.items()), args, run.explain)
+
+
+_VERDICT = object()  # marks a verdict's key in `run.failed`, beside the shapes'
 
 
 def claim_needs(state: State, claim: Claim, fleet_models: list[str] | None = None) -> list[Need]:
@@ -145,6 +170,8 @@ def _try_need(state, run, claim, need: Need, args: tuple, pctx: PlacementContext
             run.failed[shape] = None  # not explained again outside the timer pass)
             return None
         found = reasons_for(state, need, pctx)
+        if shape in run.failed:  # failed unexplained before: the verdicts built on that go
+            run.failed_gen += 1
         run.failed[shape] = found
         reasons.extend(found)
         return None
