@@ -21,7 +21,7 @@ from schemas import events as ev
 
 from ledger.evolve import HANDLERS, apply_decision
 from ledger.holdings import _charge, fitting_units, park_if_fleet_bound
-from ledger.state import Claim, State, milli_tflops
+from ledger.state import Claim, State
 
 _ALLOCATED, _PENDING = ev.ClaimAllocated, ev.ClaimPending
 
@@ -116,7 +116,7 @@ def _allocated(state: State, d: ev.ClaimAllocated) -> None:
     tflops, limit_tflops = d.tflops, d.limit_tflops
     claim.tflops, claim.vram_mib = tflops, d.vram_mib
     claim.limit_tflops, claim.limit_vram_mib = limit_tflops, d.limit_vram_mib
-    claim.tflops_m, claim.limit_tflops_m = milli_tflops(tflops), milli_tflops(limit_tflops)
+    claim.tflops_m, claim.limit_tflops_m = round(tflops * 1000), round(limit_tflops * 1000)  # milli_tflops
     claim.borrowed_from = d.borrowed_from
     cid = spec.claim_id
     for grant, unit in zip(grants, granted):
