@@ -583,6 +583,8 @@ _HANDLERS = {
 }
 
 HANDLERS = _HANDLERS  # event type -> its fold (for loops that call the handlers themselves)
+# ledger/catchup.py has twins of the release, allocation and pending-decision folds (and of
+# holdings.free/allocate without a journal) for catch-up: change them together (its tests compare)
 
 __all__ = ["evolve", "fold", "fold_batch", "folds_to_nothing", "apply_decision", "drop_ended_claims", "defer_dropping",
            "shed_ended_claims"]
