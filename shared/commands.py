@@ -33,10 +33,37 @@ class DomainError(Exception):
         self.code, self.message, self.field = code, message, field
 
 
+# Answers go to inboxes only. nats-server lets a service publish on the reply subject of any
+# request it receives (`allow_responses`), whatever that subject is: a publisher's request to
+# gpu.cmd.claim.submit naming `gpu.evt.decision`, another claim's subject or another claim's
+# outcome subject as its reply had the claim service write its answer there (into the ledger, or
+# over that claim's outcome, the latest per subject). Every client gpuledger knows replies on an
+# inbox (`_INBOX.`, nats-py's, nats.js' and Go's default, or `_INBOX_<user>.`); a request naming
+# any other reply subject is handled (a submit is still taken) but not answered, and counted.
+REPLY_PREFIX = "_INBOX"
+LOUD_FIRST, LOUD_EVERY = 20, 1000
+unanswered = 0  # requests not answered because of their reply subject (this process)
+
+
+def answerable(reply: str, subject: str) -> bool:
+    """Whether a reply may go to `reply` (a request that arrived on `subject`); says why not."""
+    global unanswered
+    if not reply or reply.startswith(REPLY_PREFIX):
+        return True
+    unanswered += 1
+    if unanswered <= LOUD_FIRST or unanswered % LOUD_EVERY == 0:
+        log.warning("not answering a request on %s: its reply subject %r is no inbox (replies go to "
+                    "%s... subjects only; %d so far)", subject, reply[:200], REPLY_PREFIX, unanswered)
+    return False
+
+
 async def raw_body(msg) -> tuple[bytes, dict, str]:
     # faststream's default decoder would parse JSON first; we decode once, typed, with msgspec.
     # The subject the request arrived on: a wildcard subscription learns which one it was.
-    return msg.body, dict(msg.headers or {}), getattr(msg.raw_message, "subject", "")
+    subject = getattr(msg.raw_message, "subject", "")
+    if not answerable(msg.reply_to, subject):
+        msg.reply_to = ""  # faststream answers only a message with a reply subject
+    return msg.body, dict(msg.headers or {}), subject
 
 
 _UNKNOWN = re.compile(r"(?:unknown|missing required) field `([^`]*)`")
@@ -195,7 +222,7 @@ async def batched_command(nc, subject: str, command_type: type,
 
 
 async def _respond(msg, data: bytes) -> None:
-    if msg.reply:
+    if msg.reply and answerable(msg.reply, msg.subject):
         try:
             await msg.respond(data)
         except Exception as err:  # the connection is going: the client times out and asks again

@@ -69,6 +69,9 @@ class QuotaService(QuotaWrites):
 
     def _folded(self, seq: int, subject: str, event: ev.Event) -> None:
         fold_own(self.view, event)
+        if type(event) in _NEITHER_ENDS_NOR_JUDGES:  # most of the log: one look, not six
+            self.changed.set()
+            return
         ended = self._ends(event)
         if ended:
             due = self.clock() + self.settle_after_end_s
@@ -222,6 +225,12 @@ class QuotaService(QuotaWrites):
     def _drift_namespace(self, drift: ev.DriftDetected) -> str:
         claim = self.view.state.claims.get(drift.claim_id) if drift.claim_id else None
         return claim.spec.namespace if claim is not None else ""
+
+
+# Events that end no claim and change no node's drift (`_ends`, `_nodes_to_judge`): submits,
+# bindings and heartbeats are most of what the follower hands over.
+_NEITHER_ENDS_NOR_JUDGES = frozenset((ev.ClaimSubmitted, ev.ClaimBound, ev.NodeHeartbeat,
+                                      ev.LeaseRenewed, ev.ClaimActivity))
 
 
 def _subject_of(event: ev.Event) -> str:

@@ -88,18 +88,9 @@ def fold_event(view: QuotaView, event: ev.Event, seq: int) -> QuotaView:
 def fold_own(view: QuotaView, event: ev.Event) -> None:
     """The quota service's part of the fold (the allocator state is folded by `evolve`); an
     EventBatch member by member (the service's follower hands them over one by one)."""
-    if isinstance(event, ev.EventBatch):
-        for member in event.events:
-            fold_own(view, member)
-        return
     handler = _HANDLERS.get(type(event))
     if handler is not None:
         handler(view, event)
-    if isinstance(event, ev.DecisionBatch):
-        _remember(view, [d for d in event.decisions if isinstance(d, RECENT_DECISIONS)])
-        _decisions_on_devices(view, event)
-    elif isinstance(event, ev.ProcessKilled):
-        _remember(view, [event])
 
 
 def _remember(view: QuotaView, events: list) -> None:
@@ -210,6 +201,20 @@ def _claim_released(view: QuotaView, e: ev.ClaimReleased) -> None:
     _freed(view, e.claim_id, e.at)
 
 
+def _event_batch(view: QuotaView, e: ev.EventBatch) -> None:
+    for member in e.events:
+        fold_own(view, member)
+
+
+def _decision_batch(view: QuotaView, e: ev.DecisionBatch) -> None:
+    _remember(view, [d for d in e.decisions if isinstance(d, RECENT_DECISIONS)])
+    _decisions_on_devices(view, e)
+
+
+def _process_killed(view: QuotaView, e: ev.ProcessKilled) -> None:
+    _remember(view, [e])
+
+
 _HANDLERS = {
     ev.QuotaAlertRaised: _alert_raised,
     ev.QuotaAlertCleared: _alert_cleared,
@@ -217,4 +222,7 @@ _HANDLERS = {
     ev.DriftCleared: _drift_cleared,
     ev.UsageObserved: _usage_observed,
     ev.ClaimReleased: _claim_released,
+    ev.EventBatch: _event_batch,
+    ev.DecisionBatch: _decision_batch,
+    ev.ProcessKilled: _process_killed,
 }

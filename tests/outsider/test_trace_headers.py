@@ -5,6 +5,8 @@ claim's ClaimSubmitted, in a log that is never purged (and that every fold reads
 
 from __future__ import annotations
 
+import re
+
 import nats
 
 from schemas import events as ev
@@ -13,6 +15,7 @@ from shared.jetstream import JetStreamEventLog
 from tests.service.helpers import request, running
 
 PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+W3C = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 
 
 async def test_only_a_w3c_trace_context_is_kept(fresh_nats):
@@ -31,5 +34,11 @@ async def test_only_a_w3c_trace_context_is_kept(fresh_nats):
         traces = {event.claim.claim_id: event.trace async for stored in JetStreamEventLog(nc).read()
                   for event in ev.flatten(stored.event) if isinstance(event, ev.ClaimSubmitted)}
     await nc.close()
-    assert traces == {"huge": {}, "not-w3c": {}, "long-state": {"traceparent": PARENT},
-                      "good": {"traceparent": PARENT, "tracestate": "vendor=x"}}
+    # what was refused is not kept; with tracing on in this process (tests/service/test_tracing.py
+    # sets a tracer provider for good), the intake's own context stands in for it, as for any
+    # claim published without one: the order of the tests must not decide this test
+    for claim_id in ("huge", "not-w3c"):
+        assert traces[claim_id] in ({}, {"traceparent": traces[claim_id].get("traceparent", "")})
+        assert W3C.fullmatch(traces[claim_id].get("traceparent", PARENT)), traces[claim_id]
+    assert traces["long-state"]["traceparent"] == PARENT and "tracestate" not in traces["long-state"]
+    assert traces["good"] == {"traceparent": PARENT, "tracestate": "vendor=x"}

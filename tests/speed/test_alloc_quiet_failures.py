@@ -138,3 +138,18 @@ def test_a_verdict_goes_when_its_shape_is_explained():
     explained = place.try_place(state, run, state.claims["new"])
     assert explained and explained != old
     assert place.try_place(state, run, state.claims["w1"]) == explained
+
+
+def test_a_gang_members_failure_is_not_noted():
+    """A gang member that fails unexplained failed on room its gang's first members took, given
+    back when the gang fails: a claim of its shape behind the gang is placed in that room."""
+    led = Ledger()
+    led.append(h100_node("h0"), h100_node("h1"), claim("big", gpus=8), claim("other", gpus=8))
+    led.decide(1.0)
+    led.append(claim("g0", gpus=5, gang_id="g", gang_size=2), claim("g1", gpus=5, gang_id="g", gang_size=2),
+               claim("s", gpus=5))
+    led.decide(2.0)  # all wait, explained
+    assert all(led.state.claims[c].reasons for c in ("g0", "g1", "s"))
+    led.append(ev.ClaimReleased(claim_id="big", at=2.5))
+    decisions = led.decide(3.0)  # g0 fits, g1 does not (unexplained): the gang gives g0's room back
+    assert [d.claim_id for d in decisions if isinstance(d, ev.ClaimAllocated)] == ["s"]

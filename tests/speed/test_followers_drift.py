@@ -14,7 +14,7 @@ them."""
 from __future__ import annotations
 
 from schemas import events as ev
-from schemas.types import DeviceUsage, Grant
+from schemas.types import ClaimSpec, DeviceUsage, Grant
 
 from services.quota.app import QuotaService
 from services.quota.drift import drift_changes
@@ -150,3 +150,21 @@ def test_settle_times_are_taken_in_order_without_scanning_every_settling_claim()
     now[0] = 200.0
     assert service._settled_now() == {"n2"}
     assert service._until_next_end() is None
+
+
+def test_submits_bindings_and_heartbeats_are_not_looked_at_for_ends_or_drift(monkeypatch):
+    service = QuotaService(None, Settings())
+    fold(service.view, node("n1", 2), claim("c1"), allocated("c1", "n1-gpu0", 5.0))
+
+    def never(_event):
+        raise AssertionError("looked at")
+
+    monkeypatch.setattr(service, "_ends", never)
+    monkeypatch.setattr(service, "_nodes_to_judge", never)
+    for event in (ev.ClaimSubmitted(claim=ClaimSpec(claim_id="c2", namespace="team-a"), at=6.0),
+                  ev.ClaimBound(claim_id="c1", node="n1", env={}, at=6.0), ev.NodeHeartbeat(node="n1", at=6.0)):
+        service._folded(0, "", event)
+    assert service.changed.is_set() and not service.settling and not service.dirty_nodes
+    monkeypatch.undo()
+    service._folded(0, "", ev.ClaimReleased(claim_id="c1", at=7.0))  # one that ends a claim
+    assert set(service.settling) == {"c1"}

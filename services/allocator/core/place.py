@@ -145,6 +145,7 @@ def _asked(spec) -> str:
 
 
 def _try_need(state, run, claim, need: Need, args: tuple, pctx: PlacementContext, reasons, single_refusals):
+    alone = pctx is None  # a claim alone (a gang member comes with its gang's context)
     models = models_within_quota(state, claim, need, reasons, single_refusals)
     if models is not None and not models:
         return None
@@ -166,8 +167,9 @@ def _try_need(state, run, claim, need: Need, args: tuple, pctx: PlacementContext
     if choice is None and run.only_node:
         return None
     if choice is None:
-        if not run.explain:  # noted without its reasons (a claim that has reasons already is
-            run.failed[shape] = None  # not explained again outside the timer pass)
+        if not run.explain:  # noted without its reasons (a claim that has reasons already is not
+            if alone:  # explained again outside the timer pass); not a gang member's: it fails on
+                run.failed[shape] = None  # room its gang's members took, given back if it fails
             return None
         found = reasons_for(state, need, pctx)
         if shape in run.failed:  # failed unexplained before: the verdicts built on that go
