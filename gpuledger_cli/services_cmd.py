@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+import os
 
 import typer
 
+from gpuledger_cli.client import die
+from shared.natscluster import INBOX_PREFIX_ENV, checked_inbox_prefix
 from shared.service import leaving_nothing_behind, serve
 from shared.settings import Settings
 from shared.telemetry import setup_tracing
@@ -42,4 +45,11 @@ def register(app: typer.Typer) -> None:
     @app.command("service")
     def service(name: str = typer.Argument(..., help=f"one of: {', '.join(SERVICES)}")) -> None:
         """Run one service in the foreground (reads GPULEDGER_* settings from the environment)."""
-        run_service(name, builder_for(name))
+        build = builder_for(name)
+        prefix = os.environ.get(INBOX_PREFIX_ENV)
+        if prefix:  # refused before anything starts: one line, not a traceback from the connect
+            try:
+                checked_inbox_prefix(prefix)
+            except ValueError as err:
+                die(str(err), code=2)
+        run_service(name, build)

@@ -17,6 +17,7 @@ import msgspec
 from schemas.commands import Reply, fail
 from schemas.strict_json import DuplicateKeyError, check_no_duplicate_keys
 from schemas.wording import in_words, whole_payload_words
+from shared.natscluster import ANSWERED_PREFIX
 from shared.telemetry import extract_context, tracer
 
 log = logging.getLogger("gpuledger")
@@ -40,7 +41,7 @@ class DomainError(Exception):
 # over that claim's outcome, the latest per subject). Every client gpuledger knows replies on an
 # inbox (`_INBOX.`, nats-py's, nats.js' and Go's default, or `_INBOX_<user>.`); a request naming
 # any other reply subject is handled (a submit is still taken) but not answered, and counted.
-REPLY_PREFIX = "_INBOX"
+REPLY_PREFIX = ANSWERED_PREFIX  # "_INBOX": the one prefix a client may set (shared.natscluster)
 LOUD_FIRST, LOUD_EVERY = 20, 1000
 unanswered = 0  # requests not answered because of their reply subject (this process)
 

@@ -32,6 +32,9 @@ def server_urls(url: str) -> list[str]:
 
 NKEY_SEED_ENV = "GPULEDGER_NATS_NKEY_SEED_FILE"  # shared.nats_auth.NKEY_SEED_ENV
 INBOX_PREFIX_ENV = "GPULEDGER_NATS_INBOX_PREFIX"  # a client's own reply/delivery subjects
+# Services answer requests only on reply subjects under this prefix (shared.commands.answerable):
+# an inbox prefix outside it would send requests whose answers never come.
+ANSWERED_PREFIX = "_INBOX"
 
 
 def connect_args(url: str) -> dict:
@@ -57,8 +60,18 @@ def connect_args(url: str) -> dict:
         args["nkeys_seed"] = seed_file
     inbox = os.environ.get(INBOX_PREFIX_ENV)
     if inbox:  # replies and consumer deliveries on subjects only this user may subscribe to
-        args["inbox_prefix"] = inbox
+        args["inbox_prefix"] = checked_inbox_prefix(inbox)
     return {"servers": servers, **args}
+
+
+def checked_inbox_prefix(prefix: str) -> str:
+    """`prefix` when requests with replies under it will be answered; a ValueError naming the
+    setting otherwise (they would only time out, the refusal logged on the serving side alone)."""
+    if prefix.startswith(ANSWERED_PREFIX):
+        return prefix
+    raise ValueError(f"{INBOX_PREFIX_ENV}={prefix!r}: an inbox prefix must start with "
+                     f"{ANSWERED_PREFIX!r} (services answer requests only on {ANSWERED_PREFIX}... "
+                     "reply subjects), e.g. _INBOX_<user>")
 
 
 def broker_args(url: str) -> dict:
