@@ -83,6 +83,30 @@ async def connect_or_die(url: str):
             "Set --nats-url or GPULEDGER_NATS_URL.")
 
 
+async def open_log_or_die(url: str):
+    """(connection, the log) for the commands that read the log, once the stream is known to be
+    there: on a NATS server where gpuledger never ran, nats-py's `stream not found` was a
+    traceback."""
+    from nats.js.errors import NotFoundError
+
+    from shared.jetstream import JetStreamEventLog
+
+    nc = await connect_or_die(url)
+    log = JetStreamEventLog(nc)
+    try:
+        await log.last_seq()
+    except NotFoundError:
+        await nc.close()
+        die(f"NATS at {redacted(url)} has no {log.stream} stream (the log): gpuledger never ran on this "
+            "server. Start the stack with `gpuledger up`, or set --nats-url or GPULEDGER_NATS_URL to its NATS.")
+    except Exception as err:
+        await nc.close()
+        if "permission" in str(err).lower():
+            die(f"NATS refused this user the log ({err}). Use the ops user's URL.")
+        die(f"cannot read the log at {redacted(url)} ({type(err).__name__}: {err})")
+    return nc, log
+
+
 async def request(url: str, subject: str, payload: Any, timeout: float = 10.0, service: str = "") -> Any:
     """Send a command (a dict, bytes or a msgspec Command); return its data, or exit with the
     service's error message."""
@@ -109,6 +133,9 @@ async def open_requester(url: str):
     except (ConnectionError, OSError) as err:
         die(f"cannot reach NATS at {redacted(url)} ({err}). Is `gpuledger up` running? "
             "Set --nats-url or GPULEDGER_NATS_URL.")
+    except ValueError as err:  # urllib: a port past 65535, a broken IPv6 host
+        die(f"not a NATS URL: {redacted(url)} ({err}). Set --nats-url or GPULEDGER_NATS_URL to "
+            "nats://[user:password@]host:port.")
 
 
 class _NatsPy:
