@@ -36,6 +36,33 @@ def nats_url(value: str | None) -> str:
             or DEFAULT_NATS_URL)
 
 
+def inbox_prefix(url: str) -> str:
+    """The CLI's reply and consumer-delivery subjects: `_INBOX_<user>` of the URL's user
+    (`_INBOX_ops`; without a user in the URL, an nkey ops user or an open server, `_INBOX_ops`
+    too), never nats' shared `_INBOX.`, which the `publisher` user may read (any NATS client works
+    with it unchanged): an ops CLI answered there showed a publisher every claim list, explain and,
+    during `events replay`, the whole log (session 27). The publisher itself keeps `_INBOX`, the
+    only inbox it may read. GPULEDGER_NATS_INBOX_PREFIX overrides it."""
+    from urllib.parse import unquote, urlsplit
+
+    from shared.natscluster import INBOX_PREFIX_ENV, checked_inbox_prefix
+
+    if os.environ.get(INBOX_PREFIX_ENV):
+        try:
+            return checked_inbox_prefix(os.environ[INBOX_PREFIX_ENV])
+        except ValueError as err:
+            die(str(err))
+    first = url.split(",")[0].strip()
+    try:
+        parts = urlsplit(first if "://" in first else f"nats://{first}")
+        user = unquote(parts.username or "") if parts.password is not None else ""
+    except ValueError:  # a malformed URL: the connection says so
+        user = ""
+    if user == "publisher":
+        return "_INBOX"
+    return f"_INBOX_{user or 'ops'}"
+
+
 def tracing_wanted() -> bool:
     """Whether spans would go anywhere: without an exporter configured the CLI does not even load
     OpenTelemetry (its SDK costs about 0.1 s of CPU to import, a command's whole budget)."""
@@ -75,7 +102,7 @@ async def connect_or_die(url: str):
     try:
         # nats-py keeps retrying an unreachable server whatever the options: bound the attempt
         return await asyncio.wait_for(
-            nats.connect(**connect_args(url), connect_timeout=2, max_reconnect_attempts=0, allow_reconnect=False,
+            nats.connect(**(connect_args(url) | {"inbox_prefix": inbox_prefix(url)}), connect_timeout=2, max_reconnect_attempts=0, allow_reconnect=False,
                          error_cb=quiet), timeout=5)
     except (Exception, asyncio.TimeoutError) as err:
         why = "no answer within 5s" if isinstance(err, asyncio.TimeoutError) else f"{type(err).__name__}: {err}"
@@ -124,7 +151,7 @@ async def open_requester(url: str):
     from gpuledger_cli.natsreq import NatsError, Requester, Unsupported
 
     try:
-        return await Requester.open(url)
+        return await Requester.open(url, inbox_prefix(url))
     except Unsupported:
         return _NatsPy(await connect_or_die(url))
     except NatsError as err:

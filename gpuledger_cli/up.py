@@ -133,7 +133,9 @@ async def _start_and_wait(children: list[Child], url: str, names: list[str], wan
     import msgspec
     import nats
 
-    nc = await nats.connect(**connect_args(url))
+    from gpuledger_cli.client import inbox_prefix
+
+    nc = await nats.connect(**(connect_args(url) | {"inbox_prefix": inbox_prefix(url)}))  # not the publisher's _INBOX
     ready: set[str] = set()
 
     async def on_ready(msg) -> None:
