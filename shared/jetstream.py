@@ -417,14 +417,28 @@ class JetStreamEventLog:
 QUIET_S = 1.0  # a follower with nothing for this long checks whether its connection came back
 
 
+_QUIET = object()  # put in a follower's queue by its timer when QUIET_S passed with nothing
+
+
 async def _next(queue: asyncio.Queue) -> list | None:
-    """What arrived (waiting for at least one message), or None after QUIET_S of nothing."""
-    try:
-        msgs = [await asyncio.wait_for(queue.get(), QUIET_S)]
-    except asyncio.TimeoutError:
-        return None
+    """What arrived (waiting for at least one message), or None after QUIET_S of nothing. A timer
+    handle, not `asyncio.wait_for` (a task, a waiter and a timer for each wait): a live follower
+    waits once for nearly every message at moderate rates, in every service."""
+    if queue.empty():
+        quiet = asyncio.get_running_loop().call_later(QUIET_S, queue.put_nowait, _QUIET)
+        try:
+            first = await queue.get()
+        finally:
+            quiet.cancel()
+        if first is _QUIET:
+            return None if queue.empty() else await _next(queue)
+        msgs = [first]
+    else:
+        msgs = []
     while not queue.empty():
-        msgs.append(queue.get_nowait())
+        msg = queue.get_nowait()
+        if msg is not _QUIET:  # the timer fired as a message came
+            msgs.append(msg)
     return msgs
 
 
