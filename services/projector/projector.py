@@ -154,8 +154,11 @@ class Projector:
     # --- rows ----------------------------------------------------------------------------------
 
     def _claims(self, changes: Changes) -> None:
-        claim_rows, base = [], self._base
+        """A claim new in the batch gets its whole row; one submitted before (its row stored by an
+        earlier commit: every claim is marked in the batch of its submit) only what can change."""
+        claim_rows, updates, base = [], [], self._base
         earlier = set()  # claims whose allocation rows may be stored: all but those new in the batch
+        ended_at, claim_seq = self.ended_at, self.claim_seq
         for claim_id in self._dirty.claims:
             claim = self.state.claims.get(claim_id)
             if claim is None:  # refused at intake, never submitted: only the index knows it
@@ -163,11 +166,14 @@ class Projector:
                 continue
             if claim.seq <= base:
                 earlier.add(claim_id)
-            claim_rows.append(rows.claim_row(claim, self.ended_at.get(claim_id),
-                                             self.claim_seq.get(claim_id, 0)))
-            changes.allocations.extend(rows.allocation_rows(claim))
+                updates.append(rows.claim_update(claim, ended_at.get(claim_id), claim_seq.get(claim_id, 0)))
+            else:
+                claim_rows.append(rows.claim_row(claim, ended_at.get(claim_id), claim_seq.get(claim_id, 0)))
+            if claim.grants:
+                changes.allocations.extend(rows.allocation_rows(claim))
         changes.allocations_of = earlier
         changes.replace[ClaimRow] = claim_rows
+        changes.update[ClaimRow] = updates
 
     def _nodes_and_devices(self, changes: Changes) -> None:
         """Rows of the nodes and devices the batch touched, less those that came out as they were
