@@ -17,7 +17,7 @@ from schemas import events as ev
 from ledger.evolve import apply_decision, evolve
 from ledger.state import State, defer_index
 from services.projector import rows
-from services.projector.dirty import Dirty, claims_named, mark_event, marks_before
+from services.projector.dirty import Dirty, claim_marks, claims_named, mark_event, marks_before
 from services.projector.index import index_rows
 from services.projector.models import ClaimRow, DeviceRow, NodeRow, PoolRow, QuotaRow
 from services.projector.store import Changes, commit, read_position
@@ -112,6 +112,7 @@ class Projector:
         """The rows the staged events changed, read from the state as it is now."""
         changes = Changes(base_seq=self._base, last_seq=self.position, events=self._staged,
                           index=self._index)
+        claim_marks(self.state, self._dirty)
         self._claims(changes)
         self._nodes_and_devices(changes)
         self._pools_and_quotas(changes)
