@@ -17,6 +17,7 @@ from nats.js.errors import APIError, NoStreamResponseError, NotFoundError, Servi
 from schemas import subjects
 from schemas.events import Event, decode_event, encode_event
 from shared.natscluster import connect_args
+from shared import nats_headers
 from shared import jsreply
 from shared.fastread import RangeReadError, open_range_reader
 from shared.paced import PacedTail
@@ -35,6 +36,7 @@ WRONG_LAST_SEQUENCE = {10071, 10164}
 EXPECTED_STREAM = api.Header.EXPECTED_STREAM
 FAST_READ_MIN = 256  # below this many stored messages a consumer of nats-py's is as quick
 log = logging.getLogger("gpuledger.eventlog")
+nats_headers.install()  # every service reads the log through this module
 _ACTUAL = re.compile(r"(\d+)\s*$")
 
 
