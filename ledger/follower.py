@@ -353,14 +353,17 @@ class Follower:
         return await self.wait_until(lambda: self.state.last_seq >= seq, timeout)
 
     async def wait_until(self, predicate: Callable[[], bool], timeout: float | None) -> bool:
-        async def holds() -> None:
-            async with self._advanced:
-                await self._advanced.wait_for(predicate)
-
-        try:
-            await asyncio.wait_for(holds(), timeout)
+        # what holds already is not waited for, and a wait runs under `asyncio.timeout`, not
+        # `wait_for` (a task per call: the intake waits so once per batch, at 1,000 claims/s
+        # nearly once per claim)
+        if predicate():
             return True
-        except asyncio.TimeoutError:
+        try:
+            async with asyncio.timeout(timeout):
+                async with self._advanced:
+                    await self._advanced.wait_for(predicate)
+            return True
+        except TimeoutError:
             return predicate()
 
 
