@@ -36,6 +36,33 @@ def nats_url(value: str | None) -> str:
             or DEFAULT_NATS_URL)
 
 
+def inbox_prefix(url: str) -> str:
+    """The CLI's reply and consumer-delivery subjects: `_INBOX_<user>` of the URL's user
+    (`_INBOX_ops`; without a user in the URL, an nkey ops user or an open server, `_INBOX_ops`
+    too), never nats' shared `_INBOX.`, which the `publisher` user may read (any NATS client works
+    with it unchanged): an ops CLI answered there showed a publisher every claim list, explain and,
+    during `events replay`, the whole log (session 27). The publisher itself keeps `_INBOX`, the
+    only inbox it may read. GPULEDGER_NATS_INBOX_PREFIX overrides it."""
+    from urllib.parse import unquote, urlsplit
+
+    from shared.natscluster import INBOX_PREFIX_ENV, checked_inbox_prefix
+
+    if os.environ.get(INBOX_PREFIX_ENV):
+        try:
+            return checked_inbox_prefix(os.environ[INBOX_PREFIX_ENV])
+        except ValueError as err:
+            die(str(err))
+    first = url.split(",")[0].strip()
+    try:
+        parts = urlsplit(first if "://" in first else f"nats://{first}")
+        user = unquote(parts.username or "") if parts.password is not None else ""
+    except ValueError:  # a malformed URL: the connection says so
+        user = ""
+    if user == "publisher":
+        return "_INBOX"
+    return f"_INBOX_{user or 'ops'}"
+
+
 def tracing_wanted() -> bool:
     """Whether spans would go anywhere: without an exporter configured the CLI does not even load
     OpenTelemetry (its SDK costs about 0.1 s of CPU to import, a command's whole budget)."""
@@ -64,23 +91,53 @@ def die(message: str, code: int = 1) -> None:
     raise typer.Exit(code)
 
 
+REFUSED: list[str] = []  # the server's permission refusals nats-py handed the error callback
+
+
 async def connect_or_die(url: str):
     import nats
 
     from shared.natscluster import connect_args
 
-    async def quiet(_err) -> None:  # nats-py prints tracebacks by default; we print one clear line
-        pass
+    async def quiet(err) -> None:  # nats-py prints tracebacks by default; we print one clear line
+        if "permissions violation" in str(err).lower():  # a refused call itself only times out
+            REFUSED.append(str(err))
 
     try:
         # nats-py keeps retrying an unreachable server whatever the options: bound the attempt
         return await asyncio.wait_for(
-            nats.connect(**connect_args(url), connect_timeout=2, max_reconnect_attempts=0, allow_reconnect=False,
+            nats.connect(**(connect_args(url) | {"inbox_prefix": inbox_prefix(url)}), connect_timeout=2, max_reconnect_attempts=0, allow_reconnect=False,
                          error_cb=quiet), timeout=5)
     except (Exception, asyncio.TimeoutError) as err:
         why = "no answer within 5s" if isinstance(err, asyncio.TimeoutError) else f"{type(err).__name__}: {err}"
         die(f"cannot reach NATS at {redacted(url)} ({why}). Is `gpuledger up` running? "
             "Set --nats-url or GPULEDGER_NATS_URL.")
+
+
+async def open_log_or_die(url: str):
+    """(connection, the log) for the commands that read the log, once the stream is known to be
+    there: on a NATS server where gpuledger never ran, nats-py's `stream not found` was a
+    traceback."""
+    from nats.js.errors import NotFoundError
+
+    from shared.jetstream import JetStreamEventLog
+
+    nc = await connect_or_die(url)
+    log = JetStreamEventLog(nc)
+    try:
+        await log.last_seq()
+    except NotFoundError:
+        await nc.close()
+        die(f"NATS at {redacted(url)} has no {log.stream} stream (the log): gpuledger never ran on this "
+            "server. Start the stack with `gpuledger up`, or set --nats-url or GPULEDGER_NATS_URL to its NATS.")
+    except Exception as err:
+        await nc.close()
+        refused = REFUSED[-1] if REFUSED else str(err) if "permission" in str(err).lower() else ""
+        if refused:
+            die(f"NATS refused this user the log ({refused}): use the ops user's URL "
+                "(GPULEDGER_NATS_URL, `gpuledger nats creds ops`).")
+        die(f"cannot read the log at {redacted(url)} ({type(err).__name__}: {err})")
+    return nc, log
 
 
 async def request(url: str, subject: str, payload: Any, timeout: float = 10.0, service: str = "") -> Any:
@@ -100,7 +157,7 @@ async def open_requester(url: str):
     from gpuledger_cli.natsreq import NatsError, Requester, Unsupported
 
     try:
-        return await Requester.open(url)
+        return await Requester.open(url, inbox_prefix(url))
     except Unsupported:
         return _NatsPy(await connect_or_die(url))
     except NatsError as err:
@@ -109,6 +166,9 @@ async def open_requester(url: str):
     except (ConnectionError, OSError) as err:
         die(f"cannot reach NATS at {redacted(url)} ({err}). Is `gpuledger up` running? "
             "Set --nats-url or GPULEDGER_NATS_URL.")
+    except ValueError as err:  # urllib: a port past 65535, a broken IPv6 host
+        die(f"not a NATS URL: {redacted(url)} ({err}). Set --nats-url or GPULEDGER_NATS_URL to "
+            "nats://[user:password@]host:port.")
 
 
 class _NatsPy:

@@ -10,9 +10,8 @@ import msgspec
 import typer
 from rich.progress import Progress
 
-from gpuledger_cli.client import NatsUrl, connect_or_die, nats_url
+from gpuledger_cli.client import NatsUrl, nats_url, open_log_or_die
 from schemas import subjects
-from shared.jetstream import JetStreamEventLog
 
 events_app = typer.Typer(help="Read the event log.", no_args_is_help=True)
 
@@ -64,8 +63,7 @@ def subject_filter(value: Optional[str]) -> Optional[str]:
 
 async def _replay(url: str, from_seq: int, until_seq: Optional[int], subject: Optional[str],
                   as_json: bool, progress: bool) -> int:
-    nc = await connect_or_die(url)
-    log = JetStreamEventLog(nc)
+    nc, log = await open_log_or_die(url)
     end = until_seq or await log.last_seq()
     count = 0
     out = sys.stdout
@@ -81,8 +79,7 @@ async def _replay(url: str, from_seq: int, until_seq: Optional[int], subject: Op
 
 
 async def _tail(url: str, from_seq: Optional[int], last: int, subject: Optional[str], as_json: bool) -> None:
-    nc = await connect_or_die(url)
-    log = JetStreamEventLog(nc)
+    nc, log = await open_log_or_die(url)
     start = from_seq if from_seq is not None else max(await log.last_seq() - last + 1, 1)
     try:
         async for stored in log.follow(start, subject):

@@ -17,7 +17,8 @@ from shared.settings import Settings
 nats_app = typer.Typer(help="NATS users and permissions: a server configuration, a user's URL.",
                        no_args_is_help=True)
 
-DataDir = typer.Option(Path(".gpuledger"), "--data-dir", help="where `gpuledger up` keeps its data "
+DataDir = typer.Option(Path(".gpuledger"), "--data-dir", envvar="GPULEDGER_DATA_DIR",
+                       help="where `gpuledger up` keeps its data "
                        "(the users' passwords are in DATA_DIR/nats-users.json, mode 0600)")
 
 

@@ -50,23 +50,23 @@ def plain_servers(url: str) -> list[Server]:
 class Requester:
     """One connection: `request` as often as needed, then `close`."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, prefix: str = "_INBOX"):
         self.reader, self.writer = reader, writer
-        self.inbox = f"_INBOX.{secrets.token_hex(11)}"
+        self.inbox = f"{prefix}.{secrets.token_hex(11)}"  # the prefix: client.inbox_prefix
         self.sid = 0
 
     @classmethod
-    async def open(cls, url: str, timeout: float = 5.0) -> "Requester":
+    async def open(cls, url: str, prefix: str = "_INBOX", timeout: float = 5.0) -> "Requester":
         last: Exception | None = None
         for server in plain_servers(url):
             try:
-                return await asyncio.wait_for(cls._connect(server), timeout)
+                return await asyncio.wait_for(cls._connect(server, prefix), timeout)
             except (OSError, asyncio.TimeoutError) as err:  # the next server of a cluster may answer
                 last = err
         raise ConnectionError(f"{type(last).__name__}: {last}")
 
     @classmethod
-    async def _connect(cls, server: Server) -> "Requester":
+    async def _connect(cls, server: Server, prefix: str) -> "Requester":
         reader, writer = await asyncio.open_connection(server.host, server.port)
         info = json.loads((await reader.readline()).decode().removeprefix("INFO ").strip() or "{}")
         if info.get("tls_required") or info.get("nonce"):  # TLS, or nkey auth: nats-py does those
@@ -79,7 +79,7 @@ class Requester:
         elif server.user:
             options["auth_token"] = server.user
         writer.write(f"CONNECT {json.dumps(options)}\r\nPING\r\n".encode())
-        requester = cls(reader, writer)
+        requester = cls(reader, writer, prefix)
         await requester._until_pong()
         return requester
 

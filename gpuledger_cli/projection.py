@@ -14,7 +14,7 @@ from rich.table import Table
 from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 
-from gpuledger_cli.client import NatsUrl, connect_or_die, die, nats_url, print_json, run
+from gpuledger_cli.client import NatsUrl, die, nats_url, open_log_or_die, print_json, run
 from gpuledger_cli.tables import table_console
 from services.projector.db import current_revision, make_engine
 from services.projector.models import TABLES, PositionRow, QuotaRow
@@ -82,8 +82,7 @@ def _progress(total: int, label: str, show: bool = True):
 
 
 async def _open_log(url: str):
-    nc = await connect_or_die(url)
-    return nc, JetStreamEventLog(nc)
+    return await open_log_or_die(url)
 
 
 # --- projection status -------------------------------------------------------------------------

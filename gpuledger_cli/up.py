@@ -133,7 +133,9 @@ async def _start_and_wait(children: list[Child], url: str, names: list[str], wan
     import msgspec
     import nats
 
-    nc = await nats.connect(**connect_args(url))
+    from gpuledger_cli.client import inbox_prefix
+
+    nc = await nats.connect(**(connect_args(url) | {"inbox_prefix": inbox_prefix(url)}))  # not the publisher's _INBOX
     ready: set[str] = set()
 
     async def on_ready(msg) -> None:
@@ -184,8 +186,8 @@ def _fleet_spec(value: str) -> str:
 def register(app: typer.Typer) -> None:
     @app.command("up")
     def up(demo: bool = typer.Option(False, "--demo", help="also run simulated node agents"),
-           data_dir: Path = typer.Option(Path(".gpuledger"), "--data-dir", help="where NATS data, the "
-                                         "read-model database and logs live"),
+           data_dir: Path = typer.Option(Path(".gpuledger"), "--data-dir", envvar="GPULEDGER_DATA_DIR",
+                                         help="where NATS data, the read-model database and logs live"),
            nats_url: Optional[str] = typer.Option(None, "--nats-url", help="use this NATS server instead "
                                                   "of starting one"),
            fleet: str = typer.Option(DEFAULT_FLEET, "--fleet", callback=_fleet_spec,

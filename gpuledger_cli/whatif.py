@@ -7,15 +7,12 @@ from typing import Optional
 
 import typer
 
-from gpuledger_cli.client import NatsUrl, connect_or_die, die, nats_url, print_json
+from gpuledger_cli.client import NatsUrl, die, nats_url, open_log_or_die, print_json
 
 
 async def _events(url: str, until_seq: Optional[int]) -> list:
-    from shared.jetstream import JetStreamEventLog
-
-    nc = await connect_or_die(url)
+    nc, log = await open_log_or_die(url)
     try:
-        log = JetStreamEventLog(nc)
         return [(s.seq, s.event) async for s in log.read(1, until_seq)]
     finally:
         await nc.close()

@@ -79,6 +79,12 @@ def node(name: str) -> str:
     return f"gpu.evt.node.{_token(name)}"
 
 
+def is_node_bindings(subject: str) -> bool:
+    """Whether `subject` is a node's binding subject (`node_bindings`), where only ClaimBound is
+    believed (schemas.authority): followers that need no binding skip these messages undecoded."""
+    return subject.endswith(".bound") and subject.startswith("gpu.evt.node.") and subject.count(".") == 4
+
+
 def node_bindings(name: str) -> str:
     """Where a node's agent records its bindings (ClaimBound, those of one record in one message):
     its own subject, each append on condition that the node's fence (`node_fence`) has not moved

@@ -17,6 +17,7 @@ from nats.js.errors import APIError, NoStreamResponseError, NotFoundError, Servi
 from schemas import subjects
 from schemas.events import Event, decode_event, encode_event
 from shared.natscluster import connect_args
+from shared import nats_headers
 from shared import jsreply
 from shared.fastread import RangeReadError, open_range_reader
 from shared.paced import PacedTail
@@ -35,6 +36,7 @@ WRONG_LAST_SEQUENCE = {10071, 10164}
 EXPECTED_STREAM = api.Header.EXPECTED_STREAM
 FAST_READ_MIN = 256  # below this many stored messages a consumer of nats-py's is as quick
 log = logging.getLogger("gpuledger.eventlog")
+nats_headers.install()  # every service reads the log through this module
 _ACTUAL = re.compile(r"(\d+)\s*$")
 
 
@@ -363,11 +365,11 @@ class JetStreamEventLog:
                         position[0], err)
 
     async def _follow_ordered(self, from_seq: int, subject: str | None, stop_at: int | None):
-        queue: asyncio.Queue = asyncio.Queue()
+        arrivals = _Arrivals()
         last = [max(from_seq, 1) - 1]  # the last stream sequence handed over
 
         async def on_msg(msg) -> None:
-            queue.put_nowait(msg)
+            arrivals.put(msg)
 
         async def subscribe():
             config = api.ConsumerConfig(deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
@@ -375,13 +377,17 @@ class JetStreamEventLog:
             return await self.js.subscribe(subject or subjects.EVENTS, cb=on_msg, ordered_consumer=True,
                                            config=config, stream=self.stream, idle_heartbeat=5.0)
 
-        sub = await subscribe()
+        try:
+            sub = await subscribe()
+        except BaseException:
+            arrivals.close()
+            raise
         reconnects = _reconnects(self.nc)
         try:
-            if stop_at is not None and queue.empty() and await _nothing_pending(sub):
+            if stop_at is not None and arrivals.queue.empty() and await _nothing_pending(sub):
                 return
             while True:
-                msgs = await _next(queue)
+                msgs = await arrivals.next()
                 if msgs is None:  # quiet for a while: after a reconnect, a consumer of our own again
                     now = _reconnects(self.nc)
                     if now != reconnects and self.nc.is_connected:
@@ -408,6 +414,7 @@ class JetStreamEventLog:
                 if done:
                     return
         finally:
+            arrivals.close()
             try:
                 await sub.unsubscribe()
             except Exception:  # connection closing: the consumer goes away with it
@@ -415,17 +422,47 @@ class JetStreamEventLog:
 
 
 QUIET_S = 1.0  # a follower with nothing for this long checks whether its connection came back
+QUIET_TICKS = 4  # ... looked at this often a QUIET_S: it checks after QUIET_S to 1.25 QUIET_S
 
 
-async def _next(queue: asyncio.Queue) -> list | None:
-    """What arrived (waiting for at least one message), or None after QUIET_S of nothing."""
-    try:
-        msgs = [await asyncio.wait_for(queue.get(), QUIET_S)]
-    except asyncio.TimeoutError:
-        return None
-    while not queue.empty():
-        msgs.append(queue.get_nowait())
-    return msgs
+class _Arrivals:
+    """An ordered consumer's messages as they arrive, and a quiet mark (None) once nothing came
+    for QUIET_S: one timer every QUIET_S / QUIET_TICKS for the whole follow, where `wait_for` on
+    the queue made a task and a timer at every wait (at moderate rates once per message, in every
+    follower: the allocator, the claim service)."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self._loop = asyncio.get_running_loop()
+        self._heard, self._silent = False, 0
+        self._timer = self._loop.call_later(QUIET_S / QUIET_TICKS, self._tick)
+
+    def put(self, msg) -> None:
+        self._heard = True
+        self.queue.put_nowait(msg)
+
+    def _tick(self) -> None:
+        self._silent = 0 if self._heard else self._silent + 1
+        self._heard = False
+        if self._silent >= QUIET_TICKS:
+            self._silent = 0
+            if self.queue.empty():
+                self.queue.put_nowait(None)
+        self._timer = self._loop.call_later(QUIET_S / QUIET_TICKS, self._tick)
+
+    async def next(self) -> list | None:
+        """What arrived (waiting for at least one message), or None after QUIET_S of nothing."""
+        queue = self.queue
+        first = await queue.get()
+        msgs = [] if first is None else [first]
+        while not queue.empty():
+            msg = queue.get_nowait()
+            if msg is not None:
+                msgs.append(msg)
+        return msgs or None
+
+    def close(self) -> None:
+        self._timer.cancel()
 
 
 def _reconnects(nc) -> int:

@@ -36,6 +36,7 @@ async def build(ctx: ServiceContext) -> None:
     writer = allocator.node_records = NodeRecordWriter(
         ctx.nc, lambda node: record_of(allocator.state, node, allocator.fences))
     writer.paused = lambda: allocator.own.holding
+    writer.pass_due = allocator.pass_due
     ctx.spawn(_write_node_records(allocator, writer), "allocator-node-records")
     ctx.spawn(resolve_fences_forever(js, allocator), "allocator-claim-fences")
     ctx.spawn(_snapshot_forever(js, allocator, ctx.settings.snapshot_every), "allocator-snapshot")

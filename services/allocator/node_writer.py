@@ -43,6 +43,15 @@ class NodeRecordWriter:
         # allocation the log may never hold, or one a release stored before the batch voids (a
         # pending claim's release is fenced on the decision subject, not on the node's fence)
         self.paused: Callable[[], bool] = lambda: False
+        # True while a decision pass is about to run on claims that wait (a release or a submit
+        # was folded and the allocator has not decided on it yet): the records of the nodes it
+        # marked wait for that pass, whose allocations often land on the very node a release
+        # freed, so the two changes go out as one write instead of two (`bench e2e` at 400/s:
+        # about one write a claim). Unlike `paused`, lifted by `passed()` after each pass, so a
+        # pass always due (saturation) never starves the records.
+        self.pass_due: Callable[[], bool] = lambda: False
+        self._after_pass = False
+        self.ready = False  # the bucket loaded (`run`): only then may `passed` write
         self.writes = 0
         self.conflicts = 0
         self.held = 0
@@ -55,6 +64,13 @@ class NodeRecordWriter:
     def release(self) -> None:
         self.held -= 1
         self.flush()
+
+    async def passed(self) -> None:
+        """A decision pass ended (its batch, if any, folded or given up): what waited for it is
+        written now, in the allocator's loop, before its next pass can hold a batch again."""
+        if self.ready and self.dirty:
+            self._after_pass = True
+            await self._write_dirty()
 
     def mark(self, nodes: Iterable[str]) -> None:
         for node in nodes:
@@ -80,11 +96,15 @@ class NodeRecordWriter:
             await self.load()
             self.mark(nodes())
             self.flush()
+            self.ready = True
             while True:
-                try:  # woken by a change, or now and then to give up on acks that never came
-                    await asyncio.wait_for(self.wake.wait(), ACK_CHECK_S)
-                except asyncio.TimeoutError:
-                    pass
+                # woken by a change, or now and then to give up on acks that never came (a timer
+                # handle: `asyncio.wait_for` makes a task and a waiter for each of many waits)
+                check = asyncio.get_running_loop().call_later(ACK_CHECK_S, self.wake.set)
+                try:
+                    await self.wake.wait()
+                finally:
+                    check.cancel()
                 self.wake.clear()
                 await self._write_dirty()
                 self.publisher.expire()
@@ -92,9 +112,13 @@ class NodeRecordWriter:
             await self.publisher.stop()
 
     async def _write_dirty(self) -> None:
+        if not self._after_pass and self.pass_due():  # `passed()` wakes this again
+            return
         for node in [n for n in self.dirty if n not in self.writing]:
             if self.held or self.paused():  # the allocator flushes again when it is over
                 return
+            if node in self.writing or node not in self.dirty:
+                continue  # taken meanwhile by the other caller (the writer's task, `passed`)
             del self.dirty[node]
             record, stored = self.build(node), self.stored.get(node)
             if record.same_claims(stored) or (stored is not None and stored.through_seq > record.through_seq):
@@ -105,6 +129,7 @@ class NodeRecordWriter:
                 subjects.node_grants(node), encode_grants(record),
                 {EXPECTED_LAST_SUBJECT_SEQ: str(self.revision.get(node, 0))},
                 lambda seq, code, why, node=node, record=record: self._acked(node, record, seq, code, why))
+        self._after_pass = False
 
     def _acked(self, node: str, record: NodeGrants, seq: int, code: int, why: str) -> None:
         self.writing.discard(node)

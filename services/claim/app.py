@@ -3,6 +3,7 @@ and the claim queries (get, list, explain), answered from its own fold of the lo
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import time
@@ -32,6 +33,12 @@ from services.claim.views import claim_view, explain_view
 
 log = logging.getLogger("gpuledger.claim")
 ACTIVITY_EVERY_S = 1.0  # activity reports closer together than this are answered, not appended
+# Submit requests are answered side by side (SUBMIT_WORKERS at once), their appends one at a time;
+# at most SUBMIT_WAITS of them wait for their claim's outcome at once, a submit asking to wait beyond
+# that is answered at once: answered one at a time, one publisher's wait_seconds=3600 on a claim that
+# stays pending held up every later submit for an hour (session 27, tests/outsider/test_submit_waits.py).
+SUBMIT_WORKERS = 64
+SUBMIT_WAITS = 48
 SETTLED = ("allocated", "bound", "rejected", "released", "evicted", "expired", "lost")
 
 
@@ -70,6 +77,8 @@ class ClaimService:
         self.follower.listeners.append(self._remember_owner)
         self.intake_drained = None  # async () -> None: set where the durable intake is consumed
         self.on_intake_batch = None  # (size) -> None: the intake batch size histogram, when served
+        self._submitting = asyncio.Lock()  # submit requests' checks and appends, one at a time
+        self.waiting = 0  # submit requests waiting for their outcome now
 
     def _remember_rejections(self, seq: int, subject: str, event: ev.Event) -> None:
         if isinstance(event, ev.ClaimRejected) and event.claim_id:
@@ -171,15 +180,20 @@ class ClaimService:
 
     async def submit(self, spec: ClaimSpec, wait_seconds: float = 0.0, trace: dict | None = None,
                      system: str = "") -> dict:
-        event = self.prepare(spec, trace, system=system)
-        existing = event is None
-        spec = event.claim if event is not None else spec
-        if event is not None:
-            appended = await self.log.append(subjects.claim(spec.claim_id), event, msg_id=spec.claim_id,
-                                             headers=inject_headers())
-            await self.follower.wait_for_seq(appended.seq)
-        if wait_seconds > 0:
-            await self.follower.wait_until(lambda: self._settled(spec.claim_id), wait_seconds)
+        async with self._submitting:  # checked against every submit before it, as it is appended
+            event = self.prepare(spec, trace, system=system)
+            existing = event is None
+            spec = event.claim if event is not None else spec
+            if event is not None:
+                appended = await self.log.append(subjects.claim(spec.claim_id), event, msg_id=spec.claim_id,
+                                                 headers=inject_headers())
+                await self.follower.wait_for_seq(appended.seq)
+        if wait_seconds > 0 and self.waiting < SUBMIT_WAITS:
+            self.waiting += 1
+            try:
+                await self.follower.wait_until(lambda: self._settled(spec.claim_id), wait_seconds)
+            finally:
+                self.waiting -= 1
         return self.view(spec.claim_id) | {"duplicate": existing}
 
     def _settled(self, claim_id: str) -> bool:
@@ -346,7 +360,7 @@ async def register_handlers(ctx: ServiceContext, service: ClaimService) -> None:
 
     for suffix in ("", ".*"):
         command(b, subjects.command("claim.submit") + suffix, cmd.SubmitClaim, submit,
-                decode=decode_submit_claim, with_subject=True)
+                decode=decode_submit_claim, with_subject=True, max_workers=SUBMIT_WORKERS)
         command(b, subjects.command("claim.renew") + suffix, cmd.RenewLease, renew, with_subject=True)
         command(b, subjects.command("claim.activity") + suffix, cmd.ReportActivity, activity, with_subject=True)
     command(b, subjects.query("claim.get"), cmd.GetClaim, get)

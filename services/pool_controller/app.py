@@ -48,9 +48,12 @@ class PoolController:
         self.projection = PoolProjection()
         # the allocator's fold, without its placement index: pools and units are what it reads; in
         # bursts (shared.paced): a pool or node change may reach admission 50 ms later; the oldest
-        # generation of objects is left to the follower's refreezes (ledger.follower)
+        # generation of objects is left to the follower's refreezes (ledger.follower); bindings are
+        # never read: admission, pool status and the pod webhook treat a bound claim as allocated
+        # (claim_pods.HOLDING), and a binding changes no pool, unit or holder
         self.follower = Follower(event_log, self.projection.state, places=False,
-                                 linger_s=SLOW_READER_LINGER_S, collect_old=False)
+                                 linger_s=SLOW_READER_LINGER_S, collect_old=False,
+                                 unread=subjects.is_node_bindings)
         self.follower.listeners.append(self.projection.saw)
         self.boot_seq: int | None = None  # the log's end at start: ready once read that far
         self._writing = asyncio.Lock()

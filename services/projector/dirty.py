@@ -24,15 +24,26 @@ class Dirty:
 
 
 def mark_claim(state: State, dirty: Dirty, claim_id: str) -> None:
-    """A claim's row, its allocations, the devices and node it holds and its namespace's use."""
+    """A claim's row, its allocations, the devices and node it holds and its namespace's use: the
+    claim now, the rest when the batch's rows are read (`claim_marks`). A claim's namespace never
+    changes, and its grants and node are set once, when it is allocated, and kept after it ends: so
+    what they are at the end of the batch holds all that marking at each of its events found (a
+    claim is named by four or five events, each of which marked all four again)."""
     dirty.claims.add(claim_id)
-    claim = state.claims.get(claim_id)
-    if claim is None:
-        return
-    dirty.namespaces.add(claim.spec.namespace)
-    if claim.node:
-        dirty.nodes.add(claim.node)
-    dirty.devices.update(g.uuid for g in claim.grants)
+
+
+def claim_marks(state: State, dirty: Dirty) -> None:
+    """The namespaces, nodes and devices of the marked claims (`mark_claim`), once each."""
+    claims, namespaces, nodes, devices = state.claims, dirty.namespaces, dirty.nodes, dirty.devices
+    for claim_id in dirty.claims:
+        claim = claims.get(claim_id)
+        if claim is None:
+            continue
+        namespaces.add(claim.spec.namespace)
+        if claim.node:
+            nodes.add(claim.node)
+        for grant in claim.grants:
+            devices.add(grant.uuid)
 
 
 def mark_node(state: State, dirty: Dirty, name: str, with_claims: bool = True) -> None:
@@ -74,17 +85,34 @@ def marks_before(event: ev.Event) -> bool:
 
 
 def claims_named(event: ev.Event) -> list[str]:
-    """Every claim id an event names, decisions inside a DecisionBatch included."""
-    if isinstance(event, ev.DecisionBatch):
-        return [c for d in event.decisions for c in claims_named(d)]
-    if isinstance(event, ev.EventBatch):
-        return [c for member in event.events for c in claims_named(member)]
-    if isinstance(event, ev.ClaimSubmitted):
-        return [event.claim.claim_id]
-    if isinstance(event, ev.NodeLost):
-        return list(event.released)
+    """Every claim id an event names, decisions inside a DecisionBatch included. (By the event's
+    type, not a chain of isinstance: it runs for every event and every decision of a batch.)"""
+    namer = _NAMERS.get(type(event))
+    if namer is not None:
+        return namer(event)
     claim_id = getattr(event, "claim_id", "")
     return [claim_id] if claim_id else []
+
+
+def _named_in_parts(parts) -> list[str]:
+    named, namers = [], _NAMERS
+    for part in parts:
+        namer = namers.get(type(part))
+        if namer is not None:
+            named += namer(part)
+        else:
+            claim_id = getattr(part, "claim_id", "")
+            if claim_id:
+                named.append(claim_id)
+    return named
+
+
+_NAMERS = {
+    ev.DecisionBatch: lambda e: _named_in_parts(e.decisions),
+    ev.EventBatch: lambda e: _named_in_parts(e.events),
+    ev.ClaimSubmitted: lambda e: [e.claim.claim_id],
+    ev.NodeLost: lambda e: list(e.released),
+}
 
 
 def _node_only(state: State, dirty: Dirty, e) -> None:

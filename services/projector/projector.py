@@ -17,7 +17,7 @@ from schemas import events as ev
 from ledger.evolve import apply_decision, evolve
 from ledger.state import State, defer_index
 from services.projector import rows
-from services.projector.dirty import Dirty, claims_named, mark_event, marks_before
+from services.projector.dirty import Dirty, claim_marks, claims_named, mark_event, marks_before
 from services.projector.index import index_rows
 from services.projector.models import ClaimRow, DeviceRow, NodeRow, PoolRow, QuotaRow
 from services.projector.store import Changes, commit, read_position
@@ -112,6 +112,7 @@ class Projector:
         """The rows the staged events changed, read from the state as it is now."""
         changes = Changes(base_seq=self._base, last_seq=self.position, events=self._staged,
                           index=self._index)
+        claim_marks(self.state, self._dirty)
         self._claims(changes)
         self._nodes_and_devices(changes)
         self._pools_and_quotas(changes)
@@ -154,8 +155,11 @@ class Projector:
     # --- rows ----------------------------------------------------------------------------------
 
     def _claims(self, changes: Changes) -> None:
-        claim_rows, base = [], self._base
+        """A claim new in the batch gets its whole row; one submitted before (its row stored by an
+        earlier commit: every claim is marked in the batch of its submit) only what can change."""
+        claim_rows, updates, base = [], [], self._base
         earlier = set()  # claims whose allocation rows may be stored: all but those new in the batch
+        ended_at, claim_seq = self.ended_at, self.claim_seq
         for claim_id in self._dirty.claims:
             claim = self.state.claims.get(claim_id)
             if claim is None:  # refused at intake, never submitted: only the index knows it
@@ -163,11 +167,14 @@ class Projector:
                 continue
             if claim.seq <= base:
                 earlier.add(claim_id)
-            claim_rows.append(rows.claim_row(claim, self.ended_at.get(claim_id),
-                                             self.claim_seq.get(claim_id, 0)))
-            changes.allocations.extend(rows.allocation_rows(claim))
+                updates.append(rows.claim_update(claim, ended_at.get(claim_id), claim_seq.get(claim_id, 0)))
+            else:
+                claim_rows.append(rows.claim_row(claim, ended_at.get(claim_id), claim_seq.get(claim_id, 0)))
+            if claim.grants:
+                changes.allocations.extend(rows.allocation_rows(claim))
         changes.allocations_of = earlier
         changes.replace[ClaimRow] = claim_rows
+        changes.update[ClaimRow] = updates
 
     def _nodes_and_devices(self, changes: Changes) -> None:
         """Rows of the nodes and devices the batch touched, less those that came out as they were

@@ -50,6 +50,26 @@ def claim_row(claim: Claim, ended_at: float | None, last_seq: int) -> dict[str, 
     }
 
 
+# What a claim's row can change after its first write (spec, shape, namespace and the rest of
+# what it was submitted with never do): a claim written before is updated in these only.
+CLAIM_CHANGES = ("status", "node", "devices", "env", "reasons", "tflops", "vram_mib", "borrowed_from",
+                 "allocated_at", "ended_at", "end_reason", "last_seq")
+
+
+def claim_update(claim: Claim, ended_at: float | None, last_seq: int) -> dict[str, Any]:
+    """`claim_row` less what never changes after the first write (`CLAIM_CHANGES`), for a claim
+    whose row is stored: at saturation most claim rows are such updates (a claim waits in the
+    queue, then is allocated and released in later commit windows), and the spec (its JSON the
+    widest column) was built and encoded again for each."""
+    return {
+        "id": claim.spec.claim_id, "status": claim.status, "node": claim.node,
+        "devices": _to_builtins(claim.grants), "env": dict(claim.env),
+        "reasons": _to_builtins(claim.reasons), "tflops": claim.tflops, "vram_mib": claim.vram_mib,
+        "borrowed_from": claim.borrowed_from, "allocated_at": claim.allocated_at or None,
+        "ended_at": ended_at, "end_reason": claim.end_reason, "last_seq": last_seq,
+    }
+
+
 def allocation_rows(claim: Claim) -> list[dict[str, Any]]:
     if not claim.holds_devices:
         return []

@@ -16,7 +16,7 @@ from operator import itemgetter
 from typing import Any
 
 import msgspec
-from sqlalchemy import JSON, Connection, Engine, delete, insert, select, update
+from sqlalchemy import JSON, Connection, Engine, bindparam, delete, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -52,6 +52,8 @@ class Changes:
     events: int = 0
     replace: dict[type, list[dict[str, Any]]] = field(default_factory=dict)
     remove: dict[type, set[str]] = field(default_factory=dict)
+    # rows stored before, updated by key in the columns they carry (all rows of a table the same)
+    update: dict[type, list[dict[str, Any]]] = field(default_factory=dict)
     allocations_of: set[str] = field(default_factory=set)  # claims whose grants are rewritten
     allocations: list[dict[str, Any]] = field(default_factory=list)
     all_pools: bool = False  # pools are few: the table is rewritten whole when one changes
@@ -70,7 +72,7 @@ def clamp_integers(changes: Changes) -> list[str]:
     to the range's end, in place; returns `table.column: value` of each. A log may hold such a
     number for good (an endpoint's priority of 10^26 stored before bounds existed, folded as
     stored): without this one row made every commit fail and the read models stopped there."""
-    tables = [(t, rows) for t, rows in changes.replace.items()]
+    tables = [(t, rows) for t, rows in (*changes.replace.items(), *changes.update.items())]
     tables += [(AllocationRow, changes.allocations), (ClaimEventRow, changes.index)]
     clamped = []
     for table, rows in tables:
@@ -137,6 +139,9 @@ def _write_rows(conn: Connection, changes: Changes) -> None:
     for table, rows in changes.replace.items():
         if rows:
             _upsert(conn, table, rows)
+    for table, rows in changes.update.items():
+        if rows:
+            _update(conn, table, rows)
     if changes.allocations_of:
         _delete_in(conn, AllocationRow, AllocationRow.claim_id, changes.allocations_of)
     if changes.allocations:
@@ -161,8 +166,25 @@ def _upsert(conn: Connection, table: type, rows: list[dict[str, Any]]) -> None:
     _executemany(conn, build, table, rows, "upsert")
 
 
+UPDATE_KEY = "key_"  # the bound parameter of an update's key (a column's own name is its new value)
+
+
+def _update(conn: Connection, table: type, rows: list[dict[str, Any]]) -> None:
+    """Update stored rows by primary key in the columns the rows carry (every row the same)."""
+    key = _KEYS[table].key
+    columns = tuple(name for name in rows[0] if name != key)
+
+    def build():
+        return update(table).where(_KEYS[table] == bindparam(UPDATE_KEY)).values(
+            {name: bindparam(name) for name in columns})
+
+    for row in rows:
+        row[UPDATE_KEY] = row[key]
+    _executemany(conn, build, table, rows, ("update", columns))
+
+
 def _executemany(conn: Connection, build: Callable[[], Any], table: type, rows: list[dict[str, Any]],
-                 kind: str) -> None:
+                 kind: str | tuple) -> None:
     """The driver's executemany on SQLAlchemy's SQL: per-row parameter processing in SQLAlchemy
     costs more than the database's insert, and a batch has tens of thousands of rows."""
     sql, names = _compiled(conn, (kind, table), build)
@@ -177,6 +199,7 @@ def _parameters(table: type, names: tuple[str, ...] | None, rows: list[dict[str,
     if names is None:
         if not json_columns:
             return rows
+        json_columns = [c for c in json_columns if c in rows[0]]  # an update carries some only
         return [{**row, **{c: _json(row[c]) for c in json_columns}} for row in rows]
     pick = itemgetter(*names)
     if len(names) == 1:
