@@ -91,13 +91,17 @@ def die(message: str, code: int = 1) -> None:
     raise typer.Exit(code)
 
 
+REFUSED: list[str] = []  # the server's permission refusals nats-py handed the error callback
+
+
 async def connect_or_die(url: str):
     import nats
 
     from shared.natscluster import connect_args
 
-    async def quiet(_err) -> None:  # nats-py prints tracebacks by default; we print one clear line
-        pass
+    async def quiet(err) -> None:  # nats-py prints tracebacks by default; we print one clear line
+        if "permissions violation" in str(err).lower():  # a refused call itself only times out
+            REFUSED.append(str(err))
 
     try:
         # nats-py keeps retrying an unreachable server whatever the options: bound the attempt
@@ -128,8 +132,10 @@ async def open_log_or_die(url: str):
             "server. Start the stack with `gpuledger up`, or set --nats-url or GPULEDGER_NATS_URL to its NATS.")
     except Exception as err:
         await nc.close()
-        if "permission" in str(err).lower():
-            die(f"NATS refused this user the log ({err}). Use the ops user's URL.")
+        refused = REFUSED[-1] if REFUSED else str(err) if "permission" in str(err).lower() else ""
+        if refused:
+            die(f"NATS refused this user the log ({refused}): use the ops user's URL "
+                "(GPULEDGER_NATS_URL, `gpuledger nats creds ops`).")
         die(f"cannot read the log at {redacted(url)} ({type(err).__name__}: {err})")
     return nc, log
 

@@ -43,12 +43,19 @@ async def gather_status(url: str, timeout: float) -> dict:
         services = {}
         for name, subject, payload in PROBES:
             data, why = await _ask(conn, subject, payload, timeout)
-            services[name] = _service(name, data) if data is not None else {"up": False, "error": why}
+            services[name] = (_service(name, data) if data is not None
+                              else {"up": None, "refused": why} if _refused(why) else {"up": False, "error": why})
         report["services"] = services
         report["intake"] = await _intake(conn, timeout)
         return report
     finally:
         await conn.close()
+
+
+def _refused(why: str) -> bool:
+    """The server refused this user the question (the publisher's URL given to the CLI): the
+    service may well be up."""
+    return "permissions violation" in why.lower()
 
 
 def _service(name: str, data: Any) -> dict:
@@ -81,6 +88,9 @@ def _print(report: dict) -> None:
     typer.echo(f"NATS {report['nats']}: the log at seq {last}" if last is not None
                else f"NATS {report['nats']}: the log unreadable ({report.get('log_error')})")
     for name, s in report["services"].items():
+        if s["up"] is None:
+            typer.secho(f"  {name:16} not asked: this user is refused ({s['refused']})", fg=typer.colors.YELLOW)
+            continue
         if not s["up"]:
             typer.secho(f"  {name:16} DOWN  no answer ({s['error']})", fg=typer.colors.RED)
             continue
@@ -117,6 +127,9 @@ def register(app: typer.Typer) -> None:
         Exits 1 when a service does not answer."""
         report = run(gather_status(nats_url(url), timeout))
         print_json(report) if as_json else _print(report)
-        down = [name for name, s in report["services"].items() if not s["up"]]
+        if any(s["up"] is None for s in report["services"].values()):
+            die("NATS refused this user the services' status: use the ops user's URL "
+                "(GPULEDGER_NATS_URL, `gpuledger nats creds ops`)")
+        down = [name for name, s in report["services"].items() if s["up"] is False]
         if down:
             die(f"not answering: {', '.join(down)}")
