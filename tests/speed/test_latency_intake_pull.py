@@ -22,13 +22,14 @@ class _Blocking:
         self.holding = asyncio.Event()
         self.let_go = asyncio.Event()
 
-    async def __call__(self, service, msgs) -> None:
+    async def __call__(self, service, msgs, ack: bool = True) -> list:
         self.batches.append([m.data for m in msgs])
         if len(self.batches) == 1:
             self.holding.set()
             await self.let_go.wait()
         for msg in msgs:
             await msg.ack()
+        return []
 
 
 async def _until(predicate, timeout: float = 10.0) -> None:
