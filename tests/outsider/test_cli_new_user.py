@@ -78,3 +78,25 @@ def test_nats_creds_finds_the_users_in_GPULEDGER_DATA_DIR(tmp_path, monkeypatch)
     assert done.returncode == 0, done
     assert done.stdout.strip() == "nats://ops:s3cret@127.0.0.1:24999"
     assert not (tmp_path / ".gpuledger").exists()
+
+
+@pytest.mark.parametrize("kind", ["a file", "under a file"])
+def test_up_in_a_data_folder_it_cannot_make_says_so_in_one_line(tmp_path, kind):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    folder = afile if kind == "a file" else afile / "data"
+    done = invoke("up", "--data-dir", str(folder), "--no-auth")
+    assert done.returncode == 1, done
+    assert "Traceback" not in done.stderr, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(folder) in lines[0] and "--data-dir" in lines[0], done.stderr
+
+
+def test_up_on_a_nats_url_nobody_answers_says_so_in_one_line(tmp_path):
+    # nats-py retried for about two minutes, printing a traceback for each attempt, whatever
+    # --ready-timeout said
+    done = invoke("up", "--nats-url", "nats://127.0.0.1:1", "--data-dir", str(tmp_path / "data"),
+                  "--no-dashboard", "--ready-timeout", "5")
+    assert done.returncode == 1, done
+    assert "Traceback" not in done.stderr and "encountered error" not in done.stderr, done.stderr
+    assert [line for line in done.stderr.splitlines() if "cannot reach NATS at nats://127.0.0.1:1" in line], done.stderr
