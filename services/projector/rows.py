@@ -37,13 +37,16 @@ def shape_of(spec: ClaimSpec) -> str:
 
 
 def claim_row(claim: Claim, ended_at: float | None, last_seq: int) -> dict[str, Any]:
+    """The JSON columns hold the claim's own structs and lists, encoded when the row is written
+    (msgspec encodes a struct as its `to_builtins` would be encoded): the fold never changes them
+    in place (a claim's grants, reasons and env are replaced, its spec is frozen), so a commit in
+    its thread reads them as they were."""
     spec = claim.spec
     return {
         "id": spec.claim_id, "namespace": spec.namespace, "status": claim.status,
         "shape": shape_of(spec), "gpus": spec.gpus, "gpu_milli": spec.gpu_milli,
         "priority": spec.priority, "pool": spec.pool, "gang_id": spec.gang_id, "node": claim.node,
-        "devices": _to_builtins(claim.grants), "env": dict(claim.env),
-        "reasons": _to_builtins(claim.reasons), "spec": _to_builtins(spec),
+        "devices": claim.grants, "env": claim.env, "reasons": claim.reasons, "spec": spec,
         "tflops": claim.tflops, "vram_mib": claim.vram_mib, "borrowed_from": claim.borrowed_from,
         "submitted_at": claim.submitted_at, "allocated_at": claim.allocated_at or None,
         "ended_at": ended_at, "end_reason": claim.end_reason, "last_seq": last_seq,
@@ -63,8 +66,8 @@ def claim_update(claim: Claim, ended_at: float | None, last_seq: int) -> dict[st
     widest column) was built and encoded again for each."""
     return {
         "id": claim.spec.claim_id, "status": claim.status, "node": claim.node,
-        "devices": _to_builtins(claim.grants), "env": dict(claim.env),
-        "reasons": _to_builtins(claim.reasons), "tflops": claim.tflops, "vram_mib": claim.vram_mib,
+        "devices": claim.grants, "env": claim.env, "reasons": claim.reasons,
+        "tflops": claim.tflops, "vram_mib": claim.vram_mib,
         "borrowed_from": claim.borrowed_from, "allocated_at": claim.allocated_at or None,
         "ended_at": ended_at, "end_reason": claim.end_reason, "last_seq": last_seq,
     }

@@ -58,3 +58,18 @@ def test_a_claim_stored_before_is_updated_in_what_can_change_only(engine):
     ended = stored(engine, "old")
     assert (ended["status"], ended["ended_at"], ended["last_seq"]) == ("released", 5.0, projector.position)
     assert ended["spec"] == submitted["spec"] and ended["shape"] == submitted["shape"]
+
+
+def test_a_claim_rows_json_columns_are_the_claims_own_values_encoded_once(engine):
+    """No `to_builtins` copy per row: the row holds the claim's spec, grants, reasons and env
+    (never changed in place by the fold), and the stored JSON is what the copy gave."""
+    projector = Projector(engine)
+    stage(projector, fleet() + [ev.ClaimSubmitted(claim=ClaimSpec(claim_id="c", namespace="ns", priority=3), at=2.0)])
+    stage(projector, [allocated("c", 2, 3.0)])
+    claim = projector.state.claims["c"]
+    row, update = rows.claim_row(claim, None, 5), rows.claim_update(claim, None, 5)
+    assert row["spec"] is claim.spec and row["devices"] is claim.grants is update["devices"]
+    assert row["reasons"] is claim.reasons and update["env"] is claim.env
+    after = stored(engine, "c")
+    assert after["spec"] == {"claim_id": "c", "namespace": "ns", "priority": 3}
+    assert after["devices"] == [{"node": "n0", "uuid": "GPU-n0-2", "index": 2, "memory_mib": 81920}]
