@@ -100,3 +100,16 @@ def test_up_on_a_nats_url_nobody_answers_says_so_in_one_line(tmp_path):
     assert done.returncode == 1, done
     assert "Traceback" not in done.stderr and "encountered error" not in done.stderr, done.stderr
     assert [line for line in done.stderr.splitlines() if "cannot reach NATS at nats://127.0.0.1:1" in line], done.stderr
+
+
+def test_no_command_prints_the_password_in_its_url(fresh_nats):
+    # `simulate --live` and `node fault|process` printed the URL as given, the ops password in it
+    # (every other command writes nats://ops:***@...)
+    port = fresh_nats.url.rsplit(":", 1)[1]
+    for args in (("simulate", "--live", "--limit", "1", "--nats-url", "nats://ops:s3cret@127.0.0.1:1"),
+                 ("simulate", "--live", "--limit", "1", "--nats-url", f"nats://ops:s3cret@127.0.0.1:{port}"),
+                 ("node", "fault", "gpu-1", "0", "--nats-url", f"nats://ops:s3cret@127.0.0.1:{port}")):
+        done = invoke(*args)
+        assert done.returncode != 0, done
+        assert "s3cret" not in done.stdout + done.stderr, (args, done.stderr)
+        assert "ops:***@" in done.stderr, (args, done.stderr)
