@@ -101,7 +101,7 @@ def agent_cmd(
                                       help="simulated fleet: no fake process per bound claim"),
 ) -> None:
     """Run the node agent: real NVML by default, `--fleet SPEC` for a simulated fleet."""
-    from gpuledger_cli.client import nats_url as resolve_url
+    from gpuledger_cli.client import nats_url as resolve_url, redacted
     from services.node_agent.app import main
 
     argv = (["--fleet", fleet] if fleet else []) + ["--nats-url", resolve_url(nats_url)]
@@ -146,13 +146,13 @@ def process_cmd(
 
 
 def _request(subject: str, body: dict, nats_url: str | None) -> None:
-    from gpuledger_cli.client import nats_url as resolve_url
+    from gpuledger_cli.client import nats_url as resolve_url, redacted
 
     url = resolve_url(nats_url)  # the option, the variable, or the running `up`'s env file
     try:
         answer = asyncio.run(_ask(url, subject, body))
     except Exception as err:  # no server, no responder: say which
-        _fail(f"{subject} via {url}: {type(err).__name__}: {err or 'no simulated fleet answered'}")
+        _fail(f"{subject} via {redacted(url)}: {type(err).__name__}: {err or 'no simulated fleet answered'}")
     if not answer.get("ok"):
         _fail(answer.get("error", "refused"))
     typer.echo(json.dumps(answer))

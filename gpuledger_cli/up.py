@@ -133,9 +133,17 @@ async def _start_and_wait(children: list[Child], url: str, names: list[str], wan
     import msgspec
     import nats
 
-    from gpuledger_cli.client import inbox_prefix
+    from gpuledger_cli.client import inbox_prefix, redacted
 
-    nc = await nats.connect(**(connect_args(url) | {"inbox_prefix": inbox_prefix(url)}))  # not the publisher's _INBOX
+    async def quiet(_err) -> None:  # nats-py's own callback prints a traceback for every attempt
+        pass
+
+    try:  # nats-py retries an unreachable server for about two minutes: bounded by the ready timeout
+        nc = await asyncio.wait_for(nats.connect(**(connect_args(url) | {"inbox_prefix": inbox_prefix(url)}),
+                                                 error_cb=quiet), timeout)  # not the publisher's _INBOX
+    except (Exception, asyncio.TimeoutError) as err:
+        why = f"nothing answered within {timeout:g}s" if isinstance(err, asyncio.TimeoutError) else err
+        raise RuntimeError(f"cannot reach NATS at {redacted(url)} ({why})") from None
     ready: set[str] = set()
 
     async def on_ready(msg) -> None:
@@ -275,9 +283,13 @@ def system_url_variable(name: str) -> str:
 def _run_up(demo: bool, data_dir: Path, nats_url: str | None, fleet: str, port: int | None,
             ready_timeout: float, dashboard: bool = True, cluster: int = 0, auth: bool = True,
             agent_nodes: list[str] = (), systems: tuple[System, ...] = ()) -> None:
-    data_dir = data_dir.resolve()
+    given, data_dir = data_dir, data_dir.resolve()
     log_dir = data_dir / "logs"
-    log_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        log_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:  # a file, under a file, a folder it may not write: one line, no traceback
+        _say(f"--data-dir {given}: cannot make {log_dir} there ({err.strerror or err})")
+        raise typer.Exit(1)
     try:
         folder = FolderLock(up_lock.hold(data_dir))
     except up_lock.DataDirBusy as err:

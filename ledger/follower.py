@@ -182,6 +182,7 @@ class Follower:
         self.refreezer = Refreezer(refreeze_every, young_only=not collect_old)
         self.admission = Admission()  # what was skipped: undecodable, or refused by authority
         self._advanced = asyncio.Condition()
+        self._waiting = 0  # callers of `wait_until` waiting now
         self._gc_was_on = False
         self._shed_at = 0  # catch-up: shed ended claims once `claims` holds this many
         if not keep_ended:
@@ -212,8 +213,9 @@ class Follower:
                     self._fold_stored(batch)
                     if self.state.last_seq >= end:
                         self._end_catch_up()
-                async with self._advanced:
-                    self._advanced.notify_all()
+                if self._waiting:  # a lock taken and given back per batch for nobody, otherwise
+                    async with self._advanced:
+                        self._advanced.notify_all()
 
     def _start_catch_up(self) -> None:
         defer_index(self.state)
@@ -358,6 +360,7 @@ class Follower:
         # nearly once per claim)
         if predicate():
             return True
+        self._waiting += 1
         try:
             async with asyncio.timeout(timeout):
                 async with self._advanced:
@@ -365,6 +368,8 @@ class Follower:
             return True
         except TimeoutError:
             return predicate()
+        finally:
+            self._waiting -= 1
 
 
 StateFollower = Follower  # the name services used before there was one follower for all

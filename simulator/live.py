@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import re
 import time
 import uuid
 from collections.abc import Callable
@@ -55,6 +56,11 @@ class LiveOptions:
     releases_in_flight: int = 32
 
 
+def shown(url: str) -> str:
+    """The URL with any password masked, for messages (the ops URL carries its secret)."""
+    return re.sub(r"(://[^:/@,]+):[^@,]*@", r"\1:***@", url)
+
+
 async def connect(url: str, timeout: float = 5.0):
     """A connection, or LiveError within `timeout` (nats-py would otherwise retry for long)."""
     async def quiet(_err) -> None:
@@ -65,7 +71,7 @@ async def connect(url: str, timeout: float = 5.0):
                                                    max_reconnect_attempts=0, error_cb=quiet), timeout)
     except (Exception, asyncio.TimeoutError) as err:
         why = f"no answer within {timeout:g}s" if isinstance(err, asyncio.TimeoutError) else type(err).__name__
-        raise LiveError(f"cannot reach NATS at {url} ({why}); is the system running (`gpuledger up`)? "
+        raise LiveError(f"cannot reach NATS at {shown(url)} ({why}); is the system running (`gpuledger up`)? "
                         "Set --nats-url, or leave it and GPULEDGER_NATS_URL unset to start one") from None
 
 
@@ -130,12 +136,12 @@ class LiveRun:
         try:
             await self.nc.request(SUMMARY, b"{}", timeout=self.options.connect_timeout_s)
         except (NoRespondersError, NatsTimeout, asyncio.TimeoutError):
-            raise LiveError(f"no claim service answers on {self.url} ({SUMMARY}); start the system "
+            raise LiveError(f"no claim service answers on {shown(self.url)} ({SUMMARY}); start the system "
                             "with `gpuledger up`") from None
         try:
             return await self.log.last_seq() + 1
         except NotFoundError:
-            raise LiveError(f"no stream {subjects.STREAM} on {self.url}: the services create it "
+            raise LiveError(f"no stream {subjects.STREAM} on {shown(self.url)}: the services create it "
                             "when they start") from None
 
     def _spawn(self, *coros) -> None:
@@ -178,7 +184,7 @@ class LiveRun:
             await js.publish(subjects.INTAKE_CLAIMS, msgspec.json.encode(arrival.claim),
                              headers={"Nats-Msg-Id": claim_id})
         except NoStreamResponseError:
-            raise LiveError(f"no intake stream answers on {subjects.INTAKE_CLAIMS} at {self.url}") from None
+            raise LiveError(f"no intake stream answers on {subjects.INTAKE_CLAIMS} at {shown(self.url)}") from None
         except Exception as err:  # an intake that does not acknowledge: the system is not healthy
             raise LiveError(f"publishing claim {claim_id} to {subjects.INTAKE_CLAIMS} failed: "
                             f"{type(err).__name__} {err}") from None

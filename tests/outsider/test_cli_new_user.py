@@ -78,3 +78,38 @@ def test_nats_creds_finds_the_users_in_GPULEDGER_DATA_DIR(tmp_path, monkeypatch)
     assert done.returncode == 0, done
     assert done.stdout.strip() == "nats://ops:s3cret@127.0.0.1:24999"
     assert not (tmp_path / ".gpuledger").exists()
+
+
+@pytest.mark.parametrize("kind", ["a file", "under a file"])
+def test_up_in_a_data_folder_it_cannot_make_says_so_in_one_line(tmp_path, kind):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    folder = afile if kind == "a file" else afile / "data"
+    done = invoke("up", "--data-dir", str(folder), "--no-auth")
+    assert done.returncode == 1, done
+    assert "Traceback" not in done.stderr, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(folder) in lines[0] and "--data-dir" in lines[0], done.stderr
+
+
+def test_up_on_a_nats_url_nobody_answers_says_so_in_one_line(tmp_path):
+    # nats-py retried for about two minutes, printing a traceback for each attempt, whatever
+    # --ready-timeout said
+    done = invoke("up", "--nats-url", "nats://127.0.0.1:1", "--data-dir", str(tmp_path / "data"),
+                  "--no-dashboard", "--ready-timeout", "5")
+    assert done.returncode == 1, done
+    assert "Traceback" not in done.stderr and "encountered error" not in done.stderr, done.stderr
+    assert [line for line in done.stderr.splitlines() if "cannot reach NATS at nats://127.0.0.1:1" in line], done.stderr
+
+
+def test_no_command_prints_the_password_in_its_url(fresh_nats):
+    # `simulate --live` and `node fault|process` printed the URL as given, the ops password in it
+    # (every other command writes nats://ops:***@...)
+    port = fresh_nats.url.rsplit(":", 1)[1]
+    for args in (("simulate", "--live", "--limit", "1", "--nats-url", "nats://ops:s3cret@127.0.0.1:1"),
+                 ("simulate", "--live", "--limit", "1", "--nats-url", f"nats://ops:s3cret@127.0.0.1:{port}"),
+                 ("node", "fault", "gpu-1", "0", "--nats-url", f"nats://ops:s3cret@127.0.0.1:{port}")):
+        done = invoke(*args)
+        assert done.returncode != 0, done
+        assert "s3cret" not in done.stdout + done.stderr, (args, done.stderr)
+        assert "ops:***@" in done.stderr, (args, done.stderr)

@@ -136,3 +136,35 @@ async def test_a_quiet_follower_still_looks_at_its_connection(monkeypatch):
         assert await arrivals.next() is None  # and again after the next quiet spell
     finally:
         arrivals.close()
+
+
+class _CountingCondition(asyncio.Condition):
+    def __init__(self):
+        super().__init__()
+        self.entered = 0
+
+    async def __aenter__(self):
+        self.entered += 1
+        return await super().__aenter__()
+
+
+async def test_a_follower_nobody_waits_on_takes_no_lock_per_batch():
+    log = InMemoryEventLog()
+    follower = Follower(log)
+    follower._advanced = counting = _CountingCondition()
+    runner = asyncio.ensure_future(follower.run())
+    try:
+        for i in range(10):
+            await log.append(subjects.claim(f"n{i}"), _submitted(f"n{i}"))
+            await asyncio.sleep(0)
+        last = (await log.append(subjects.claim("last"), _submitted("last"))).seq
+        while follower.state.last_seq < last:  # not waited for through wait_until
+            await asyncio.sleep(0.001)
+        assert counting.entered == 0
+        appended = asyncio.ensure_future(log.append(subjects.claim("w"), _submitted("w")))
+        assert await follower.wait_for_seq(last + 1, timeout=30.0)  # a waiter is still woken
+        await appended
+        assert follower._waiting == 0
+    finally:
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
