@@ -10,7 +10,7 @@ from schemas.outcomes import STATUSES
 from schemas.types import ClaimSpec, EndpointSpec, PoolSpec, Text
 
 
-class Command(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+class Command(msgspec.Struct, gc=False, kw_only=True, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
     pass
 
 
@@ -219,13 +219,13 @@ class CleanupSlots(Command):
     stale_after_s: float = 0.0
 
 
-class ErrorDetail(msgspec.Struct, frozen=True, omit_defaults=True):
+class ErrorDetail(msgspec.Struct, gc=False, frozen=True, omit_defaults=True):
     code: str  # invalid | not-found | conflict | unavailable | internal
     message: str
     field: str = ""
 
 
-class Reply(msgspec.Struct, frozen=True, omit_defaults=True):
+class Reply(msgspec.Struct, gc=False, frozen=True, omit_defaults=True):
     ok: bool
     data: Any = None
     error: ErrorDetail | None = None

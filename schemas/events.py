@@ -22,7 +22,7 @@ from schemas.types import (
 )
 
 
-class Event(msgspec.Struct, tag_field="type", kw_only=True, frozen=True, omit_defaults=True):
+class Event(msgspec.Struct, gc=False, tag_field="type", kw_only=True, frozen=True, omit_defaults=True):
     v: int = 1
     at: float = 0.0
 

@@ -22,7 +22,7 @@ import msgspec
 from schemas.types import Grant
 
 
-class LiveClaim(msgspec.Struct, frozen=True, omit_defaults=True):
+class LiveClaim(msgspec.Struct, gc=False, frozen=True, omit_defaults=True):
     claim_id: str
     namespace: str
     grants: list[Grant] = []
@@ -30,7 +30,7 @@ class LiveClaim(msgspec.Struct, frozen=True, omit_defaults=True):
     fence: int = 0  # records before session 25 only (a fence per claim); now `NodeGrants.fence`
 
 
-class NodeGrants(msgspec.Struct, frozen=True, omit_defaults=True):
+class NodeGrants(msgspec.Struct, gc=False, frozen=True, omit_defaults=True):
     """The claims live on `node` in the fold of the log up to `through_seq`, in allocation order.
 
     `fence`: with claims unbound here, the last sequence over the node's fence subjects

@@ -60,7 +60,7 @@ def _lenient_struct(strict: type) -> type:
             fields.append((f.name, _loose(f.type)))
     lenient = msgspec.defstruct(
         "Lenient" + strict.__name__, fields, kw_only=True, frozen=config.frozen,
-        omit_defaults=config.omit_defaults, tag=config.tag, tag_field=config.tag_field,
+        omit_defaults=config.omit_defaults, tag=config.tag, tag_field=config.tag_field, gc=config.gc,
         rename={f.name: f.encode_name for f in msgspec.structs.fields(strict) if f.name != f.encode_name} or None)
     _lenient_of[strict], _strict_of[lenient] = lenient, strict
     return lenient

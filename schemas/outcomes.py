@@ -17,7 +17,7 @@ FINAL = frozenset(("released", "rejected", "evicted", "expired", "lost"))
 Status = Literal[STATUSES]
 
 
-class OutcomeDevice(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class OutcomeDevice(msgspec.Struct, gc=False, frozen=True, forbid_unknown_fields=True):
     """One device (or share of one) the claim holds."""
 
     uuid: str  # the card's UUID, or the MIG instance's (MIG-...)
@@ -28,7 +28,7 @@ class OutcomeDevice(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     memory_mib: int
 
 
-class OutcomeReason(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class OutcomeReason(msgspec.Struct, gc=False, frozen=True, forbid_unknown_fields=True):
     code: str  # stable: see docs/contract.md for every code and whether waiting helps
     message: str
     count: int  # nodes or devices it applies to (ranking weight), 0 where it does not count
@@ -37,7 +37,7 @@ class OutcomeReason(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     field: str = ""
 
 
-class ClaimOutcome(msgspec.Struct, tag_field="type", tag=True, frozen=True, kw_only=True,
+class ClaimOutcome(msgspec.Struct, gc=False, tag_field="type", tag=True, frozen=True, kw_only=True,
                    forbid_unknown_fields=True):
     """The current outcome of one claim (the latest message on its subject is the current one)."""
 

@@ -68,7 +68,7 @@ Groups = Annotated[list[GroupName], msgspec.Meta(max_length=len(GROUP_CHOICES))]
 CudaVersions = Annotated[list[CudaVersion], msgspec.Meta(max_length=len(CUDA_VERSIONS))]
 
 
-class Reason(msgspec.Struct, frozen=True, omit_defaults=True):
+class Reason(msgspec.Struct, gc=False, frozen=True, omit_defaults=True):
     """One ranked reason why a claim waits, was refused, or was placed where it was."""
 
     code: str  # stable, machine-readable: quota-exceeded, no-free-gpu, gang-incomplete...
@@ -77,7 +77,7 @@ class Reason(msgspec.Struct, frozen=True, omit_defaults=True):
     detail: dict[str, str | int | float] = {}
 
 
-class ClaimSpec(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+class ClaimSpec(msgspec.Struct, gc=False, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
     """What a workload asks for. Exactly one shape: whole GPUs, a fraction, a MIG instance,
     a tensor-parallel memory need, or CPU only."""
 
@@ -112,7 +112,7 @@ class ClaimSpec(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_
     policy: PlacementPolicy = ""
 
 
-class DeviceInfo(msgspec.Struct, frozen=True, omit_defaults=True):
+class DeviceInfo(msgspec.Struct, gc=False, frozen=True, omit_defaults=True):
     """One allocatable unit as the node agent found it: a whole card or one MIG instance."""
 
     uuid: str
@@ -134,14 +134,14 @@ class DeviceInfo(msgspec.Struct, frozen=True, omit_defaults=True):
     pci_device: str = ""
 
 
-class DeviceUsage(msgspec.Struct, frozen=True, omit_defaults=True):
+class DeviceUsage(msgspec.Struct, gc=False, frozen=True, omit_defaults=True):
     uuid: str
     memory_used_mib: int = 0
     utilization_percent: int = 0
     pids: list[int] = []
 
 
-class Grant(msgspec.Struct, frozen=True, omit_defaults=True):
+class Grant(msgspec.Struct, gc=False, frozen=True, omit_defaults=True):
     """One device (or share of one) granted to a claim."""
 
     node: str
@@ -152,27 +152,27 @@ class Grant(msgspec.Struct, frozen=True, omit_defaults=True):
     mig_index: int = -1
 
 
-class Resources(msgspec.Struct, frozen=True, omit_defaults=True):
+class Resources(msgspec.Struct, gc=False, frozen=True, omit_defaults=True):
     """A TFLOPS and VRAM amount; None means no limit."""
 
     tflops: float | None = None
     vram_mib: int | None = None
 
 
-class QuotaTotal(msgspec.Struct, frozen=True, omit_defaults=True):
+class QuotaTotal(msgspec.Struct, gc=False, frozen=True, omit_defaults=True):
     requests: Resources = Resources()
     limits: Resources = Resources()
     max_workers: int | None = None
     alert_threshold_percent: float = 95.0
 
 
-class QuotaSingle(msgspec.Struct, frozen=True, omit_defaults=True):
+class QuotaSingle(msgspec.Struct, gc=False, frozen=True, omit_defaults=True):
     max_requests: Resources = Resources()
     max_limits: Resources = Resources()
     max_gpu_count: int | None = None
 
 
-class QuotaSpec(msgspec.Struct, frozen=True, omit_defaults=True):
+class QuotaSpec(msgspec.Struct, gc=False, frozen=True, omit_defaults=True):
     """A node of the quota tree: a namespace, or a cohort that namespaces and cohorts name as parent."""
 
     total: QuotaTotal = QuotaTotal()
@@ -190,7 +190,7 @@ PoolList = Annotated[list[PoolItem], msgspec.Meta(max_length=1024)]
 MAX_DEVICES_PER_NODE = 1024
 
 
-class DeviceSelector(msgspec.Struct, frozen=True, omit_defaults=True):
+class DeviceSelector(msgspec.Struct, gc=False, frozen=True, omit_defaults=True):
     inventory_ids: PoolList = []
     products: PoolList = []
     pci_vendors: PoolList = []
@@ -199,7 +199,7 @@ class DeviceSelector(msgspec.Struct, frozen=True, omit_defaults=True):
     mig_profiles: PoolList = []
 
 
-class PoolSpec(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+class PoolSpec(msgspec.Struct, gc=False, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
     """A GPU pool (Deckhouse-style). Everything but `access_namespaces` is immutable."""
 
     name: Name
@@ -222,7 +222,7 @@ class PoolSpec(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_f
     resource: PoolItem = ""  # e.g. gpu.deckhouse.io/<name>
 
 
-class EndpointSpec(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
+class EndpointSpec(msgspec.Struct, gc=False, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
     """A serverless endpoint: workers are claims that the autoscaler adds and removes."""
 
     name: Name
