@@ -92,11 +92,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--runs must be at least 1")
     with open(args.log, "rb") as source:
         log = pickle.load(source)
+    if not isinstance(log, dict) or not {"batches", "digest"} <= log.keys():
+        parser.error(f"{args.log} is not a log written by `write` (no batches and digest)")
+    messages = sum(len(batch) for batch in log["batches"])  # older logs did not say
     agreed = True
     for _ in range(args.runs):
         digest, cpu, wall = catch_up(log["batches"])
         agreed = agreed and digest == log["digest"]
-        print(json.dumps({"events": log["events"], "messages": log["messages"], "cpu_s": round(cpu, 3),
+        print(json.dumps({"events": log.get("events"), "messages": messages, "cpu_s": round(cpu, 3),
                           "wall_s": round(wall, 3), "digest_checked": digest == log["digest"],
                           "cpu_load_1m": round(os.getloadavg()[0], 2)}), flush=True)
     return 0 if agreed else 1

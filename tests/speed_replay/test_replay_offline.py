@@ -54,3 +54,20 @@ def test_bad_arguments_are_refused_with_the_option_named(tmp_path, capsys):
     with pytest.raises(SystemExit):
         replay_offline.main(["write", "--events", "0", "--out", str(tmp_path / "x.pkl")])
     assert "--events" in capsys.readouterr().err
+
+
+def test_a_log_without_its_counts_is_caught_up_and_counted(log_file, tmp_path, capsys):
+    log = pickle.loads(log_file.read_bytes())
+    older = tmp_path / "older.pkl"  # as the first pickles of session 27: batches and digest only
+    older.write_bytes(pickle.dumps({"batches": log["batches"], "digest": log["digest"]}))
+    assert replay_offline.main(["catch-up", str(older)]) == 0
+    (run,) = lines(capsys)
+    assert run["digest_checked"] and run["messages"] == log["messages"]
+
+
+def test_a_file_that_is_no_written_log_is_refused(tmp_path, capsys):
+    other = tmp_path / "other.pkl"
+    other.write_bytes(pickle.dumps([1, 2, 3]))
+    with pytest.raises(SystemExit):
+        replay_offline.main(["catch-up", str(other)])
+    assert "not a log written by `write`" in capsys.readouterr().err
