@@ -5,7 +5,6 @@ the allocator, and the garbage collector kept off the caught-up state."""
 import asyncio
 import gc
 
-import nats
 import pytest
 
 from schemas import events as ev
@@ -13,16 +12,13 @@ from schemas import subjects
 from schemas.types import ClaimSpec, Grant
 from ledger.evolve import fold
 from ledger.follower import Follower
-from shared.jetstream import FAST_READ_MIN, JetStreamEventLog, ensure_streams
+from shared.jetstream import FAST_READ_MIN, JetStreamEventLog
 from tests.service.helpers import h100_node
 
 
 @pytest.fixture
-async def log(fresh_nats):
-    nc = await nats.connect(fresh_nats.url)
-    await ensure_streams(nc.jetstream())
-    yield JetStreamEventLog(nc)
-    await nc.close()
+def log(fresh_client):
+    return JetStreamEventLog(fresh_client)
 
 
 def submitted(claim_id):

@@ -2,14 +2,13 @@
 the position moves past each such message, nothing of it is folded or told to the hooks. A bound
 claim holds what it held allocated, so what those services answer is the same either way."""
 
-import nats
 import pytest
 
 from schemas import events as ev
 from schemas import subjects
 from ledger.follower import Follower
 from shared.eventlog import InMemoryEventLog
-from shared.jetstream import JetStreamEventLog, ensure_streams
+from shared.jetstream import JetStreamEventLog
 from shared.settings import Settings
 from services.pool_controller.admission import AdmissionConfig
 from services.pool_controller.app import PoolController
@@ -19,11 +18,8 @@ from tests.speed.test_follower import running, stop, submitted, write_history
 
 
 @pytest.fixture
-async def log(fresh_nats):
-    nc = await nats.connect(fresh_nats.url)
-    await ensure_streams(nc.jetstream())
-    yield JetStreamEventLog(nc)
-    await nc.close()
+def log(fresh_client):
+    return JetStreamEventLog(fresh_client)
 
 
 def bound(claim_id):

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-import nats
 import pytest
 
 from ledger.follower import Follower
@@ -19,7 +18,7 @@ from schemas.types import ClaimSpec
 from services.claim.intake_pull import StandingPull
 from shared import jetstream
 from shared.eventlog import InMemoryEventLog
-from shared.jetstream import JetStreamEventLog, ensure_streams
+from shared.jetstream import JetStreamEventLog
 
 
 @contextlib.contextmanager
@@ -92,11 +91,8 @@ async def test_waiting_for_a_folded_sequence_makes_no_task():
 
 
 @pytest.fixture
-async def log(fresh_nats):
-    nc = await nats.connect(fresh_nats.url)
-    await ensure_streams(nc.jetstream())
-    yield JetStreamEventLog(nc)
-    await nc.close()
+def log(fresh_client):
+    return JetStreamEventLog(fresh_client)
 
 
 async def test_following_the_live_tail_makes_no_task_per_message(log):
