@@ -20,6 +20,7 @@ from services.allocator.core.place import try_place
 from services.allocator.core.reclaim import reclaim_for
 from services.allocator.core.starvation import hold_node_if_starving
 from services.allocator.core.waiting import Bucket, WaitingIndex
+from services.allocator.core.waiting_limit import over_waiting_limit
 
 
 def queue_order(state: State) -> list[Claim]:
@@ -230,6 +231,11 @@ def place_one(state: State, run: Pass, claim: Claim) -> bool:
         if run.ctx.evict and reclaims(outcome) and reclaim_for(state, run, claim, outcome):
             return False
         if run.ctx.evict and evict_for(state, run, claim):
+            return False
+        refusal = over_waiting_limit(state, run, claim)
+        if refusal is not None:
+            emit(state, run, ev.AllocationRejected(claim_id=claim.claim_id, code=refusal.code,
+                                                   reasons=[refusal, *outcome[:3]], at=run.ctx.now))
             return False
         hold_node_if_starving(state, run, claim)
         pend(state, run, claim, outcome)

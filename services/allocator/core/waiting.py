@@ -52,10 +52,11 @@ def alike_key(state: State, claim: Claim) -> bytes:
 
 
 def _checks_use(quota: QuotaSpec | None) -> bool:
-    """A quota that limits use (anything but its alert threshold)."""
+    """A quota that limits use (anything but a limit on waiting claims and its alert threshold)."""
     if quota is None:
         return False
-    total = msgspec.structs.replace(quota.total, alert_threshold_percent=_NO_LIMITS.total.alert_threshold_percent)
+    total = msgspec.structs.replace(quota.total, max_waiting=None,
+                                    alert_threshold_percent=_NO_LIMITS.total.alert_threshold_percent)
     return msgspec.structs.replace(quota, total=total) != _NO_LIMITS
 
 
