@@ -43,24 +43,12 @@ def inbox_prefix(url: str) -> str:
     with it unchanged): an ops CLI answered there showed a publisher every claim list, explain and,
     during `events replay`, the whole log (session 27). The publisher itself keeps `_INBOX`, the
     only inbox it may read. GPULEDGER_NATS_INBOX_PREFIX overrides it."""
-    from urllib.parse import unquote, urlsplit
+    from shared.natscluster import url_inbox_prefix
 
-    from shared.natscluster import INBOX_PREFIX_ENV, checked_inbox_prefix
-
-    if os.environ.get(INBOX_PREFIX_ENV):
-        try:
-            return checked_inbox_prefix(os.environ[INBOX_PREFIX_ENV])
-        except ValueError as err:
-            die(str(err))
-    first = url.split(",")[0].strip()
     try:
-        parts = urlsplit(first if "://" in first else f"nats://{first}")
-        user = unquote(parts.username or "") if parts.password is not None else ""
-    except ValueError:  # a malformed URL: the connection says so
-        user = ""
-    if user == "publisher":
-        return "_INBOX"
-    return f"_INBOX_{user or 'ops'}"
+        return url_inbox_prefix(url)
+    except ValueError as err:
+        die(str(err))
 
 
 def tracing_wanted() -> bool:

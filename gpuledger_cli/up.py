@@ -28,7 +28,7 @@ from gpuledger_cli.up_nice import lower_priority, nice_of
 from gpuledger_cli.ports import PortBook
 from gpuledger_cli.services_cmd import SERVICES
 from gpuledger_cli.stack_env import write_env
-from gpuledger_cli.up_supervise import Supervisor, Unit
+from gpuledger_cli.up_supervise import Supervisor, Unit, describe
 from shared import nats_auth
 from shared.natscluster import connect_args, start_nats_cluster
 from shared.natsserver import NatsServerError, start_nats_server
@@ -126,10 +126,13 @@ class StoppedWhileStarting(Exception):
 
 
 async def _start_and_wait(children: list[Child], url: str, names: list[str], want_nodes: int,
-                          timeout: float, replicas: int = 1, stopped=lambda: False) -> None:
+                          timeout: float, replicas: int = 1, stopped=lambda: False,
+                          supervisor: Supervisor | None = None) -> None:
     """Start the children, then wait until every service announced itself and, for a demo, the
     claim service sees the simulated nodes; or until `stopped()` (Ctrl-C while starting stops at
-    once, not after the whole ready timeout)."""
+    once, not after the whole ready timeout). `supervisor` tends the children meanwhile: one that
+    dies while starting is started again, as after the start (CI once waited the whole timeout on
+    a service that had died before it announced itself), and one that keeps dying ends the wait."""
     import msgspec
     import nats
 
@@ -164,6 +167,8 @@ async def _start_and_wait(children: list[Child], url: str, names: list[str], wan
             await asyncio.sleep(0.2)
             if stopped():
                 raise StoppedWhileStarting("stopped (SIGINT or SIGTERM) before every service was ready")
+            if supervisor is not None and not supervisor.step():
+                raise RuntimeError("not ready: a process kept dying while the stack started")
             if not set(names) <= ready:
                 continue
             try:
@@ -175,9 +180,22 @@ async def _start_and_wait(children: list[Child], url: str, names: list[str], wan
                 return
         missing = sorted(set(names) - ready)
         raise TimeoutError(f"not ready after {timeout:g}s: services not up: {missing or 'none'}; "
-                           f"nodes ready {nodes} of {want_nodes}")
+                           f"nodes ready {nodes} of {want_nodes}"
+                           + "".join(_last_words(c) for c in children if c.name in missing))
     finally:
         await nc.close()
+
+
+def _last_words(child: Child) -> str:
+    """What a service that never announced itself last logged, and whether it still runs: the
+    timeout's message then says why, where only its log had (a CI run keeps no log)."""
+    try:
+        lines = [line for line in child.log_path.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        lines = []
+    code = child.process.poll() if child.process else None
+    state = "running" if child.process and code is None else describe(code) if code is not None else "not started"
+    return f"; {child.name} ({state}) last logged: {lines[-1].strip()[:300] if lines else 'nothing'}"
 
 
 def _fleet_spec(value: str) -> str:
@@ -337,8 +355,9 @@ def _run_up(demo: bool, data_dir: Path, nats_url: str | None, fleet: str, port: 
         want = _expected_nodes(fleet) if demo else 0
         try:
             stream_replicas = int(env.get("GPULEDGER_STREAM_REPLICAS") or Settings().stream_replicas)
+            supervisor = Supervisor(_units(children, holder), _say)
             asyncio.run(_start_and_wait(children, nats_url, services, want, ready_timeout, stream_replicas,
-                                        stopped=lambda: stop["now"]))
+                                        stopped=lambda: stop["now"], supervisor=supervisor))
             if dashboard:
                 home = up_web.printed_lines(book)[1][1]
                 asyncio.run(up_web.wait_http(f"{home}healthz", ready_timeout))
@@ -349,7 +368,8 @@ def _run_up(demo: bool, data_dir: Path, nats_url: str | None, fleet: str, port: 
         sys.stdout.writelines(f"{name}={value}\n" for name, value in lines)
         sys.stdout.flush()
         _say(f"these lines are also in {write_env(data_dir, lines)}: the CLI reads the URL from there")
-        _supervise(children, stop, holder)
+        if not supervisor.run(stop):
+            stop["failed"] = True
     finally:
         _say("stopping")
         for child in children:
@@ -400,11 +420,9 @@ class ServerHolder:
         self.server.stop()
 
 
-def _supervise(children: list[Child], stop: dict, holder: ServerHolder | None) -> None:
-    """Restart nats-server and the services when they die, until asked to stop (or one keeps
-    dying: then everything stops, and `up` exits 1)."""
+def _units(children: list[Child], holder: ServerHolder | None) -> list[Unit]:
+    """What `up` keeps running, from its start to its stop: nats-server and every child, each
+    restarted when it dies (or, when one keeps dying, everything stops and `up` exits 1)."""
     units = holder.units() if holder else []
-    units += [Unit(c.name, lambda c=c: c.process.poll() if c.process else None, c.start, c.log_path)
-              for c in children]
-    if not Supervisor(units, _say).run(stop):
-        stop["failed"] = True
+    return units + [Unit(c.name, lambda c=c: c.process.poll() if c.process else None, c.start, c.log_path)
+                    for c in children]

@@ -74,6 +74,24 @@ def checked_inbox_prefix(prefix: str) -> str:
                      "reply subjects), e.g. _INBOX_<user>")
 
 
+def url_inbox_prefix(url: str) -> str:
+    """The reply subjects of a client connecting with `url` (the CLI, `bench`, `simulate --live`):
+    `_INBOX_<user>` of the URL's user (`_INBOX_ops` without one), never nats' shared `_INBOX.`,
+    which the `publisher` user may read; the publisher itself keeps `_INBOX`, the only inbox it
+    may read. INBOX_PREFIX_ENV overrides it (a ValueError when services would not answer there)."""
+    if os.environ.get(INBOX_PREFIX_ENV):
+        return checked_inbox_prefix(os.environ[INBOX_PREFIX_ENV])
+    first = url.split(",")[0].strip()
+    try:
+        parts = urlsplit(first if "://" in first else f"nats://{first}")
+        user = unquote(parts.username or "") if parts.password is not None else ""
+    except ValueError:  # a malformed URL: the connection says so
+        user = ""
+    if user == "publisher":
+        return "_INBOX"
+    return f"_INBOX_{user or 'ops'}"
+
+
 def broker_args(url: str) -> dict:
     """The same for faststream's NatsBroker, which takes credentials as `security`."""
     from faststream.security import SASLPlaintext

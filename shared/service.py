@@ -162,9 +162,7 @@ async def serve(name: str, settings: Settings, build: Builder) -> None:
         loop.add_signal_handler(sig, stop.set)
     ctx = await start_service(name, settings, build)
     if settings.metrics_port:
-        metrics_server = await ctx.metrics.serve(settings.metrics_port, settings.metrics_host)
-        ctx.on_stop.append(_closer(metrics_server))
-        log.info("%s: metrics on http://%s:%d/metrics", name, settings.metrics_host, settings.metrics_port)
+        await _serve_metrics(ctx, settings)
     log.info("%s ready", name)
     await ctx.nc.publish(f"{READY_SUBJECT}.{name}", b"")  # `gpuledger up` waits for these
     waiter = asyncio.create_task(stop.wait())
@@ -176,6 +174,20 @@ async def serve(name: str, settings: Settings, build: Builder) -> None:
     finally:
         waiter.cancel()
         await stop_service(ctx)
+
+
+async def _serve_metrics(ctx: ServiceContext, settings: Settings) -> None:
+    """/metrics on its port; a port someone else took (another program, or a race between two
+    starts picking free ports) costs the metrics, said loudly, never the service: a service that
+    exited on it was restarted into the same taken port until its supervisor gave up."""
+    try:
+        server = await ctx.metrics.serve(settings.metrics_port, settings.metrics_host)
+    except OSError as err:
+        log.error("%s: cannot serve metrics on %s:%d (%s); running without /metrics", ctx.name,
+                  settings.metrics_host, settings.metrics_port, err.strerror or err)
+        return
+    ctx.on_stop.append(_closer(server))
+    log.info("%s: metrics on http://%s:%d/metrics", ctx.name, settings.metrics_host, settings.metrics_port)
 
 
 def _closer(server) -> Callable[[], Awaitable[None]]:

@@ -28,6 +28,7 @@ from schemas import events as ev
 from schemas import subjects
 from schemas.authority import admits
 from shared.jetstream import JetStreamEventLog
+from shared.natscluster import url_inbox_prefix
 from shared.settings import Settings
 from simulator.live_fleet import TraceFleet
 from simulator.live_plan import RUN_LABEL, Arrival, arrivals
@@ -67,7 +68,9 @@ async def connect(url: str, timeout: float = 5.0):
         pass
 
     try:
-        return await asyncio.wait_for(nats.connect(url, connect_timeout=min(2.0, timeout), allow_reconnect=False,
+        # its own inbox, not the shared `_INBOX.` the publisher may read (url_inbox_prefix)
+        return await asyncio.wait_for(nats.connect(url, inbox_prefix=url_inbox_prefix(url),
+                                                   connect_timeout=min(2.0, timeout), allow_reconnect=False,
                                                    max_reconnect_attempts=0, error_cb=quiet), timeout)
     except (Exception, asyncio.TimeoutError) as err:
         why = f"no answer within {timeout:g}s" if isinstance(err, asyncio.TimeoutError) else type(err).__name__

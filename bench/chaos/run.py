@@ -26,7 +26,7 @@ from bench.e2e.load import claim_mix
 from bench.e2e.stack import start_stack
 from gpuledger_cli.up_supervise import restarted
 from shared.jetstream import JetStreamEventLog
-from shared.natscluster import connect_args
+from shared.natscluster import connect_args, url_inbox_prefix
 
 
 UP_RESTART_GRACE_S = 5.0  # after the outage, how long `up` gets to restart nats-server itself
@@ -68,7 +68,8 @@ async def _connect(url: str):
     async def quiet(_err) -> None:  # refused connections during an outage are the point of the run
         pass
 
-    return await nats.connect(**connect_args(url), max_reconnect_attempts=-1, reconnect_time_wait=0.2,
+    return await nats.connect(**connect_args(url), inbox_prefix=url_inbox_prefix(url),  # not the shared _INBOX.
+                              max_reconnect_attempts=-1, reconnect_time_wait=0.2,
                               allow_reconnect=True, error_cb=quiet)
 
 

@@ -15,6 +15,7 @@ import nats
 from ledger.follower import decode_batch
 from schemas import subjects
 from shared.jetstream import JetStreamEventLog
+from shared.natscluster import url_inbox_prefix
 from bench.e2e.check import Checker
 from bench.e2e.cpu import CpuMeter
 from bench.e2e.follow import Follower
@@ -46,7 +47,9 @@ async def run_on_new_stack(options: Options, runs: list[tuple[float | None, int]
         say(f"starting gpuledger up --demo with {options.nodes} nodes in {folder}")
         stack = await start_stack(options.nodes, folder)
         try:
-            ops, publisher = await nats.connect(stack.url), await nats.connect(stack.publisher_url)
+            # ops on its own inbox: the publisher may read `_INBOX.` (shared.natscluster.url_inbox_prefix)
+            ops = await nats.connect(stack.url, inbox_prefix=url_inbox_prefix(stack.url))
+            publisher = await nats.connect(stack.publisher_url)
             try:
                 results = []
                 for rate, claims in runs:

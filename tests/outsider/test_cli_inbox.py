@@ -80,3 +80,22 @@ def test_the_cli_inbox_is_its_users_own():
     assert inbox_prefix("nats://system-billing:pw@h:1") == "_INBOX_system-billing"
     assert inbox_prefix("nats://publisher:pw@h:1") == "_INBOX"  # the only inbox the publisher may read
     assert inbox_prefix("nats://127.0.0.1:4222") == "_INBOX_ops"  # an nkey ops user, or an open server
+
+
+async def test_bench_and_simulate_live_connect_as_ops_on_their_own_inbox(users_server, monkeypatch):
+    """`simulate --live` and `bench chaos` took their replies on `_INBOX.` too (session 27, left)."""
+    from bench.chaos.run import _connect
+    from simulator.live import connect
+
+    monkeypatch.delenv("GPULEDGER_NATS_INBOX_PREFIX", raising=False)
+    for opened in (await connect(users_server(nats_auth.OPS)), await _connect(users_server(nats_auth.OPS))):
+        try:
+            assert bytes(opened._inbox_prefix) == b"_INBOX_ops"
+            await opened.request("gpu.qry.none", b"", timeout=0.5)  # ops may wait for its answer there
+        except nats.errors.NoRespondersError:
+            pass
+        finally:
+            await opened.close()
+    publisher = await _connect(users_server(nats_auth.PUBLISHER))
+    assert bytes(publisher._inbox_prefix) == b"_INBOX"  # the only inbox the publisher may read
+    await publisher.close()
