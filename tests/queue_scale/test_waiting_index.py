@@ -127,3 +127,20 @@ def test_a_starving_bucket_holds_a_node_for_each_starving_member():
     decisions = allocator.decide(1000.0, starvation_after_s=300)
     assert "small" not in _allocated(decisions)  # three nodes held by big-0..2, the fourth full
     assert [r.code for r in ledger.state.claims["small"].reasons][:1] == ["reserved"]
+
+
+def test_claims_of_one_stored_batch_share_a_seq_and_keep_their_batch_order(tried):
+    """The claim service stores several claims in one message: they share a seq. The walk must
+    still order them (batch order) and never compare two buckets (a TypeError on the live stack)."""
+    from ledger.evolve import evolve
+
+    ledger = Ledger()
+    ledger.append(h100_node("h0"))
+    allocator = Allocator(ledger)
+    seq = len(ledger.events) + 1
+    batch = [claim(f"b-{i}", gpus=1 + i % 3, models=["H100"], cpu_milli=i % 2) for i in range(9)]
+    for event in batch:  # one stored message: one seq for all
+        evolve(ledger.state, event, seq)
+    placed = _allocated(allocator.decide(1.0, fold=False))
+    assert tried == [f"b-{i}" for i in range(9)]
+    assert placed == ["b-0", "b-1", "b-2", "b-3", "b-6"]  # 1+2+3+1 GPUs, then only a 1 fits the 8th

@@ -53,7 +53,7 @@ def walk_queue(state: State, run: Pass, epoch: int) -> None:
         forget_ended(state, run.ctx.needs_memo)
     fronts = list(index.fronts())
     shares = _shares(state, {b.members[pos].spec.namespace for b, pos in fronts})
-    heap = [(_order(b.members[pos], shares), b, pos) for b, pos in fronts]
+    heap = [(_order(b, pos, shares), b, pos) for b, pos in fronts]
     heapify(heap)
     done_gangs: set[str] = set()
     visit = _Visit(state, run, epoch, index, done_gangs)
@@ -67,7 +67,7 @@ def walk_queue(state: State, run: Pass, epoch: int) -> None:
         bucket, pos = heap[0][1], heap[0][2]
         after = visit(bucket, pos)
         if after is not None and after < len(bucket.members):
-            heapreplace(heap, (_order(bucket.members[after], shares), bucket, after))
+            heapreplace(heap, (_order(bucket, after, shares), bucket, after))
         else:
             heappop(heap)
 
@@ -76,7 +76,7 @@ def _cut(heap: list, pass_no: int) -> None:
     """The pass stopped at its decision limit: a bucket that failed in it but whose decided members
     were not all reached keeps the older epoch they failed at (they were not retried)."""
     for _, bucket, pos in heap:
-        if bucket.failed_pass == pass_no and bucket.members[pos].seq <= bucket.settled_upto:
+        if bucket.failed_pass == pass_no and bucket.ords[pos] <= bucket.settled_upto:
             bucket.epoch = bucket.prior_epoch
 
 
@@ -84,13 +84,14 @@ def _shares(state: State, namespaces: set[str]) -> dict[str, float]:
     return namespace_shares(state, namespaces) if tree_of(state).parent else {}
 
 
-def _order(claim: Claim, shares: dict[str, float]) -> tuple:
-    """`queue_order`'s key: priority (high first), fair share, age. Unique (the seq), so the heap
-    never compares two buckets."""
-    spec = claim.spec
+def _order(bucket: Bucket, pos: int, shares: dict[str, float]) -> tuple:
+    """`queue_order`'s key: priority (high first), fair share, age. Age is the index's ordinal
+    (submit order, claims of one stored batch in batch order: they share a seq), unique, so the
+    heap never compares two buckets."""
+    spec = bucket.members[pos].spec
     if shares:
-        return (-spec.priority, shares.get(spec.namespace, 0.0), claim.seq)
-    return (-spec.priority, claim.seq)
+        return (-spec.priority, shares.get(spec.namespace, 0.0), bucket.ords[pos])
+    return (-spec.priority, bucket.ords[pos])
 
 
 class _Visit:
@@ -109,7 +110,7 @@ class _Visit:
         claim = bucket.members[pos]
         if claim.status != "pending":  # placed earlier in this pass (a gang), or ended
             return pos + 1
-        settled = bucket.epoch is not None and claim.seq <= bucket.settled_upto
+        settled = bucket.epoch is not None and bucket.ords[pos] <= bucket.settled_upto
         if claim.claim_id not in state.queue:  # parked until the fleet changes: not visited
             return pos + 1
         gang = claim.spec.gang_id
@@ -127,14 +128,14 @@ class _Visit:
                 self.done_gangs.add(gang)
                 place_gang(state, self.run, gang)
                 if claim.status == "pending":
-                    self._failed(bucket, claim, own=False)
-                    bucket.settled_upto = bucket.members[-1].seq  # its gang was decided whole
+                    self._failed(bucket, pos, claim, own=False)
+                    bucket.settled_upto = bucket.ords[-1]  # its gang was decided whole
             return None
         own = place_one(state, self.run, claim)
         if claim.status == "pending":
-            self._failed(bucket, claim, own)
+            self._failed(bucket, pos, claim, own)
         else:
-            self.index.placed.append((bucket, claim))
+            self.index.placed.append((bucket, claim, bucket.ords[pos]))
         return pos + 1
 
     def _place_only(self, bucket: Bucket, pos: int, claim: Claim, settled: bool) -> int | None:
@@ -149,13 +150,13 @@ class _Visit:
         if isinstance(outcome, (ev.ClaimAllocated, ev.AllocationRejected)):
             emit(self.state, self.run, outcome)
             if isinstance(outcome, ev.ClaimAllocated):
-                self.index.placed.append((bucket, claim))
+                self.index.placed.append((bucket, claim, bucket.ords[pos]))
             return pos + 1
         hold_node_if_starving(self.state, self.run, claim)
         return None
 
-    def _failed(self, bucket: Bucket, claim: Claim, own: bool) -> None:
-        bucket.failed(claim, self.epoch, self.index.passes)
+    def _failed(self, bucket: Bucket, pos: int, claim: Claim, own: bool) -> None:
+        bucket.failed(pos, self.epoch, self.index.passes)
         bucket.told = None if own else list(claim.reasons)
         bucket.room_changes = self.run.room_changes
 

@@ -26,7 +26,6 @@ decisions can unpark a claim; one allocator alone: none).
 from __future__ import annotations
 
 from bisect import bisect_right
-from operator import attrgetter
 
 import msgspec
 
@@ -35,7 +34,6 @@ from schemas.types import QuotaSpec
 from ledger.cohorts import quota_of
 from ledger.state import Claim, State
 
-_SEQ = attrgetter("seq")
 _KEY = msgspec.msgpack.Encoder()
 
 
@@ -64,18 +62,21 @@ _NO_LIMITS = QuotaSpec()
 
 
 class Bucket:
-    """Claims alike, in submit order (`members[start:]`; ended ones are skipped, then dropped)."""
+    """Claims alike, in submit order (`members[start:]`; ended ones are skipped, then dropped),
+    with each one's ordinal in the index (`ords`: submit order, unique, where claims of one stored
+    batch share a seq)."""
 
-    __slots__ = ("key", "members", "start", "epoch", "settled_upto", "failed_pass", "told", "room_changes",
+    __slots__ = ("key", "members", "ords", "start", "epoch", "settled_upto", "failed_pass", "told", "room_changes",
                  "no_hold_pass", "prior_epoch", "synced")
 
     def __init__(self, key: bytes) -> None:
         self.key = key
         self.members: list[Claim] = []
+        self.ords: list[int] = []
         self.start = 0
         self.epoch: int | None = None  # capacity epoch at which a member last failed
         self.prior_epoch = 0  # the epoch before this pass's first failure (queue._cut)
-        self.settled_upto = 0  # members with a seq up to this one failed at `epoch` (or would have)
+        self.settled_upto = 0  # members with an ordinal up to this one failed at `epoch` (or would have)
         self.failed_pass = -1  # the pass in which a member last failed
         # what that member was told then, when worked out (None: it kept its own reasons), and
         # the pass's evictions and reclaims tried until then (after another, members are tried)
@@ -86,13 +87,13 @@ class Bucket:
 
     def after_settled(self, pos: int) -> int:
         """The first position past `pos` holding a member never decided (or len(members))."""
-        return bisect_right(self.members, self.settled_upto, lo=pos + 1, key=_SEQ)
+        return bisect_right(self.ords, self.settled_upto, lo=pos + 1)
 
-    def failed(self, claim: Claim, epoch: int, pass_no: int) -> None:
+    def failed(self, pos: int, epoch: int, pass_no: int) -> None:
         if self.failed_pass != pass_no:  # kept for a pass cut short (queue._cut)
             self.prior_epoch = epoch if self.epoch is None else min(self.epoch, epoch)
         self.epoch, self.failed_pass = epoch, pass_no
-        self.settled_upto = max(self.settled_upto, claim.seq)
+        self.settled_upto = max(self.settled_upto, self.ords[pos])
 
 
 class WaitingIndex:
@@ -103,9 +104,10 @@ class WaitingIndex:
         self.ids: dict[str, Bucket] = {}  # every claim indexed (ended ones until dropped)
         self.claims_of: dict | None = None  # the `state.claims` dict indexed (another: rebuild)
         self.seen_seq = 0  # the highest claim seq indexed
+        self.next_ord = 0  # the next claim's ordinal
         self.grown_at = -1  # the state's `grown_at` when indexed (it grew since: rebuild)
         self.passes = 0
-        self.placed: list[tuple[Bucket, Claim]] = []  # placed in the last pass (a rollback reopens)
+        self.placed: list[tuple[Bucket, Claim, int]] = []  # placed in the last pass (a rollback reopens)
         self.repairs = 0  # rebuilds because a pending claim was missing (expected: none)
         self.rebuilds = 0
 
@@ -124,30 +126,37 @@ class WaitingIndex:
                 self.rebuild(state)
             elif len(self.ids) > 2 * len(state.queue) + 64:
                 self.rebuild(state)
-        for bucket, claim in self.placed:  # placed, then rolled back (a batch fenced out): decide again
-            if claim.status == "pending" and claim.seq <= bucket.settled_upto:
-                bucket.settled_upto = claim.seq - 1
+        for bucket, claim, ordinal in self.placed:  # placed, then rolled back (fenced out): decide again
+            if claim.status == "pending" and ordinal <= bucket.settled_upto:
+                bucket.settled_upto = ordinal - 1
         self.placed.clear()
         self._drop_ended_fronts(state)
 
     def rebuild(self, state: State) -> None:
         self.rebuilds += 1
         self.claims_of, self.grown_at = state.claims, state.grown_at
+        settled = {c.claim_id for b in self.buckets.values()  # kept across the new ordinals
+                   for c in b.members[b.start:bisect_right(b.ords, b.settled_upto, lo=b.start)]}
         self.ids = {}
+        self.next_ord = 0  # ordinals anew, in submit order (the order of `state.claims`)
         for bucket in self.buckets.values():
-            bucket.members, bucket.start = [], 0
-        claims = [state.claims[cid] for cid in state.queue]
-        claims.sort(key=_SEQ)
-        for claim in claims:
-            self._add(state, claim)
+            bucket.members, bucket.ords, bucket.start, bucket.settled_upto = [], [], 0, -1
+        queue = state.queue
+        for claim in state.claims.values():
+            if claim.claim_id in queue:
+                bucket = self._add(state, claim)
+                if claim.claim_id in settled:
+                    bucket.settled_upto = bucket.ords[-1]
         self.seen_seq = max((c.seq for c in state.claims.values()), default=0)
         for key in [k for k, b in self.buckets.items() if not b.members]:
             del self.buckets[key]
 
     def _add_new(self, state: State) -> None:
+        """Claims submitted since: the tail of `state.claims` from the last seq seen (claims of one
+        stored batch share a seq: that seq's are looked at again)."""
         new = []
         for claim in reversed(state.claims.values()):
-            if claim.seq <= self.seen_seq:
+            if claim.seq < self.seen_seq:
                 break
             new.append(claim)
         if not new:
@@ -158,17 +167,17 @@ class WaitingIndex:
             if claim.claim_id in queue and claim.claim_id not in self.ids:
                 self._add(state, claim)
 
-    def _add(self, state: State, claim: Claim) -> None:
+    def _add(self, state: State, claim: Claim) -> Bucket:
+        """Last of its bucket: claims come in submit order (the tail of `state.claims`, or all of it)."""
         key = alike_key(state, claim)
         bucket = self.buckets.get(key)
         if bucket is None:
             bucket = self.buckets[key] = Bucket(key)
-        members = bucket.members
-        if members and members[-1].seq > claim.seq:  # not in submit order (only when rebuilt)
-            members.insert(bisect_right(members, claim.seq, lo=bucket.start, key=_SEQ), claim)
-        else:
-            members.append(claim)
+        bucket.members.append(claim)
+        bucket.ords.append(self.next_ord)
+        self.next_ord += 1
         self.ids[claim.claim_id] = bucket
+        return bucket
 
     def _drop_ended_fronts(self, state: State) -> None:
         """Claims that ended, or were parked, leave their bucket when they reach its front (at a
@@ -184,7 +193,7 @@ class WaitingIndex:
                 empty.append(key)
                 continue
             if start > 32 and start * 2 > len(members):
-                bucket.members, start = members[start:], 0
+                bucket.members, bucket.ords, start = members[start:], bucket.ords[start:], 0
             bucket.start = start
         for key in empty:
             del self.buckets[key]

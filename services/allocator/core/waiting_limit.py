@@ -13,8 +13,6 @@ from ledger.cohorts import quota_of
 from ledger.state import Claim, State
 from services.allocator.core.decision_pass import Pass
 
-CODE = "quota-waiting-exceeded"
-
 
 def over_waiting_limit(state: State, run: Pass, claim: Claim) -> Reason | None:
     """The refusal for a claim about to start waiting past its namespace's limit, else None (and
@@ -31,7 +29,7 @@ def over_waiting_limit(state: State, run: Pass, claim: Claim) -> Reason | None:
     if waiting < limit:
         counts[namespace] = waiting + 1
         return None
-    return Reason(CODE, f"namespace {namespace} already has {waiting} claims waiting, its quota allows at "
+    return Reason("quota-waiting-exceeded", f"namespace {namespace} already has {waiting} claims waiting, its quota allows at "
                         f"most {limit} (max_waiting): a claim that cannot be placed now is not queued",
                   waiting, {"namespace": namespace, "limit": str(limit)})
 
