@@ -14,15 +14,26 @@ for the pass in flight to end), `pass_to_seen` is pass started -> seen (the deci
 decision batch appended and stored, delivered to this process). Every service's clock is the
 machine's (`time.time`), the benchmark's is converted to it: on one machine the hops add up to the
 latency the benchmark reports; across machines they carry the clocks' difference.
+
+`stored_hops_ms` splits the same latency in five with the time nats-server stored each message
+(JetStream keeps one per message, read after the run with `stored_times`): publish -> validated,
+validated -> its ClaimSubmitted stored (the claim service's append), stored -> pass started (the
+message delivered to the allocator, folded, and the pass in flight waited for), pass -> its
+DecisionBatch stored (deciding and the append), stored -> seen here. `batches` says how many of the
+run's claims each stored intake message and decision batch carried.
 """
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
+
+from nats.js import api
 
 from schemas import events as ev
 
 HOPS = ("intake", "to_pass", "pass_to_seen")
+STORED_HOPS = ("publish_to_validated", "validated_to_stored", "stored_to_pass", "pass_to_stored", "stored_to_seen")
 
 
 @dataclass
@@ -30,17 +41,28 @@ class HopTimes:
     prefix: str  # claim ids of this run start with it
     validated: dict[str, float] = field(default_factory=dict)  # claim -> ClaimSubmitted.at
     pass_started: dict[str, float] = field(default_factory=dict)  # claim -> ClaimAllocated.at
+    submitted_in: dict[str, int] = field(default_factory=dict)  # claim -> seq storing its ClaimSubmitted
+    allocated_in: dict[str, int] = field(default_factory=dict)  # claim -> seq of its DecisionBatch
+    intake_sizes: dict[int, int] = field(default_factory=dict)  # seq -> the run's claims submitted in it
+    decision_sizes: dict[int, int] = field(default_factory=dict)  # seq -> the run's claims allocated in it
 
-    def observe(self, event: ev.Event) -> None:
-        """Take the stamps an event carries (a stored event of the log, in any order)."""
+    def observe(self, event: ev.Event, seq: int = 0) -> None:
+        """Take the stamps an event carries (a stored event of the log, in any order; `seq`, where
+        it is stored, for the stored times and the batch sizes)."""
         if isinstance(event, ev.DecisionBatch):
             for decision in event.decisions:
                 if isinstance(decision, ev.ClaimAllocated) and decision.claim_id.startswith(self.prefix):
-                    self.pass_started.setdefault(decision.claim_id, decision.at)
+                    if decision.claim_id not in self.pass_started:
+                        self.pass_started[decision.claim_id] = decision.at
+                        self.allocated_in[decision.claim_id] = seq
+                        self.decision_sizes[seq] = self.decision_sizes.get(seq, 0) + 1
             return
         for member in ev.flatten(event):
             if isinstance(member, ev.ClaimSubmitted) and member.claim.claim_id.startswith(self.prefix):
-                self.validated.setdefault(member.claim.claim_id, member.at)
+                if member.claim.claim_id not in self.validated:
+                    self.validated[member.claim.claim_id] = member.at
+                    self.submitted_in[member.claim.claim_id] = seq
+                    self.intake_sizes[seq] = self.intake_sizes.get(seq, 0) + 1
 
     def hops_ms(self, published: dict[str, float], seen: dict[str, float]) -> dict[str, dict]:
         """p50, p90 and p99 of each hop in ms, over the claims with every stamp; `published` and
@@ -56,6 +78,66 @@ class HopTimes:
             spans["to_pass"].append(at_pass - at_validated)
             spans["pass_to_seen"].append(at_seen - at_pass)
         return {hop: _quantiles_ms(values) for hop, values in spans.items()}
+
+
+    def stored_hops_ms(self, published: dict[str, float], seen: dict[str, float],
+                       stored_at: dict[int, float]) -> dict[str, dict]:
+        """p50, p90 and p99 of each of the five hops in ms, over the claims with every stamp and
+        both messages' stored times (`stored_at`: seq -> unix seconds, `stored_times`)."""
+        spans: dict[str, list[float]] = {hop: [] for hop in STORED_HOPS}
+        for claim_id, at_seen in seen.items():
+            stamps = (published.get(claim_id), self.validated.get(claim_id),
+                      stored_at.get(self.submitted_in.get(claim_id, 0)), self.pass_started.get(claim_id),
+                      stored_at.get(self.allocated_in.get(claim_id, 0)), at_seen)
+            if None in stamps:
+                continue
+            for hop, before, after in zip(STORED_HOPS, stamps, stamps[1:]):
+                spans[hop].append(after - before)
+        return {hop: _quantiles_ms(values) for hop, values in spans.items()}
+
+    def batches(self) -> dict[str, dict]:
+        """How many of the run's claims each stored intake message and decision batch carried."""
+        return {"claims_per_intake_message": _spread(list(self.intake_sizes.values())),
+                "claims_per_decision_batch": _spread(list(self.decision_sizes.values()))}
+
+
+async def stored_times(nc, stream: str, subject: str, first: int, last: int) -> dict[int, float]:
+    """When nats-server stored each message of `stream` from `first` to `last` (unix seconds), by
+    sequence: headers only, through a consumer of this read's own."""
+    found: dict[int, float] = {}
+    if last < first:
+        return found
+    js = nc.jetstream()
+    sub = await js.pull_subscribe(subject, stream=stream, config=api.ConsumerConfig(
+        deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=first,
+        ack_policy=api.AckPolicy.NONE, headers_only=True, inactive_threshold=30.0))
+    try:
+        while True:
+            for msg in await sub.fetch(1000, timeout=5.0):
+                seq, stored_ns, pending = _stored(msg)
+                found[seq] = stored_ns / 1e9
+                if seq >= last or pending == 0:
+                    return found
+    finally:
+        await sub.unsubscribe()
+
+
+def _stored(msg) -> tuple[int, int, int]:
+    """(stream sequence, stored time in ns, messages left) from a JetStream message's reply subject
+    (`$JS.ACK.<stream>.<consumer>.<delivered>.<seq>.<consumer seq>.<ns>.<pending>`, two tokens more
+    after `$JS.ACK` in the newer form): nats-py's own metadata rounds the time through a float."""
+    tokens = msg.reply.split(".")
+    at = 0 if len(tokens) == 9 else 2
+    return int(tokens[5 + at]), int(tokens[7 + at]), int(tokens[8 + at])
+
+
+def _spread(sizes: list[int]) -> dict:
+    if not sizes:
+        return {"messages": 0}
+    ordered = sorted(sizes)
+    return {"messages": len(ordered), "claims": sum(ordered), "mean": round(statistics.fmean(ordered), 2),
+            "p50": ordered[len(ordered) // 2], "p90": ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))],
+            "max": ordered[-1]}
 
 
 def _quantiles_ms(values: list[float]) -> dict:

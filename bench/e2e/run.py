@@ -19,7 +19,7 @@ from shared.natscluster import url_inbox_prefix
 from bench.e2e.check import Checker
 from bench.e2e.cpu import CpuMeter
 from bench.e2e.follow import Follower
-from bench.e2e.hops import HopTimes
+from bench.e2e.hops import HopTimes, stored_times
 from bench.e2e.load import Publisher, claim_mix
 from bench.e2e.report import figures
 from bench.e2e.stack import start_stack
@@ -94,7 +94,10 @@ async def one_run(stack, ops, publisher_nc, options: Options, rate: float | None
     checker = await _check(log, start_seq, hops)
     result = figures(options, rate, follower, publisher, checker, meter, idle, client_cpu_s=client_cpu,
                      publish_s=published_at - began, wall_s=ended - began)
-    result["hops_ms"] = _hops_ms(hops, follower, publisher.acked)
+    sent, seen = _client_times(follower, publisher.acked)
+    result["hops_ms"] = hops.hops_ms(sent, seen)
+    result["hops_stored_ms"] = hops.stored_hops_ms(sent, seen, await _stored_times(ops, start_seq))
+    result["batches"] = hops.batches()
     result["allocator_batches"] = await _allocator_batches(ops)
     written = await _outcome_writes(ops)
     if written is not None and outcomes_before is not None:
@@ -174,13 +177,22 @@ async def _projector_caught_up(data_dir: Path, seq: int, timeout: float) -> bool
         engine.dispose()
 
 
-def _hops_ms(hops: HopTimes, follower: Follower, published: set[str]) -> dict:
-    """Each hop's quantiles (bench/e2e/hops.py); this process's monotonic times in unix time."""
+def _client_times(follower: Follower, published: set[str]) -> tuple[dict[str, float], dict[str, float]]:
+    """Each claim's publish and seen times, this process's monotonic clock put in unix time."""
     offset = time.time() - time.monotonic()
     claims = follower.claims
     sent = {c: claims[c].submitted + offset for c in published}
     seen = {c: claims[c].allocated + offset for c in published if claims[c].allocated is not None}
-    return hops.hops_ms(sent, seen)
+    return sent, seen
+
+
+async def _stored_times(ops, start_seq: int) -> dict[int, float]:
+    """When each message of the run was stored (bench/e2e/hops.py); none if that cannot be read."""
+    try:
+        last = (await ops.jetstream().stream_info(subjects.STREAM)).state.last_seq
+        return await stored_times(ops, subjects.STREAM, subjects.EVENTS, start_seq, last)
+    except Exception:  # a figure, not the run
+        return {}
 
 
 async def _check(log: JetStreamEventLog, start_seq: int, hops: HopTimes | None = None) -> Checker:
@@ -193,5 +205,5 @@ async def _check(log: JetStreamEventLog, start_seq: int, hops: HopTimes | None =
         if hops is not None:
             for seq, event in events:
                 if seq >= start_seq:
-                    hops.observe(event)
+                    hops.observe(event, seq)
     return checker

@@ -41,11 +41,14 @@ from services.node_agent.retry import TRANSIENT, Backoff
 log = logging.getLogger("gpuledger.node_agent")
 FENCE_RETRIES = 3  # refused bindings read the node's fence and try again this many times
 # A refused binding first waits this long for the node's next record: the release or ending that
-# moved the fence ends a claim, so the allocator writes a record with the new fence, and binding
-# from it needs no read of the fence subjects (a direct get, then a consumer made, fetched from and
-# deleted: a fifth of the agents' CPU at saturation, where a tenth of the binding appends are
-# refused). No record by then (the fence moved by what ends no claim): the fence is read as before.
-REFUSED_WAIT_S = 0.05
+# moved the fence ends a claim, so the allocator writes a record with the new fence anyway, and
+# binding from it needs no read of the fence subjects (a direct get, then a consumer made, fetched
+# from and deleted: four requests). At saturation the allocator writes the records a release marked
+# only when the pass it is running ends (services/allocator/node_writer.py), hundreds of ms later:
+# a 50 ms wait read the fence for nearly every refusal (half the agents' CPU, 0.5 API requests a
+# claim in `bench e2e --claims 20000`). No record by then (the fence moved by what ends no claim):
+# the fence is read as before.
+REFUSED_WAIT_S = 1.0
 
 
 

@@ -7,6 +7,7 @@ import json
 
 import nats
 
+from schemas import subjects
 from shared.jetstream import JetStreamEventLog
 from tests.contract.node import require_node, run_node
 from tests.service.helpers import h100_node, register_nodes, running
@@ -56,6 +57,41 @@ async def test_a_node_publisher_learns_why_its_claim_was_refused(fresh_nats):
     assert out["seen"] == ["rejected"]
     last = out["last"]
     assert last["final"] and last["code"] == "invalid" and "gpus" in last["reasons"][0]["message"]
+
+
+async def test_a_node_publisher_asks_again_for_an_outcome_handed_to_it_before_it_was_stored(fresh_client, fresh_nats):
+    """nats-server hands a message to subscribers beside storing it: a direct get right after an
+    outcome came may answer "not found" (docs/contract.md; the test above failed so under load,
+    sessions 27-28). Made certain here: this test answers the intake as the claim service would,
+    with an outcome the stream refuses to store (a wrong expected sequence: delivered, not kept),
+    and stores the same outcome only once the publisher's direct get was answered "not found"."""
+    require_node()
+    nc, claim_id = fresh_client, "js-late-1"
+    outcome = {"type": "ClaimOutcome", "v": 1, "claim_id": claim_id, "namespace": "team-b",
+               "status": "allocated", "final": False, "node": "node-a", "devices": [], "env": {},
+               "reasons": [], "code": "", "message": "", "system": "", "seq": 7, "at": 1.0}
+    body = json.dumps(outcome).encode()
+
+    async def on_intake(_msg) -> None:  # delivered to the publisher's subscription, never stored
+        await nc.publish(subjects.outcome(claim_id), body, headers={"Nats-Expected-Last-Subject-Sequence": "999"})
+
+    answered_not_found = asyncio.Event()
+
+    async def on_reply(msg) -> None:  # every reply to the publisher's requests passes here too
+        if (msg.headers or {}).get("Status") == "404":
+            answered_not_found.set()
+
+    await nc.subscribe(subjects.INTAKE_CLAIMS, cb=on_intake)
+    await nc.subscribe("_INBOX.>", cb=on_reply)
+    await nc.flush()
+    publisher = asyncio.create_task(_run_publisher(fresh_nats.url, {"claim_id": claim_id, "namespace": "team-b",
+                                                                    "gpus": 1}))
+    await asyncio.wait({publisher, asyncio.create_task(answered_not_found.wait())},
+                       return_when=asyncio.FIRST_COMPLETED)
+    assert answered_not_found.is_set(), "the publisher ended before its direct get was answered 'not found'"
+    await nc.jetstream().publish(subjects.outcome(claim_id), body)  # stored now
+    out = await publisher
+    assert out["seen"] == ["allocated"] and out["last"] == outcome
 
 
 # What docs/contract.md says a publisher needs, and nothing more.

@@ -21,3 +21,7 @@ async def test_claims_through_the_whole_stack_are_decided_once_and_bound_only_wh
     assert result["cpu_ms_per_claim"]["total"] > 0 and "nats-server" in result["cpu_ms_per_claim"]
     # every allocated claim's latency split into its hops (bench/e2e/hops.py)
     assert all(result["hops_ms"][hop]["claims"] == 400 for hop in ("intake", "to_pass", "pass_to_seen")), result
+    # ... and in five with the times nats-server stored its messages, every claim in one of them
+    assert all(hop["claims"] == 400 for hop in result["hops_stored_ms"].values()), result
+    assert result["batches"]["claims_per_intake_message"]["claims"] == 400, result
+    assert result["batches"]["claims_per_decision_batch"]["claims"] == 400, result

@@ -3,6 +3,7 @@
 // the last outcome again by direct get, and publish the same claim again (stored once).
 // Usage: GPULEDGER_PUBLISHER_URL=nats://publisher:SECRET@host:port node publish_claim.mjs '<claim JSON>'
 import { connect, headers } from "nats";
+import { lastOutcome } from "./last_outcome.mjs";
 
 const claim = JSON.parse(process.argv[2]);
 const claimId = claim.claim_id ?? claim.claimId;  // our spelling, or the serverless seed's
@@ -37,14 +38,15 @@ for await (const msg of sub) {
   if (outcome.final || outcome.status === "allocated" || outcome.status === "bound") break;
 }
 const jsm = await nc.jetstreamManager({ checkAPI: false });  // a publisher may not call $JS.API.INFO
-const last = await jsm.direct.getMessage("GPULEDGER_OUTCOMES", { last_by_subj: subject });
+// stored a moment after it was delivered, maybe: the last outcome at least as new as the one seen
+const last = await lastOutcome(jsm, subject, seen[seen.length - 1].seq);
 const again = await publish();
 
 console.log(JSON.stringify({
   ack: { stream: ack.stream, seq: ack.seq, duplicate: ack.duplicate },
   again: { seq: again.seq, duplicate: again.duplicate },
   seen: seen.map(o => o.status),
-  last: last.json(),
+  last,
 }));
 clearTimeout(timer);
 await nc.close();

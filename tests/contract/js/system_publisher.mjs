@@ -8,6 +8,7 @@
 // Usage: GPULEDGER_SYSTEM_URL=nats://system-NAME:SECRET@host:port GPULEDGER_SYSTEM=NAME \
 //        node system_publisher.mjs '<claim JSON>' OTHER_CLAIM_ID OTHER_SYSTEM
 import { connect, headers, JSONCodec } from "nats";
+import { lastOutcome } from "./last_outcome.mjs";
 
 const [claimJson, otherClaimId, otherSystem] = process.argv.slice(2);
 const claim = JSON.parse(claimJson);
@@ -32,15 +33,17 @@ h.set("Nats-Msg-Id", claim.claim_id);
 const ack = await js.publish(`gpu.intake.claim.${system}`, JSON.stringify(claim), { headers: h });
 
 const seen = [];
+let seenSeq = 0;
 for await (const msg of sub) {
   const outcome = msg.json();
   seen.push(outcome.status);
+  seenSeq = Math.max(seenSeq, outcome.seq);
   if (outcome.final || outcome.status === "allocated" || outcome.status === "bound") break;
 }
 
-// the last outcome again, by direct get (by subject: nats-server checks it is this system's)
-const own = (await jsm.direct.getMessage("GPULEDGER_OUTCOMES",
-                                         { last_by_subj: outcomeSubject(system, claim.claim_id) })).json();
+// the last outcome again, by direct get (by subject: nats-server checks it is this system's); it
+// may be stored a moment after it was delivered: at least as new as the one seen
+const own = await lastOutcome(jsm, outcomeSubject(system, claim.claim_id), seenSeq);
 const refusal = err => String(err.code ?? err.message);
 // another system's outcome (its namespace, node, devices, env): nats-server refuses both reads
 let otherGet;

@@ -1,0 +1,45 @@
+"""A binding refused by its node's fence waits for the node's next record long enough for the
+allocator's pass to end: at saturation the allocator writes the records a release marked only
+after the pass it is running (services/allocator/node_writer.py), hundreds of milliseconds later,
+and a 50 ms wait fell back to reading the fence subjects for nearly every refusal (a direct get,
+a consumer made, fetched from and deleted: four requests, half of the agents' NATS traffic in
+`bench e2e --claims 20000`). The order of the two timers decides here, not the clock: the record
+is offered 0.3 s after the refusal, the wait is longer."""
+
+import asyncio
+
+from schemas import subjects
+from schemas.events import ClaimReleased
+from services.node_agent.binder import REFUSED_WAIT_S
+from tests.node_agent.test_binder import NODE, binder_on, claim, record, running, stored_bindings, until  # noqa: F401
+from tests.speed_followers.test_refused_binding_waits_for_a_record import AllocatorBehind
+
+PASS_S = 0.3  # the record after the release comes this long after the refusal
+
+
+class AllocatorInAPass(AllocatorBehind):
+    async def append(self, subject, event, **kwargs):
+        try:
+            return await super(AllocatorBehind, self).append(subject, event, **kwargs)
+        except Exception:
+            if self.then is not None:
+                binder, newer = self.then
+                asyncio.get_running_loop().call_later(PASS_S, binder.offer, newer)
+            raise
+
+
+def test_the_wait_outlasts_a_pass_at_saturation():
+    assert REFUSED_WAIT_S > PASS_S
+
+
+async def test_a_record_after_a_pass_binds_without_reading_the_fence(running):
+    log = AllocatorInAPass()
+    binder, started, _ = binder_on(log)
+    released = await log.append(subjects.node_releases(NODE), ClaimReleased(claim_id="a", at=1.0))
+    log.then = (binder, record(claim("b", 1), seq=released.seq, fence=released.seq))
+    binder.offer(record(claim("a", 0), claim("b", 1), seq=0))  # before the release: refused
+    running(binder)
+    assert await until(lambda: started == ["b"])
+    assert [ids for _, ids in await stored_bindings(log)] == [["b"]]
+    assert binder.refusals == 1 and binder.appends == 1
+    assert subjects.node_fence(NODE) not in log.reads
