@@ -64,13 +64,19 @@ async def test_a_claim_that_fits_is_placed_by_the_first_batch_while_1000_wait(lo
     deciding = asyncio.ensure_future(allocator.decide_forever())
     try:
         state = allocator.state
-        assert await until(lambda: state.claims.get("mig") is not None and state.claims["mig"].status == "allocated")
+
+        def stored(claim_id: str, after: int) -> bool:
+            """Allocated by a batch the log holds (a batch in flight is applied before it is stored)."""
+            claim = state.claims.get(claim_id)
+            return (claim is not None and claim.status == "allocated" and not allocator.own.holding
+                    and state.last_decision_seq > after)
+
+        assert await until(lambda: stored("mig", mig.seq))
         assert "mig" in allocated(await first_batch_after(log, mig.seq))
         assert await until(lambda: all(state.claims[f"q-{i}"].reasons for i in range(FLOOD)))
         assert len(state.queue) == FLOOD  # told why, and waiting (not parked: H100s may free)
         again = await log.append(subjects.claim("mig-2"), claim("mig-2", "other", gpus=1, mig_profile="1g.10gb"))
-        assert await until(lambda: state.claims.get("mig-2") is not None
-                           and state.claims["mig-2"].status == "allocated")
+        assert await until(lambda: stored("mig-2", again.seq))
         assert allocated(await first_batch_after(log, again.seq)) == ["mig-2"]
         assert not allocator.waiting.repairs
     finally:
