@@ -102,18 +102,18 @@ def _wait_ready(server: NatsServer, timeout: float, offset: int = 0) -> None:
     while time.monotonic() < deadline:
         if server.process.poll() is not None:
             err = server.process.stderr.read().decode(errors="replace") if server.process.stderr else ""
-            said = f"{err.strip()} {_own_lines(server.log_file, ready, offset)}".strip()
+            said = f"{err.strip()} {own_lines(server.log_file, ready, offset)}".strip()
             kind = PortTaken if "address already in use" in said else NatsServerError
             raise kind(f"nats-server exited with {server.process.returncode}: {said[-600:]}"
                        f" (log: {server.log_file})")
-        if "Server is ready" in _own_lines(server.log_file, ready, offset):
+        if "Server is ready" in own_lines(server.log_file, ready, offset):
             return
         time.sleep(0.05)
     server.stop()
     raise NatsServerError(f"nats-server did not accept connections within {timeout}s (log: {server.log_file})")
 
 
-def _own_lines(log_file: Path, prefix: str, offset: int = 0) -> str:
+def own_lines(log_file: Path, prefix: str, offset: int = 0) -> str:
     """The lines of the log this process wrote (the log is appended to across restarts), from
     `offset` on."""
     try:
