@@ -23,6 +23,7 @@ from bench.workload import claim_mix, fleet
 from services.allocator.core.decide import DecideContext, decide, decide_kept
 from services.allocator.own_batch import keepable
 from services.allocator.core.frag_cache import FragCache
+from services.allocator.core.waiting import WaitingIndex
 from ledger.evolve import evolve
 from services.allocator.core.scorers import DEFAULT_POLICY
 from ledger.state import State
@@ -44,7 +45,7 @@ class Bench:
         self.digest = hashlib.sha256() if digest else None
         self.policy, self.now, self.next_id = policy, 0.0, 0
         self.memo: dict = {}  # the allocator keeps both across passes, as here
-        self.failed_at: dict = {}
+        self.waiting = WaitingIndex()
         self.frag = FragCache()
         for node in fleet(nodes, seed):
             self.fold(node)
@@ -80,11 +81,23 @@ class Bench:
         while any(not self.state.claims[c].reasons for c in self.never):  # each decided once
             self.step(arrive=False)
 
+    def add_waiting(self, count: int) -> None:
+        """A standing queue: claims of one namespace for one whole A100 each (the fleet's A100s are
+        as busy as the rest), submitted at once and each told once why it waits. Never given up by
+        `release_some`: as it ends the oldest allocations, A100s free now and then and the first
+        waiting claims take them, the rest wait on."""
+        for i in range(count):
+            spec = ClaimSpec(claim_id=f"wait-{i}", namespace="flood", gpus=1, models=["A100"])
+            self.never.add(spec.claim_id)
+            self.fold(ev.ClaimSubmitted(claim=spec, at=self.now))
+        while any(not self.state.claims[c].reasons for c in self.never if c in self.state.pending):
+            self.step(arrive=False)
+
     def timer_pass(self) -> tuple[float, float, int]:
         """One tick's pass with nothing new: what the allocator spends while idle."""
         self.now += 1.0
         ctx = DecideContext(now=self.now, policy=self.policy, check_timers=True, memo=self.memo, frag=self.frag,
-                            failed_at=self.failed_at, node_timeout_s=1e12, stale_after_s=1e12,
+                            waiting=self.waiting, node_timeout_s=1e12, stale_after_s=1e12,
                             rng=self.policy_rng)
         start, cpu_start = time.perf_counter(), time.thread_time()
         decisions = decide(self.state, ctx)
@@ -99,7 +112,7 @@ class Bench:
             self.arrive()
         ctx = DecideContext(now=self.now, policy=self.policy, check_timers=False,
                             memo=self.memo, frag=self.frag,
-                            failed_at=self.failed_at, rng=self.policy_rng)
+                            waiting=self.waiting, rng=self.policy_rng)
         journal = None
         start, cpu_start = time.perf_counter(), time.thread_time()
         if self.kept:
@@ -133,7 +146,7 @@ class Bench:
 
 
 def run(nodes: int, steps: int = 2000, policy: str = "", seed: int = 1, fill: float = 0.75,
-        digest: bool = False, unplaceable: int = 0, kept: bool = False) -> dict:
+        digest: bool = False, unplaceable: int = 0, kept: bool = False, waiting: int = 0) -> dict:
     bench = Bench(nodes, policy or DEFAULT_POLICY, seed, digest, kept)
     while bench.utilisation() < fill:  # warm up: fill the fleet
         for _ in range(200):
@@ -145,6 +158,9 @@ def run(nodes: int, steps: int = 2000, policy: str = "", seed: int = 1, fill: fl
     # between passes (`collect_between_passes`), outside the timed decision.
     if unplaceable:
         bench.add_unplaceable(unplaceable)
+    if waiting:
+        bench.add_waiting(waiting)
+    standing = len(bench.state.queue)
     gc.freeze()
     gc.disable()
     times, cpu_times, made = [], [], 0
@@ -173,7 +189,8 @@ def run(nodes: int, steps: int = 2000, policy: str = "", seed: int = 1, fill: fl
         "cpu_p99_us": round(cpu_times[int(len(cpu_times) * 0.99)] * 1e6, 1),
         "decisions_per_s": round(made / sum(times), 1) if sum(times) else 0.0,
         # a timer pass (the tick) with nothing new to decide: the cost of waiting claims while idle
-        "unplaceable": unplaceable, "kept": kept, "idle_tick_us": round(idle[len(idle) // 2][0] * 1e6, 1),
+        "unplaceable": unplaceable, "waiting": waiting, "queue_at_start": standing,
+        "queue_at_end": len(bench.state.queue), "kept": kept, "idle_tick_us": round(idle[len(idle) // 2][0] * 1e6, 1),
         "idle_tick_cpu_us": round(sorted(c for _, c in idle)[len(idle) // 2] * 1e6, 1),
     }
     if bench.digest is not None:

@@ -25,6 +25,9 @@ def decide(nodes: int = typer.Option(1000, "--nodes", min=1, help="nodes in the 
                                        "made (equal digests: a change to the core decided the same)"),
            unplaceable: int = typer.Option(0, "--unplaceable", min=0, help="first submit this many claims "
                                            "no node can take (they stay pending), to see what they cost"),
+           waiting: int = typer.Option(0, "--waiting", min=0, help="first submit this many claims of one "
+                                       "namespace for one whole A100 each, a standing queue on a busy "
+                                       "model (as A100s free, its first claims take them)"),
            kept: bool = typer.Option(False, "--kept", help="time each pass as the allocator runs it "
                                      "(decide_kept, its batch then kept applied, not rolled back and "
                                      "folded again); default: decide, whose pass includes the rollback"),
@@ -32,7 +35,8 @@ def decide(nodes: int = typer.Option(1000, "--nodes", min=1, help="nodes in the 
     """Latency of one decision pass at steady state on a synthetic fleet of 8-GPU nodes."""
     from bench.decide import run
 
-    _emit(run(nodes, steps, policy, seed, digest=digest, unplaceable=unplaceable, kept=kept), as_json)
+    _emit(run(nodes, steps, policy, seed, digest=digest, unplaceable=unplaceable, kept=kept, waiting=waiting),
+          as_json)
 
 
 @bench_app.command("replay")

@@ -33,6 +33,8 @@ def set_quota(
     limits_tflops: Optional[str] = _opt("total TFLOPS limits"),
     limits_vram: Optional[str] = _opt("total VRAM limits, e.g. 200Gi"),
     max_workers: Optional[int] = _count("most claims (workers) at once"),
+    max_waiting: Optional[int] = _count("most claims waiting at once (one more that cannot be placed is "
+                                        "rejected: quota-waiting-exceeded); default: no limit"),
     alert_threshold: float = typer.Option(95.0, "--alert-threshold", min=0, help="alert at this % of any limit"),
     single_max_requests_tflops: Optional[str] = _opt("per-workload TFLOPS requests"),
     single_max_requests_vram: Optional[str] = _opt("per-workload VRAM requests, e.g. 16Gi"),
@@ -65,7 +67,7 @@ def set_quota(
     print_status(data["status"])
 
 
-_QUANTITIES = ("requests_tflops", "requests_vram", "limits_tflops", "limits_vram", "max_workers",
+_QUANTITIES = ("requests_tflops", "requests_vram", "limits_tflops", "limits_vram", "max_workers", "max_waiting",
                "single_max_requests_tflops", "single_max_requests_vram", "single_max_limits_tflops",
                "single_max_limits_vram", "single_max_gpu_count")
 
@@ -165,6 +167,7 @@ def set_default(
     limits_tflops: Optional[str] = _opt("TFLOPS limits of each namespace"),
     limits_vram: Optional[str] = _opt("VRAM limits of each namespace"),
     max_workers: Optional[int] = _count("most claims (workers) of each namespace at once"),
+    max_waiting: Optional[int] = _count("most claims of each namespace waiting at once (default: no limit)"),
     alert_threshold: float = typer.Option(95.0, "--alert-threshold", min=0, help="alert at this % of any limit"),
     single_max_requests_tflops: Optional[str] = _opt("per-workload TFLOPS requests"),
     single_max_requests_vram: Optional[str] = _opt("per-workload VRAM requests"),

@@ -113,7 +113,7 @@ def print_default(data: dict) -> None:
                         ("single max limits", single.get("max_limits"))):
         if value:
             typer.echo(f"  {name:<19} {_resources(value)}")
-    for name, value in (("max workers", total.get("max_workers")),
+    for name, value in (("max workers", total.get("max_workers")), ("max waiting", total.get("max_waiting")),
                         ("single max gpus", single.get("max_gpu_count"))):
         if value is not None:
             typer.echo(f"  {name:<19} {value}")

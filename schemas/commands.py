@@ -61,6 +61,7 @@ class SetQuota(Command):
     limits_tflops: str | float | None = None
     limits_vram: str | None = None
     max_workers: int | None = None
+    max_waiting: int | None = None  # most claims waiting at once (None: no limit)
     alert_threshold_percent: float = 95.0
     single_max_requests_tflops: str | float | None = None
     single_max_requests_vram: str | None = None
@@ -91,6 +92,7 @@ class SetDefaultQuota(Command):
     limits_tflops: str | float | None = None
     limits_vram: str | None = None
     max_workers: int | None = None
+    max_waiting: int | None = None  # most claims waiting at once (None: no limit)
     alert_threshold_percent: float = 95.0
     single_max_requests_tflops: str | float | None = None
     single_max_requests_vram: str | None = None

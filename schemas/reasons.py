@@ -47,6 +47,9 @@ REASONS: tuple[ReasonCode, ...] = (
                "reasons; it waits only for the fleet or the quota to change"),
     # rejected by the allocator (AllocationRejected)
     ReasonCode("quota-single-exceeded", "never", "a per-workload quota limit is smaller than the claim"),
+    ReasonCode("quota-waiting-exceeded", "never", "it could not be placed when decided, and its namespace "
+               "already had as many claims waiting as its quota's max_waiting allows; the reasons it "
+               "would have waited for follow"),
     ReasonCode("pool-not-found", "never", "the pool named does not exist"),
     ReasonCode("pool-access-denied", "never", "the namespace (or service account) may not use the pool"),
     ReasonCode("no-such-shape", "never", "no model in the fleet can hold the memory (or TFLOPS) asked per device"),

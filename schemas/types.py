@@ -164,6 +164,9 @@ class QuotaTotal(msgspec.Struct, gc=False, frozen=True, omit_defaults=True):
     limits: Resources = Resources()
     max_workers: int | None = None
     alert_threshold_percent: float = 95.0
+    # most claims of the namespace waiting at once (None: no limit); one more that cannot be placed
+    # when it is decided is rejected (`quota-waiting-exceeded`), not queued
+    max_waiting: int | None = None
 
 
 class QuotaSingle(msgspec.Struct, gc=False, frozen=True, omit_defaults=True):

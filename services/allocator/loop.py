@@ -32,6 +32,7 @@ from ledger.state import State
 from services.allocator.core.decide import POLICY_VERSION, DecideContext, decide_kept
 from services.allocator.core.frag_cache import FragCache
 from services.allocator.core.scorers import DEFAULT_POLICY
+from services.allocator.core.waiting import WaitingIndex
 from services.allocator.claim_fences import ClaimFences
 from services.allocator.end_fence import mark_endings, unbound_endings
 from services.allocator.node_records import nodes_touched
@@ -107,7 +108,7 @@ class Allocator:
         self.failed_passes = 0
         self.failed_in_row = 0
         self.memo: dict = {}  # placement scores per node view, kept across passes
-        self.failed_at: dict = {}  # claim -> capacity epoch it last failed at
+        self.waiting = WaitingIndex()  # the waiting claims by bucket of claims alike (core/waiting.py)
         self.needs_memo: dict = {}  # claim -> its needs and rule arguments (core/place.py)
         self.frag = FragCache()  # the fragmentation measure's memos, this allocator's own
         self.reclaiming: asyncio.Task | None = None  # frees the claims a catch-up dropped
@@ -234,7 +235,7 @@ class Allocator:
     def context(self, timers: bool = True) -> DecideContext:
         return DecideContext(
             now=self.clock(), policy=self.settings.policy or DEFAULT_POLICY, check_timers=timers,
-            memo=self.memo, failed_at=self.failed_at, needs_memo=self.needs_memo, frag=self.frag,
+            memo=self.memo, waiting=self.waiting, needs_memo=self.needs_memo, frag=self.frag,
             node_timeout_s=self.settings.node_timeout_s, stale_after_s=self.settings.stale_after_s,
             starvation_after_s=self.settings.starvation_after_s,
             pending_expire_after_s=self.settings.pending_expire_after_s,

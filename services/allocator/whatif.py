@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from schemas import events as ev
 
 from services.allocator.core.frag_cache import FragCache
+from services.allocator.core.waiting import WaitingIndex
 from services.allocator.core.decide import DecideContext, decide
 from ledger.evolve import evolve
 from ledger.state import State
@@ -53,10 +54,10 @@ def what_if(events, ctx: DecideContext) -> tuple[State, Outcome]:
     """Replay the facts; replace each recorded decision batch by the alternative's decisions."""
     state = State()
     outcome = Outcome()
-    memo, failed_at, frag = {}, {}, FragCache()  # this run's own: never the live allocator's
+    memo, waiting, frag = {}, WaitingIndex(), FragCache()  # this run's own: never the live allocator's
     for seq, event in events:
         if isinstance(event, ev.DecisionBatch):
-            decisions = decide(state, replace(ctx, now=event.at, memo=memo, failed_at=failed_at, frag=frag))
+            decisions = decide(state, replace(ctx, now=event.at, memo=memo, waiting=waiting, frag=frag))
             if decisions:
                 batch = ev.DecisionBatch(decisions=decisions, at=event.at)
                 evolve(state, batch, seq)

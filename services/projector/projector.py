@@ -48,6 +48,10 @@ class Projector:
         # the node and device rows as last handed to a commit (a commit is retried until it lands,
         # or the projector is reset): a row that comes out the same is not written again
         self._written: dict[type, dict[str, dict]] = {NodeRow: {}, DeviceRow: {}}
+        # claim -> the grants whose allocation rows are stored (as handed to a commit), for every
+        # claim that has such rows; None until the first batch after a (re)fold, when it is read
+        # from the state, which is then the stored position's: a claim absent has no rows
+        self._allocs: dict[str, list] | None = None
 
     # --- the fold ------------------------------------------------------------------------------
 
@@ -100,6 +104,8 @@ class Projector:
             return  # already folded (a replay that overlaps): never applied twice
         if self._staged == 0:
             self._base = self.position
+            if self._allocs is None:
+                self._allocs = stored_allocations(self.state)
         self._staged += 1
         if event is not None and marks_before(event):
             mark_event(self.state, self._dirty, event)
@@ -156,23 +162,36 @@ class Projector:
 
     def _claims(self, changes: Changes) -> None:
         """A claim new in the batch gets its whole row; one submitted before (its row stored by an
-        earlier commit: every claim is marked in the batch of its submit) only what can change."""
+        earlier commit: every claim is marked in the batch of its submit) only what can change.
+        Its allocation rows are written only when what it holds differs from what they say: at
+        saturation a claim's row is updated about three times after its submit (its reasons, its
+        allocation, its release, in separate windows), and each update deleted and wrote its
+        allocation rows again, the same ones or none."""
         claim_rows, updates, base = [], [], self._base
-        earlier = set()  # claims whose allocation rows may be stored: all but those new in the batch
-        ended_at, claim_seq = self.ended_at, self.claim_seq
+        rewritten = set()  # claims whose stored allocation rows go
+        ended_at, claim_seq, allocs = self.ended_at, self.claim_seq, self._allocs
         for claim_id in self._dirty.claims:
             claim = self.state.claims.get(claim_id)
             if claim is None:  # refused at intake, never submitted: only the index knows it
-                earlier.add(claim_id)
+                if allocs.pop(claim_id, None) is not None:
+                    rewritten.add(claim_id)
                 continue
             if claim.seq <= base:
-                earlier.add(claim_id)
                 updates.append(rows.claim_update(claim, ended_at.get(claim_id), claim_seq.get(claim_id, 0)))
             else:
                 claim_rows.append(rows.claim_row(claim, ended_at.get(claim_id), claim_seq.get(claim_id, 0)))
-            if claim.grants:
+            # the fold replaces a claim's grants (a new list), never changes them in place: the
+            # same list is the same rows
+            grants, stored = claim.grants, allocs.get(claim_id)
+            if stored is not None:
+                if stored is grants and claim.holds_devices:
+                    continue
+                rewritten.add(claim_id)
+                del allocs[claim_id]
+            if grants and claim.holds_devices:
                 changes.allocations.extend(rows.allocation_rows(claim))
-        changes.allocations_of = earlier
+                allocs[claim_id] = grants
+        changes.allocations_of = rewritten
         changes.replace[ClaimRow] = claim_rows
         changes.update[ClaimRow] = updates
 
@@ -219,6 +238,13 @@ class Projector:
                 quota_rows.append(rows.quota_row(namespace, spec, usage))
         changes.replace[QuotaRow] = quota_rows
         changes.remove[QuotaRow] = gone
+
+
+def stored_allocations(state: State) -> dict[str, list]:
+    """The grants of every claim with allocation rows, when the state is the stored position's:
+    those of the claims holding devices (`rows.allocation_rows`)."""
+    return {claim_id: claim.grants for claim_id, claim in state.claims.items()
+            if claim.grants and claim.holds_devices}
 
 
 def _nodes_that_end_claims(event: ev.Event) -> list[str]:

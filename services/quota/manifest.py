@@ -37,7 +37,8 @@ KINDS = ("GPUResourceQuota", "GPUResourceCohort")
 _PATHS = {
     "requests_tflops": "total.requests.tflops", "requests_vram": "total.requests.vram",
     "limits_tflops": "total.limits.tflops", "limits_vram": "total.limits.vram",
-    "max_workers": "total.maxWorkers", "alert_threshold_percent": "total.alertThresholdPercent",
+    "max_workers": "total.maxWorkers", "max_waiting": "total.maxWaiting",
+    "alert_threshold_percent": "total.alertThresholdPercent",
     "single_max_requests_tflops": "single.maxRequests.tflops",
     "single_max_requests_vram": "single.maxRequests.vram",
     "single_max_limits_tflops": "single.maxLimits.tflops", "single_max_limits_vram": "single.maxLimits.vram",
@@ -84,7 +85,8 @@ def _fields(spec: dict, parent_key: str) -> dict:
     _refuse_unknown(spec, allowed, "spec.")
     total = _mapping(spec.get("total"), "spec.total")
     single = _mapping(spec.get("single"), "spec.single")
-    _refuse_unknown(total, {"requests", "limits", "maxWorkers", "alertThresholdPercent"}, "spec.total.")
+    _refuse_unknown(total, {"requests", "limits", "maxWorkers", "maxWaiting", "alertThresholdPercent"},
+                    "spec.total.")
     _refuse_unknown(single, {"maxRequests", "maxLimits", "maxGPUCount"}, "spec.single.")
     fields: dict[str, Any] = {}
     for name, path in _PATHS.items():

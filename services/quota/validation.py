@@ -50,6 +50,7 @@ def spec_from_command(cmd: SetQuota, quotas: Mapping[str, QuotaSpec]) -> QuotaSp
         limits=Resources(optional_tflops(cmd.limits_tflops, "limits_tflops"),
                          optional_vram(cmd.limits_vram, "limits_vram")),
         max_workers=_count(cmd.max_workers, "max_workers"),
+        max_waiting=_count(cmd.max_waiting, "max_waiting"),
         alert_threshold_percent=_percent(cmd.alert_threshold_percent, "alert_threshold_percent"),
     )
     single = QuotaSingle(

@@ -8,6 +8,7 @@ import pytest
 
 from schemas import events as ev
 from services.allocator.core.decide import DecideContext, decide, queue_order
+from services.allocator.core.waiting import WaitingIndex
 from ledger.snapshot import from_snapshot, to_snapshot
 from tests.fleet import Ledger, claim, h100_node
 
@@ -80,12 +81,13 @@ def test_pending_never_expires_when_the_limit_is_off(ledger):
     assert not ledger.decide(1e7, check_timers=True, node_timeout_s=1e9)
 
 
-def test_the_failure_book_keeps_only_claims_still_pending(ledger):
-    failed_at: dict = {}
+def test_the_waiting_index_keeps_only_claims_still_pending(ledger):
+    waiting = WaitingIndex()
     for round_ in range(6):
-        batch = [claim(f"r{round_}-{i}", gpus=8, models=["H100"], at=float(round_)) for i in range(40)]
+        batch = [claim(f"r{round_}-{i}", gpus=8, models=["H100"], cpu_milli=round_, at=float(round_))
+                 for i in range(40)]
         ledger.append(*batch)
-        ledger.decide(float(round_), failed_at=failed_at)
+        ledger.decide(float(round_), waiting=waiting)
         ledger.append(*[ev.ClaimReleased(claim_id=c.claim.claim_id, at=float(round_)) for c in batch])
-        decide(ledger.state, DecideContext(now=float(round_), failed_at=failed_at, node_timeout_s=1e9))
-    assert len(failed_at) <= 64
+        decide(ledger.state, DecideContext(now=float(round_), waiting=waiting, node_timeout_s=1e9))
+    assert not waiting.ids and not waiting.buckets and not waiting.repairs

@@ -299,13 +299,14 @@ def test_a_starving_claim_keeps_its_node_in_passes_that_skip_it(ledger):
     ledger.append(claim("fill", gpus=8, models=["H100"]), claim("fill2", gpus=5, models=["H100"]))
     ledger.decide(1.0)
     ledger.append(claim("big", gpus=8, models=["H100"], at=2.0))
-    failed_at: dict = {}
-    # the allocator keeps failed_at across passes, as here
-    decide(ledger.state, DecideContext(now=1000.0, check_timers=False, evict=False, failed_at=failed_at))
-    assert "big" in failed_at
+    from services.allocator.core.waiting import WaitingIndex
+
+    waiting = WaitingIndex()  # the allocator keeps its index of waiting claims across passes, as here
+    decide(ledger.state, DecideContext(now=1000.0, check_timers=False, evict=False, waiting=waiting))
+    assert waiting.ids["big"].epoch is not None  # failed: skipped while nothing new
     ledger.append(claim("small", gpus=1, models=["H100"], at=1000.0))
     decisions = decide(ledger.state, DecideContext(now=1001.0, check_timers=False, evict=False,
-                                                   failed_at=failed_at))
+                                                   waiting=waiting))
     assert not any(isinstance(d, ev.ClaimAllocated) and d.claim_id == "small" for d in decisions)
 
 

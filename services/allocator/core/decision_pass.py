@@ -31,6 +31,10 @@ class DecideContext:
     starvation_after_s: float = 300.0
     pending_expire_after_s: float = 0.0  # 0: a pending claim waits forever
     max_decisions: int = 512
+    # past max_decisions the walk goes on placing what fits (up to twice as many decisions), telling
+    # no claim why it waits: a claim that fits free hardware is not held back by a flood of claims
+    # ahead of it that are each told why they wait (core/queue.py, _Visit._place_only)
+    backfill_past_budget: bool = True
     evict: bool = True
     typical_shapes: tuple = ()  # (weight, TypicalShape); empty: learned from the claims seen
     rng: Any = None
@@ -38,10 +42,11 @@ class DecideContext:
     # caller-owned fragmentation memos (see frag_cache); None: a fresh one for each pass
     frag: Any = field(default=None, compare=False)
     explain_failures: bool = True  # False: skip counting reasons over every node (simulations)
-    # caller-owned: claim id -> capacity epoch at which it last failed. A pass without timers skips
-    # claims that failed at the current epoch: nothing was freed since, so they would fail again.
-    # Time-based rules (stale eviction, starvation holds, leases) run in timer passes, which retry all.
-    failed_at: dict | None = field(default=None, compare=False)
+    # caller-owned: the waiting claims by bucket of claims alike, with the capacity epoch at which
+    # each bucket last failed (core/waiting.py). A pass without timers skips a bucket while nothing
+    # that could help it changed; time-based rules (stale eviction, leases) run in timer passes,
+    # which retry every bucket. None: an index for this pass alone (no skip across passes).
+    waiting: Any = field(default=None, compare=False)
     # caller-owned: claim id -> (spec, fleet models, needs, rule arguments), kept across passes
     # for claims that wait (place._needs_and_args); None: built for each try
     needs_memo: dict | None = field(default=None, compare=False)
@@ -69,6 +74,9 @@ class Pass:
     frag: FragCache = field(default_factory=FragCache)  # the caller's, if it keeps one
     fleet_models: list[str] | None = None  # the fleet's models, sorted, once a pass needs them
     contexts: dict = field(default_factory=dict)  # placement contexts built (place._placement_context)
+    room_changes: int = 0  # evictions and reclaims tried (each clears `failed`): claims alike may differ
+    own_reasons: bool = False  # the last try_place answered with the claim's own recorded reasons
+    waiting_counts: Any = None  # claims waiting by namespace, once a max_waiting needs it (waiting_limit.py)
 
     def __post_init__(self) -> None:
         if self.ctx.frag is not None:

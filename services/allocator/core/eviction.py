@@ -100,6 +100,7 @@ class _Trial:
         self.run.journal.rollback(self.state, self.mark)
         del self.run.decisions[self.before:]
         self.run.failed.clear()  # room changed: cached failures no longer hold
+        self.run.room_changes += 1
 
     def evict(self, rule: str, victim: Claim) -> None:
         run, claim = self.run, self.claim
@@ -108,6 +109,7 @@ class _Trial:
         emit(self.state, run, ev.ClaimEvicted(claim_id=victim.claim_id, rule=rule,
                                                beneficiary=claim.claim_id, detail=detail, at=run.ctx.now))
         run.failed.clear()
+        run.room_changes += 1
 
     def fits(self):
         """The allocation on this node with the evictions made so far, else None."""

@@ -53,6 +53,7 @@ def try_place(state: State, run: Pass, claim: Claim, prepared: Prepared | None =
                        f"no GPU model in the fleet can hold {_asked(spec)} on the devices the claim allows")
     reasons: list[Reason] = []
     single_refusals: list[Reason] = []
+    run.own_reasons = False
     # Counting reasons over every node is the expensive part of a failure: a pass without timers
     # does it only for claims that have none yet; the timer pass (every tick) refreshes them all.
     run.explain = run.ctx.explain_failures and (run.ctx.check_timers or not claim.reasons)
@@ -60,6 +61,7 @@ def try_place(state: State, run: Pass, claim: Claim, prepared: Prepared | None =
     if verdict is not None:
         found = run.failed.get(verdict)
         if found is not None and found[0] == run.failed_gen:
+            run.own_reasons = found[1] is None
             return list(claim.reasons) if found[1] is None else list(found[1])
     for need in needs:
         outcome = _try_need(state, run, claim, need, args, pctx, reasons, single_refusals)
@@ -68,6 +70,7 @@ def try_place(state: State, run: Pass, claim: Claim, prepared: Prepared | None =
     if not run.explain and not reasons:
         if verdict is not None:
             run.failed[verdict] = (run.failed_gen, None)
+        run.own_reasons = True
         return list(claim.reasons)
     if single_refusals and len(single_refusals) == len(needs):
         return ev.AllocationRejected(claim_id=claim.claim_id, code="quota-single-exceeded",

@@ -29,6 +29,7 @@ def reclaim_for(state: State, run: Pass, claim: Claim, reasons: list) -> bool:
             detail=_reclaim_detail(victim, claim), at=run.ctx.now))
         emit(state, run, reclaim_event(victim, claim, run.ctx.now))
         run.failed.clear()
+        run.room_changes += 1
         outcome = try_place(state, run, claim)
         if isinstance(outcome, ev.ClaimAllocated):
             emit(state, run, outcome)
@@ -36,6 +37,7 @@ def reclaim_for(state: State, run: Pass, claim: Claim, reasons: list) -> bool:
     run.journal.rollback(state, mark)
     del run.decisions[before:]
     run.failed.clear()
+    run.room_changes += 1
     return False
 
 

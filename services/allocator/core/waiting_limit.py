@@ -1,0 +1,42 @@
+"""A namespace's limit on claims waiting at once (`QuotaTotal.max_waiting`): a claim that cannot be
+placed when it is first decided, in a namespace that already has that many claims waiting, is
+rejected rather than queued. Claims already waiting stay (lowering the limit queues no fewer of
+them); a claim that fits free hardware is placed whatever the limit, since it does not wait."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from schemas.types import Reason
+
+from ledger.cohorts import quota_of
+from ledger.state import Claim, State
+from services.allocator.core.decision_pass import Pass
+
+
+def over_waiting_limit(state: State, run: Pass, claim: Claim) -> Reason | None:
+    """The refusal for a claim about to start waiting past its namespace's limit, else None (and
+    the claim is counted as waiting for the rest of the pass)."""
+    if claim.reasons or claim.spec.gang_id:  # waits already (or a gang member: decided whole)
+        return None
+    namespace = claim.spec.namespace
+    quota = quota_of(state, namespace)
+    limit = quota.total.max_waiting if quota is not None else None
+    if limit is None:
+        return None
+    counts = _waiting_counts(state, run)
+    waiting = counts[namespace]
+    if waiting < limit:
+        counts[namespace] = waiting + 1
+        return None
+    return Reason("quota-waiting-exceeded", f"namespace {namespace} already has {waiting} claims waiting, its quota allows at "
+                        f"most {limit} (max_waiting): a claim that cannot be placed now is not queued",
+                  waiting, {"namespace": namespace, "limit": str(limit)})
+
+
+def _waiting_counts(state: State, run: Pass) -> Counter:
+    """Claims waiting (pending, told why) by namespace, counted once a pass when a limit needs it."""
+    if run.waiting_counts is None:
+        claims = state.claims
+        run.waiting_counts = Counter(claims[c].spec.namespace for c in state.pending if claims[c].reasons)
+    return run.waiting_counts

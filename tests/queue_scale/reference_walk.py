@@ -1,0 +1,39 @@
+"""The queue walk as it was before the waiting index (main at c1e53fe, services/allocator/core/
+queue.py): every waiting claim visited in queue order, a claim skipped only by its own record of
+the epoch it failed at. The index must decide exactly as this does (test_same_decisions.py)."""
+
+from __future__ import annotations
+
+from ledger.state import State
+from services.allocator.core.decision_pass import Pass
+from services.allocator.core.gangs import place_gang
+from services.allocator.core.queue import forget_ended, nothing_new_for, place_one, queue_order
+from services.allocator.core.starvation import hold_node_if_starving
+
+
+def reference_walk(failed_at: dict | None):
+    def walk_queue(state: State, run: Pass, epoch: int) -> None:
+        done_gangs: set[str] = set()
+        if failed_at is not None and run.ctx.check_timers:
+            forget_ended(state, failed_at)
+        skip = failed_at is not None and not run.ctx.check_timers
+        for claim in queue_order(state):
+            if len(run.decisions) >= run.ctx.max_decisions:
+                return
+            if claim.status != "pending":
+                continue
+            key = claim.spec.gang_id or claim.claim_id
+            if skip and key in failed_at and nothing_new_for(state, claim, failed_at[key]):
+                if not claim.spec.gang_id:
+                    hold_node_if_starving(state, run, claim)
+                continue
+            if claim.spec.gang_id:
+                if claim.spec.gang_id not in done_gangs:
+                    done_gangs.add(claim.spec.gang_id)
+                    place_gang(state, run, claim.spec.gang_id)
+            else:
+                place_one(state, run, claim)
+            if failed_at is not None and claim.status == "pending":
+                failed_at[key] = epoch
+
+    return walk_queue

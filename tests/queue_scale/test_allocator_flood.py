@@ -1,0 +1,79 @@
+"""The allocator service on a real nats-server: a claim that fits free hardware is allocated by
+the first decision batch made after it, while 1,000 claims submitted before it wait for a busy
+model; and with those 1,000 waiting, a later fitting claim is again placed by the first batch
+after it. Bounded by the log (which batch holds the allocation), never by time."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from schemas import events as ev
+from schemas import subjects
+from schemas.types import ClaimSpec
+from services.allocator.loop import Allocator
+from shared.jetstream import JetStreamEventLog
+from tests.fleet import a100_mig_node
+from tests.service.helpers import h100_node, register_nodes
+from tests.service.helpers import test_settings as settings_for
+
+FLOOD = 1000
+
+
+@pytest.fixture
+def log(fresh_client, fresh_nats):
+    return JetStreamEventLog(fresh_client), fresh_nats.url
+
+
+def claim(claim_id: str, namespace: str, **shape) -> ev.ClaimSubmitted:
+    return ev.ClaimSubmitted(claim=ClaimSpec(claim_id=claim_id, namespace=namespace, **shape), at=time.time())
+
+
+async def until(predicate, timeout=120.0):  # a guard against a hang, not a measure
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate() and loop.time() < deadline:
+        await asyncio.sleep(0.02)
+    return predicate()
+
+
+async def first_batch_after(log, seq: int) -> ev.DecisionBatch:
+    """The first decision batch stored after `seq` that was decided on a fold reaching it."""
+    async for stored in log.read(seq + 1):
+        if isinstance(stored.event, ev.DecisionBatch) and stored.event.based_on_seq >= seq:
+            return stored.event
+    raise AssertionError(f"no decision batch after seq {seq}")
+
+
+def allocated(batch: ev.DecisionBatch) -> list[str]:
+    return [d.claim_id for d in batch.decisions if isinstance(d, ev.ClaimAllocated)]
+
+
+async def test_a_claim_that_fits_is_placed_by_the_first_batch_while_1000_wait(log):
+    log, url = log
+    await register_nodes(log, h100_node("h0"), a100_mig_node("a0"))
+    for i in range(8):
+        await log.append(subjects.claim(f"run-{i}"), claim(f"run-{i}", "flood", gpus=1, models=["H100"]))
+    for i in range(FLOOD):  # stored before the allocator starts: its first pass meets them all new
+        await log.append(subjects.claim(f"q-{i}"), claim(f"q-{i}", "flood", gpus=1, models=["H100"]))
+    mig = await log.append(subjects.claim("mig"), claim("mig", "other", gpus=1, mig_profile="1g.10gb"))
+    allocator = Allocator(log, settings_for(url), "alloc-flood")
+    following = asyncio.ensure_future(allocator.follow(await log.last_seq()))
+    deciding = asyncio.ensure_future(allocator.decide_forever())
+    try:
+        state = allocator.state
+        assert await until(lambda: state.claims.get("mig") is not None and state.claims["mig"].status == "allocated")
+        assert "mig" in allocated(await first_batch_after(log, mig.seq))
+        assert await until(lambda: all(state.claims[f"q-{i}"].reasons for i in range(FLOOD)))
+        assert len(state.queue) == FLOOD  # told why, and waiting (not parked: H100s may free)
+        again = await log.append(subjects.claim("mig-2"), claim("mig-2", "other", gpus=1, mig_profile="1g.10gb"))
+        assert await until(lambda: state.claims.get("mig-2") is not None
+                           and state.claims["mig-2"].status == "allocated")
+        assert allocated(await first_batch_after(log, again.seq)) == ["mig-2"]
+        assert not allocator.waiting.repairs
+    finally:
+        for task in (deciding, following):
+            task.cancel()
+        await asyncio.gather(deciding, following, return_exceptions=True)
