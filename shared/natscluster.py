@@ -17,7 +17,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shared.natsserver import NatsServerError, find_binary, free_port
+from shared.natsserver import PORT_TRIES, NatsServerError, PortTaken, find_binary, free_port, own_lines
 
 CLUSTER_NAME = "gpuledger"
 
@@ -115,6 +115,7 @@ class ClusterNode:
     argv: list[str] = field(default_factory=list)
     process: subprocess.Popen | None = None
     pass_fds: tuple[int, ...] = ()  # kept open by the server (`gpuledger up`'s lock on its folder)
+    log_offset: int = 0  # where this run's lines begin in the log (appended to across restarts)
 
     @property
     def url(self) -> str:
@@ -130,6 +131,7 @@ class ClusterNode:
 
     def start(self) -> None:
         self.store_dir.mkdir(parents=True, exist_ok=True)
+        self.log_offset = self.log_file.stat().st_size if self.log_file.exists() else 0
         self.process = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.DEVNULL, start_new_session=True,
                                         pass_fds=self.pass_fds)
@@ -150,9 +152,16 @@ class ClusterNode:
             self.process.kill()
             self.process.wait()
 
+    def said(self) -> str:
+        """What this run of the server logged."""
+        return own_lines(self.log_file, f"[{self.process.pid}] ", self.log_offset) if self.process else ""
+
     def healthy(self) -> bool:
         """The server's own health check: JetStream on, the meta group has a leader and this
-        server's streams are current."""
+        server's streams are current. Asked only once its own log says it listens: the monitoring
+        port could answer for another process that bound it first (this server then exits)."""
+        if "Server is ready" not in self.said():
+            return False
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}/healthz", timeout=1) as reply:
                 return reply.status == 200
@@ -205,19 +214,25 @@ def start_nats_cluster(store_dir: str | os.PathLike, size: int = 3, ports: list[
         raise NatsServerError(f"a cluster needs at least one server, got {size}")
     ports = list(ports or [])
     store = Path(store_dir)
-    nodes = [ClusterNode(f"n{i}", ports[i] if i < len(ports) and ports[i] else free_port(),
-                         free_port(), free_port(), store / f"n{i}", pass_fds=pass_fds) for i in range(size)]
-    for node in nodes:
-        node.argv = _argv(node, nodes, config_file)
-    cluster = NatsCluster(nodes)
-    for node in nodes:
-        node.start()
-    try:
-        _wait_healthy(nodes, ready_timeout)
-    except BaseException:
-        cluster.stop()
-        raise
-    return cluster
+    for attempt in range(1, PORT_TRIES + 1):  # ports found free here and bound by another first: others
+        nodes = [ClusterNode(f"n{i}", ports[i] if i < len(ports) and ports[i] else free_port(),
+                             free_port(), free_port(), store / f"n{i}", pass_fds=pass_fds) for i in range(size)]
+        for node in nodes:
+            node.argv = _argv(node, nodes, config_file)
+        cluster = NatsCluster(nodes)
+        for node in nodes:
+            node.start()
+        try:
+            _wait_healthy(nodes, ready_timeout)
+            return cluster
+        except PortTaken:
+            cluster.stop()
+            if attempt == PORT_TRIES:
+                raise
+        except BaseException:
+            cluster.stop()
+            raise
+    raise AssertionError("unreachable")
 
 
 def _wait_healthy(nodes: list[ClusterNode], timeout: float) -> None:
@@ -226,8 +241,10 @@ def _wait_healthy(nodes: list[ClusterNode], timeout: float) -> None:
     while waiting and time.monotonic() < deadline:
         for node in list(waiting):
             if not node.alive:
-                raise NatsServerError(f"nats-server {node.name} exited with {node.process.returncode}"
-                                      f" (log: {node.log_file})")
+                said = node.said()
+                kind = PortTaken if "address already in use" in said else NatsServerError
+                raise kind(f"nats-server {node.name} exited with {node.process.returncode}: "
+                           f"{said[-600:]} (log: {node.log_file})")
             if node.healthy():
                 waiting.remove(node)
         if waiting:

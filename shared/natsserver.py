@@ -57,37 +57,69 @@ class NatsServer:
                 self.process.wait()
 
 
+PORT_TRIES = 5  # a free port chosen here that another process bound first: try another
+
+
 def start_nats_server(store_dir: str | os.PathLike, port: int | None = None,
                       ready_timeout: float = 15.0, config_file: str | os.PathLike | None = None,
                       pass_fds: tuple[int, ...] = ()) -> NatsServer:
     """Start nats-server with JetStream, wait until it accepts connections. `config_file` (users
     and permissions, shared.nats_auth) is read first; the address, port and store given here win.
-    `pass_fds`: descriptors the server keeps open (`gpuledger up`'s lock on its data folder)."""
-    store = Path(store_dir)
+    `pass_fds`: descriptors the server keeps open (`gpuledger up`'s lock on its data folder).
+    Without `port`, a free one: found free here, it can be bound by another process before the
+    server binds it (tests start many servers at once): then another one is tried."""
+    for attempt in range(1, PORT_TRIES + 1):
+        try:
+            return _start(Path(store_dir), port or free_port(), ready_timeout, config_file, pass_fds)
+        except PortTaken:
+            if port or attempt == PORT_TRIES:
+                raise
+    raise AssertionError("unreachable")
+
+
+class PortTaken(NatsServerError):
+    """nats-server could not listen on its port: something else had bound it."""
+
+
+def _start(store: Path, port: int, ready_timeout: float, config_file, pass_fds) -> NatsServer:
     store.mkdir(parents=True, exist_ok=True)
-    port = port or free_port()
     log_file = store / "nats-server.log"
+    offset = log_file.stat().st_size if log_file.exists() else 0  # the earlier runs' lines
     cmd = [find_binary(), *(["-c", str(config_file)] if config_file else []), "-a", "127.0.0.1",
            "-p", str(port), "-js", "-sd", str(store), "-l", str(log_file)]
     process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, start_new_session=True, pass_fds=pass_fds)
     server = NatsServer(process, port, store, log_file)
-    _wait_ready(server, ready_timeout)
+    _wait_ready(server, ready_timeout, offset)
     return server
 
 
-def _wait_ready(server: NatsServer, timeout: float) -> None:
+def _wait_ready(server: NatsServer, timeout: float, offset: int = 0) -> None:
+    """Until this server's own log says it is ready: a connection to the port alone could reach
+    another process that took the port (and this server then exits, unable to listen)."""
     deadline = time.monotonic() + timeout
+    ready = f"[{server.process.pid}] "
     while time.monotonic() < deadline:
         if server.process.poll() is not None:
             err = server.process.stderr.read().decode(errors="replace") if server.process.stderr else ""
-            raise NatsServerError(f"nats-server exited with {server.process.returncode}: {err.strip()}"
-                                  f" (log: {server.log_file})")
-        try:
-            with socket.create_connection(("127.0.0.1", server.port), timeout=0.2) as sock:
-                if sock.recv(4).startswith(b"INFO"):
-                    return
-        except OSError:
-            time.sleep(0.05)
+            said = f"{err.strip()} {own_lines(server.log_file, ready, offset)}".strip()
+            kind = PortTaken if "address already in use" in said else NatsServerError
+            raise kind(f"nats-server exited with {server.process.returncode}: {said[-600:]}"
+                       f" (log: {server.log_file})")
+        if "Server is ready" in own_lines(server.log_file, ready, offset):
+            return
+        time.sleep(0.05)
     server.stop()
-    raise NatsServerError(f"nats-server did not accept connections within {timeout}s")
+    raise NatsServerError(f"nats-server did not accept connections within {timeout}s (log: {server.log_file})")
+
+
+def own_lines(log_file: Path, prefix: str, offset: int = 0) -> str:
+    """The lines of the log this process wrote (the log is appended to across restarts), from
+    `offset` on."""
+    try:
+        with open(log_file, "rb") as log:
+            log.seek(offset)
+            text = log.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(line for line in text.splitlines() if line.startswith(prefix))

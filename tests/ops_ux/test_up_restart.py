@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from gpuledger_cli.ports import port_is_free
+from gpuledger_cli.ports import PortBook
 from gpuledger_cli.stack_env import read_env
 from tests.ops_ux.stack import Stack
 
@@ -28,9 +28,14 @@ def test_restarts_keep_every_url_and_the_cli_needs_none(tmp_path):
         first.stop()
     # a restart choosing its port, without the dashboard; then a plain one (three starts, not four:
     # each costs about 6.5 s of CPU)
-    chosen = next(p for p in range(24600, 24700) if port_is_free(p))
+    # a port free now, none of this stack's remembered ones, and reserved (gpuledger_cli/ports.py)
+    # until `up` listens on it: a fixed one, or one only free now, may be taken meanwhile by a
+    # stack another test (or worker) is starting
+    picker = PortBook(data)
+    chosen = picker.take("chosen-by-the-test")
     second = Stack(data, "--port", str(chosen), "--no-dashboard",
                    wanted=("GPULEDGER_NATS_URL", "GPULEDGER_PUBLISHER_URL"))
+    picker.release()
     second.stop()
     assert set(read_env(data)) == {"GPULEDGER_NATS_URL", "GPULEDGER_PUBLISHER_URL"}  # no dashboard, no metrics
     assert second.url.endswith(f":{chosen}")

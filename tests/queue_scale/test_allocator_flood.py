@@ -39,12 +39,19 @@ async def until(predicate, timeout=120.0):  # a guard against a hang, not a meas
     return predicate()
 
 
-async def first_batch_after(log, seq: int) -> ev.DecisionBatch:
-    """The first decision batch stored after `seq` that was decided on a fold reaching it."""
-    async for stored in log.read(seq + 1):
-        if isinstance(stored.event, ev.DecisionBatch) and stored.event.based_on_seq >= seq:
-            return stored.event
-    raise AssertionError(f"no decision batch after seq {seq}")
+async def first_batch_after(log, seq: int, timeout: float = 120.0) -> ev.DecisionBatch:
+    """The first decision batch stored after `seq` that was decided on a fold reaching it. The
+    allocator applies its own batch to its state before the batch is stored, so the state can show
+    the allocation first: the log is read on until the batch is there (the timeout guards a hang)."""
+    loop = asyncio.get_running_loop()
+    deadline, start = loop.time() + timeout, seq + 1
+    while loop.time() < deadline:
+        async for stored in log.read(start):
+            if isinstance(stored.event, ev.DecisionBatch) and stored.event.based_on_seq >= seq:
+                return stored.event
+            start = stored.seq + 1
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"no decision batch after seq {seq} within {timeout:g}s")
 
 
 def allocated(batch: ev.DecisionBatch) -> list[str]:
