@@ -58,6 +58,7 @@ def allocated(batch: ev.DecisionBatch) -> list[str]:
     return [d.claim_id for d in batch.decisions if isinstance(d, ev.ClaimAllocated)]
 
 
+@pytest.mark.timeout(600)  # each wait below is bounded on its own; together they may outlast 300 s
 async def test_a_claim_that_fits_is_placed_by_the_first_batch_while_1000_wait(log):
     log, url = log
     await register_nodes(log, h100_node("h0"), a100_mig_node("a0"))
@@ -73,10 +74,11 @@ async def test_a_claim_that_fits_is_placed_by_the_first_batch_while_1000_wait(lo
         state = allocator.state
 
         def stored(claim_id: str, after: int) -> bool:
-            """Allocated by a batch the log holds (a batch in flight is applied before it is stored)."""
+            """Allocated, by a pass that had folded `after` (a batch in flight is applied before it
+            is stored: first_batch_after reads on until the log holds it; waiting here for no batch
+            in flight could wait long while timer passes follow each other on a busy machine)."""
             claim = state.claims.get(claim_id)
-            return (claim is not None and claim.status == "allocated" and not allocator.own.holding
-                    and state.last_decision_seq > after)
+            return claim is not None and claim.status == "allocated" and state.last_decision_seq > after
 
         assert await until(lambda: stored("mig", mig.seq))
         assert "mig" in allocated(await first_batch_after(log, mig.seq))
