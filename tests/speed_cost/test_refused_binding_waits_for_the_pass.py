@@ -6,8 +6,6 @@ a consumer made, fetched from and deleted: four requests, half of the agents' NA
 `bench e2e --claims 20000`). The order of the two timers decides here, not the clock: the record
 is offered 0.3 s after the refusal, the wait is longer."""
 
-import asyncio
-
 from schemas import subjects
 from schemas.events import ClaimReleased
 from services.node_agent.binder import REFUSED_WAIT_S
@@ -17,23 +15,12 @@ from tests.speed_followers.test_refused_binding_waits_for_a_record import Alloca
 PASS_S = 0.3  # the record after the release comes this long after the refusal
 
 
-class AllocatorInAPass(AllocatorBehind):
-    async def append(self, subject, event, **kwargs):
-        try:
-            return await super(AllocatorBehind, self).append(subject, event, **kwargs)
-        except Exception:
-            if self.then is not None:
-                binder, newer = self.then
-                asyncio.get_running_loop().call_later(PASS_S, binder.offer, newer)
-            raise
-
-
 def test_the_wait_outlasts_a_pass_at_saturation():
     assert REFUSED_WAIT_S > PASS_S
 
 
 async def test_a_record_after_a_pass_binds_without_reading_the_fence(running):
-    log = AllocatorInAPass()
+    log = AllocatorBehind(record_after_s=PASS_S)  # the allocator in a pass
     binder, started, _ = binder_on(log)
     released = await log.append(subjects.node_releases(NODE), ClaimReleased(claim_id="a", at=1.0))
     log.then = (binder, record(claim("b", 1), seq=released.seq, fence=released.seq))

@@ -16,9 +16,9 @@ class AllocatorBehind(InMemoryEventLog):
     """Counts the agent's reads of its own subjects; when a binding is refused, the record the
     allocator writes after the release (`then`) reaches the binder a moment later."""
 
-    def __init__(self):
+    def __init__(self, record_after_s: float = 0.005):
         super().__init__()
-        self.reads, self.then = [], None
+        self.reads, self.then, self.record_after_s = [], None, record_after_s
 
     async def append(self, subject, event, **kwargs):
         try:
@@ -26,7 +26,7 @@ class AllocatorBehind(InMemoryEventLog):
         except AppendConflict:
             if self.then is not None:
                 binder, newer = self.then
-                asyncio.get_running_loop().call_later(0.005, binder.offer, newer)
+                asyncio.get_running_loop().call_later(self.record_after_s, binder.offer, newer)
             raise
 
     def own_subject_after(self, subject, after_seq=0):
