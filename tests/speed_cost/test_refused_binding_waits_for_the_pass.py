@@ -6,11 +6,10 @@ a consumer made, fetched from and deleted: four requests, half of the agents' NA
 `bench e2e --claims 20000`). The order of the two timers decides here, not the clock: the record
 is offered 0.3 s after the refusal, the wait is longer."""
 
-from schemas import subjects
-from schemas.events import ClaimReleased
 from services.node_agent.binder import REFUSED_WAIT_S
-from tests.node_agent.test_binder import NODE, binder_on, claim, record, running, stored_bindings, until  # noqa: F401
-from tests.speed_followers.test_refused_binding_waits_for_a_record import AllocatorBehind
+from tests.node_agent.test_binder import running  # noqa: F401
+from tests.speed_followers.test_refused_binding_waits_for_a_record import (
+    AllocatorBehind, binds_from_the_next_record_without_reading_the_fence)
 
 PASS_S = 0.3  # the record after the release comes this long after the refusal
 
@@ -20,13 +19,4 @@ def test_the_wait_outlasts_a_pass_at_saturation():
 
 
 async def test_a_record_after_a_pass_binds_without_reading_the_fence(running):
-    log = AllocatorBehind(record_after_s=PASS_S)  # the allocator in a pass
-    binder, started, _ = binder_on(log)
-    released = await log.append(subjects.node_releases(NODE), ClaimReleased(claim_id="a", at=1.0))
-    log.then = (binder, record(claim("b", 1), seq=released.seq, fence=released.seq))
-    binder.offer(record(claim("a", 0), claim("b", 1), seq=0))  # before the release: refused
-    running(binder)
-    assert await until(lambda: started == ["b"])
-    assert [ids for _, ids in await stored_bindings(log)] == [["b"]]
-    assert binder.refusals == 1 and binder.appends == 1
-    assert subjects.node_fence(NODE) not in log.reads
+    await binds_from_the_next_record_without_reading_the_fence(AllocatorBehind(record_after_s=PASS_S), running)

@@ -35,7 +35,11 @@ class AllocatorBehind(InMemoryEventLog):
 
 
 async def test_a_refused_binding_binds_from_the_next_record_without_reading_the_fence(running):
-    log = AllocatorBehind()
+    await binds_from_the_next_record_without_reading_the_fence(AllocatorBehind(), running)
+
+
+async def binds_from_the_next_record_without_reading_the_fence(log: AllocatorBehind, running) -> None:
+    """A binding refused (offered before the release), then the record `log` offers after it."""
     binder, started, _ = binder_on(log)
     released = await log.append(subjects.node_releases(NODE), ClaimReleased(claim_id="a", at=1.0))
     log.then = (binder, record(claim("b", 1), seq=released.seq, fence=released.seq))
