@@ -36,7 +36,7 @@ def _reserved(w: dict[str, str]) -> list[dict]:
              "not": _present(w["workload"], {"enum": list(RESERVED_WORKLOADS)})},
             {"description": f"labels {', '.join(RESERVED_LABELS)} are reserved: the claim service writes "
                             "them on the claims of GpuClaim objects",
-             "properties": {w["labels"]: {"propertyNames": {"not": {"enum": list(RESERVED_LABELS)}}}}}]
+             "properties": {w["labels"]: {"type": "object", "propertyNames": {"not": {"enum": list(RESERVED_LABELS)}}}}}]
 
 
 def _present(wire: str, schema: dict) -> dict:
