@@ -252,7 +252,9 @@ def register(app: typer.Typer) -> None:
                                             "printed as GPULEDGER_SYSTEM_<NAME>_URL")) -> None:
         """Run NATS (embedded by default), all five services and, with --demo, simulated nodes."""
         try:
-            systems = parse_systems(system) if system else Settings().systems
+            # every GPULEDGER_* variable is checked here, once, before anything starts: a bad one
+            # otherwise stopped each child in turn, and `up` with them after its restarts
+            systems = Settings(systems=parse_systems(system)).systems if system else Settings().systems
         except SystemsError as err:
             raise typer.BadParameter(str(err), param_hint="--system")
         _run_up(demo, data_dir, nats_url, fleet, port or None, ready_timeout, dashboard, cluster, auth,
