@@ -58,3 +58,13 @@ def test_the_dashboard_alone_names_a_bad_port(monkeypatch):
     with pytest.raises(SystemExit) as stopped:
         main()
     assert str(stopped.value) == "GPULEDGER_DASHBOARD_PORT must be a number, got 'http'"
+
+
+def test_projection_status_of_a_data_folder_with_no_read_models_makes_no_file(tmp_path):
+    """Session 29: it connected to the SQLite file that was not there, so made an empty database
+    (in ./.gpuledger by default, which the next `up` there then found), and said only "no read
+    models": a stack started with `up --data-dir DIR` keeps them in DIR."""
+    result = invoke("projection", "status", env={"GPULEDGER_DATA_DIR": str(tmp_path / "data"), "GPULEDGER_DB_URL": None})
+    assert result.returncode == 1, result
+    assert "no such file" in result.stderr and "GPULEDGER_DATA_DIR=DIR" in result.stderr
+    assert not (tmp_path / "data").exists()
