@@ -355,7 +355,11 @@ class Allocator:
                     self.dirty.set()
                     return 0
             self.batches_appended += 1
-            await self.wait_for_seq(appended.seq)
+            if self.own.settle_at_ack(self.state, appended.seq, batch):  # the fold was right before it
+                if self.node_records is not None:  # written after this pass, not when it comes
+                    self.node_records.mark(nodes_touched(self.state, batch))
+            else:
+                await self.wait_for_seq(appended.seq)
         finally:
             if records is not None:
                 records.release()
