@@ -3,8 +3,9 @@
 One task follows the log and folds every event into the in-memory state (the projection); another
 decides whenever something relevant changed or a timer tick is due, and appends the decisions as
 one `DecisionBatch` with `Nats-Expected-Last-Subject-Sequence` on the decision subject. It then
-waits until its own batch comes back through the log before deciding again, so the state it
-decides on is always exactly a prefix of the log. A wrong-last-sequence answer means another
+waits until its own batch is folded before deciding again (at its ack, when the fold is right
+before it: `OwnBatch.settle_at_ack`), so the state it decides on is always exactly a prefix of the
+log. A wrong-last-sequence answer means another
 allocator decided first: catch up to that sequence, decide again. Under load the claims that
 arrive while a batch is in flight are decided together in the next one.
 """
