@@ -188,6 +188,14 @@ class Allocator:
     # --- deciding ----------------------------------------------------------------------------
 
     async def decide_forever(self) -> None:
+        """Pass after pass. A pass that is due when the last one ends (claims were folded while
+        its batch was in flight) starts at once, without first yielding to the event loop: that
+        yield ran a whole loop iteration before every such pass (the socket write of the records
+        `passed()` just published, the reads and folds of whatever had arrived, other tasks), and
+        on a busy machine an iteration is a millisecond or more (docs/benchmarks.md, "Session 29,
+        speed-latency"). What arrives meanwhile is folded while this pass's batch waits for its
+        ack, and the records go out in the same socket write as the batch. Every pass that
+        appends awaits its ack, so the rest of the process never waits long for the loop."""
         await self.caught_up.wait()
         loop = asyncio.get_running_loop()
         next_tick = loop.time()
@@ -220,8 +228,7 @@ class Allocator:
         """Until something relevant changed or the loop's clock reaches `deadline` (the tick).
         Not `asyncio.wait_for`, which makes a task, a waiter and a timer each time: at 1,000
         claims/s the allocator waits a few hundred times a second."""
-        if self.dirty.is_set():
-            await asyncio.sleep(0)  # what is ready runs first (the fold, the records' writer)
+        if self.dirty.is_set():  # no yield: see `decide_forever`
             return
         loop = asyncio.get_running_loop()
         if loop.time() >= deadline:
