@@ -144,8 +144,8 @@ def _allocated(state: State, d: ev.ClaimAllocated) -> None:
     tflops, limit_tflops = d.tflops, d.limit_tflops
     claim.tflops, claim.vram_mib = tflops, d.vram_mib
     claim.limit_tflops, claim.limit_vram_mib = limit_tflops, d.limit_vram_mib
-    tflops_m = claim.tflops_m = round(tflops * 1000)  # milli_tflops
-    limit_m = claim.limit_tflops_m = round(limit_tflops * 1000)
+    tflops_m, limit_m = round(tflops * 1000), round(limit_tflops * 1000)  # milli_tflops
+    claim.tflops_m, claim.limit_tflops_m = tflops_m, limit_m
     claim.borrowed_from = d.borrowed_from
     cid = spec.claim_id
     if granted is None:

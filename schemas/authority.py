@@ -172,10 +172,10 @@ def _node_checker(prefix: str, suffix: str, field: Callable[[Any], Any],
 
     def keyed(subject: str, event: Any) -> bool:
         value = field(event)
-        if admitted.get(subject) == value:
-            return True
         if not value:
             return False
+        if admitted.get(subject) == value:
+            return True
         if subject == prefix + value + suffix:  # the usual case: the id is its own token
             if safe(value) is None and _token(value) != value:
                 return False

@@ -132,6 +132,7 @@ def test_a_node_subject_remembered_for_one_node_refuses_another():
     assert authority.admits(beat, ev.NodeHeartbeat(node="n9"))
     assert not authority.admits(beat, ev.NodeHeartbeat(node="n99"))
     assert not authority.admits(beat, ev.NodeHeartbeat(node=""))
+    assert not authority.admits(subjects.node("never-seen"), ev.NodeHeartbeat(node=None))  # not a name
     odd = subjects.node("n.9")  # gpu.evt.node.n_9: the writer's rewrite of an odd name
     assert authority.admits(odd, ev.NodeHeartbeat(node="n.9"))
     assert authority.admits(odd, ev.NodeHeartbeat(node="n_9"))

@@ -82,3 +82,36 @@ def test_submits_of_every_shape_key():
     for end in list(range(1, 45)) + [len(log.events)]:
         assert_same(log.events[:end])
     assert log.state.submitted == 1140
+
+
+def test_an_allocation_whose_fold_raises_leaves_what_evolves_leaves():
+    """A decision no allocator writes (a limit of 1e400 TFLOPs: infinite) raises in the middle of
+    its fold; the follower counts and skips it, keeping what the fold changed before: the same
+    changes both ways."""
+    from ledger.catchup import CATCH_UP
+    from ledger.evolve import HANDLERS
+    from ledger.state import State, defer_index
+    from tests.speed.test_replay_catchup_fold import everything
+
+    log = Ledger()
+    log.append(h100_node("n0"), claim("a"), claim("b"), claim("c"))
+    huge = float("inf")
+    log.events.append((5, ev.DecisionBatch(decisions=[
+        ev.ClaimAllocated(claim_id="a", namespace="team-a", node="n0", limit_tflops=huge,
+                          grants=[Grant(node="n0", uuid="GPU-n0-0", index=0)])])))
+    log.events.append((6, ev.DecisionBatch(decisions=[
+        ev.ClaimAllocated(claim_id="b", namespace="team-a", node="n0", tflops=huge,
+                          grants=[Grant(node="n0", uuid="GPU-n0-1", index=1)])])))
+    log.events.append((7, ev.DecisionBatch(decisions=[one("c", "n0", "GPU-n0-2")])))
+    states = []
+    for table in (HANDLERS, CATCH_UP):
+        state, raised = State(), 0
+        defer_index(state)
+        for seq, event in log.events:
+            try:
+                table[type(event)](state, event, seq)
+            except (OverflowError, ValueError):
+                raised += 1
+        assert raised == 2
+        states.append(everything(state))
+    assert states[0] == states[1]
