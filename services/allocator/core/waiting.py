@@ -31,22 +31,41 @@ import msgspec
 
 from schemas.types import QuotaSpec
 
-from ledger.cohorts import quota_of
+from ledger.cohorts import quota_of, tree_of
 from ledger.state import Claim, State
 
 _KEY = msgspec.msgpack.Encoder()
 
 
-def alike_key(state: State, claim: Claim) -> bytes:
-    """Equal for claims whose specs are equal but for the claim id (the bucket they share). A claim
-    whose use is checked against a quota or a pool gets a bucket of its own: what it is told
-    (quota reasons with the namespace's use in them) is worked out claim by claim, and is kept
-    exactly as the walk of every claim told it. Quotas and pools change only with a `grow`, which
-    rebuilds the index."""
+def alike_key(claim: Claim) -> bytes:
+    """Equal for claims whose specs are equal but for the claim id (the bucket they share)."""
+    return _KEY.encode(msgspec.structs.replace(claim.spec, claim_id=""))
+
+
+def use_stamp(state: State, run, claim: Claim) -> tuple | None:
+    """What a claim's try reads in a pass beyond its spec, the fleet (which only fills up while no
+    eviction or reclaim is tried) and the shapes failed so far: `()` for a claim outside pools and
+    use-limiting quotas; for one under such a quota, the use its quota reasons are worked out from
+    (its namespace's, or its whole cohort tree's) and the explained shapes (`failed_gen`); for one
+    in a pool, the latter. None when the claim's chosen devices were priced out of its quota
+    (`run.priced_out`): a claim alike may be placed on others. A member of a bucket behind one that
+    failed is told what that one was told only while this is the same: the walk of every claim
+    would tell it exactly that."""
     spec = claim.spec
-    if spec.pool or _checks_use(quota_of(state, spec.namespace)):
-        return _KEY.encode(spec)
-    return _KEY.encode(msgspec.structs.replace(spec, claim_id=""))
+    quota = quota_of(state, spec.namespace)
+    limited = _checks_use(quota)
+    if not limited and not spec.pool:
+        return ()
+    if run.priced_out:
+        return None
+    if not limited:
+        use = None
+    elif spec.namespace in tree_of(state):
+        use = state.usage_version  # any use in the tree may be in its reasons
+    else:
+        u = state.usage.get(spec.namespace)
+        use = None if u is None else (u.tflops_m, u.vram_mib, u.limit_tflops_m, u.limit_vram_mib, u.workers)
+    return (run.failed_gen, use)
 
 
 def _checks_use(quota: QuotaSpec | None) -> bool:
@@ -61,13 +80,16 @@ def _checks_use(quota: QuotaSpec | None) -> bool:
 _NO_LIMITS = QuotaSpec()
 
 
+MIXED = object()  # Bucket.pass_told: members that failed in one pass were told different things
+
+
 class Bucket:
     """Claims alike, in submit order (`members[start:]`; ended ones are skipped, then dropped),
     with each one's ordinal in the index (`ords`: submit order, unique, where claims of one stored
     batch share a seq)."""
 
     __slots__ = ("key", "members", "ords", "start", "epoch", "settled_upto", "failed_pass", "told", "room_changes",
-                 "no_hold_pass", "prior_epoch", "synced")
+                 "no_hold_pass", "prior_epoch", "synced", "stamp", "pass_told")
 
     def __init__(self, key: bytes) -> None:
         self.key = key
@@ -82,16 +104,26 @@ class Bucket:
         # the pass's evictions and reclaims tried until then (after another, members are tried)
         self.told: list | None = None
         self.room_changes = 0
+        self.stamp: tuple | None = ()  # use_stamp when it failed (None: members behind are tried)
         self.no_hold_pass = -1  # the pass in which a starving member found no node left to hold
         self.synced: list | None = None  # reasons a pass told every decided member, to the last
+        # what every member that failed in the last pass was told (MIXED: not the same for all;
+        # None: they kept their own): a pass that tried a member behind another (its namespace's
+        # use changed) may tell two parts of a bucket two things, and then `synced` is not set
+        self.pass_told: list | None | object = None
 
     def after_settled(self, pos: int) -> int:
         """The first position past `pos` holding a member never decided (or len(members))."""
         return bisect_right(self.ords, self.settled_upto, lo=pos + 1)
 
-    def failed(self, pos: int, epoch: int, pass_no: int) -> None:
+    def failed(self, pos: int, epoch: int, pass_no: int, told: list | None) -> None:
         if self.failed_pass != pass_no:  # kept for a pass cut short (queue._cut)
             self.prior_epoch = epoch if self.epoch is None else min(self.epoch, epoch)
+            self.pass_told = told
+        elif told != self.pass_told:
+            self.pass_told = MIXED
+        if told is not None and told != self.synced:  # a member no longer has what they all had
+            self.synced = None
         self.epoch, self.failed_pass = epoch, pass_no
         self.settled_upto = max(self.settled_upto, self.ords[pos])
 
@@ -169,7 +201,7 @@ class WaitingIndex:
 
     def _add(self, state: State, claim: Claim) -> Bucket:
         """Last of its bucket: claims come in submit order (the tail of `state.claims`, or all of it)."""
-        key = alike_key(state, claim)
+        key = alike_key(claim)
         bucket = self.buckets.get(key)
         if bucket is None:
             bucket = self.buckets[key] = Bucket(key)
