@@ -61,10 +61,11 @@ def walk_queue(state: State, run: Pass, epoch: int) -> None:
     visit = _Visit(state, run, epoch, index, done_gangs)
     passed = _PassedOver(state, run)
     budget = run.ctx.max_decisions
+    key = ()
     while heap:
         if len(run.decisions) >= budget:
             if not visit.placing_only:  # (the walk past the budget decides no failure: nothing to undo)
-                _cut(heap, index.passes)
+                _cut(index, heap, passed, key, shares)
             if visit.placing_only or not run.ctx.backfill_past_budget:
                 return
             visit.placing_only, budget = True, 2 * budget
@@ -107,6 +108,18 @@ class _PassedOver:
             return  # claims alike outside quotas and pools: they would fail alike (waiting.py)
         self.entries.append((bucket, start, end, self._as_of(bucket, start)))
 
+    def stamped(self, bucket: Bucket, pos: int) -> bool:
+        return use_stamp(self.state, self.run, bucket.members[pos]) != ()
+
+    def unreached(self, visited: tuple, shares: dict[str, float]) -> list[tuple[Bucket, int, int]]:
+        """(bucket, position, end) of the members passed over whose turn had not come."""
+        found = []
+        for bucket, start, end, _ in self.entries:
+            pos = start + bisect_right(range(start, end), visited, key=lambda p: _order(bucket, p, shares))
+            if pos < end:
+                found.append((bucket, pos, end))
+        return found
+
     def reopened(self, visited: tuple, shares: dict[str, float]) -> list:
         """Heap items for the members passed over whose turn (after `visited`) is still to come,
         of buckets for which something changed since."""
@@ -129,12 +142,23 @@ class _PassedOver:
         return items
 
 
-def _cut(heap: list, pass_no: int) -> None:
-    """The pass stopped at its decision limit: a bucket that failed in it but whose decided members
-    were not all reached keeps the older epoch they failed at (they were not retried)."""
-    for _, bucket, pos, _ in heap:
-        if bucket.failed_pass == pass_no and bucket.ords[pos] <= bucket.settled_upto:
+def _cut(index: WaitingIndex, heap: list, passed: _PassedOver, visited: tuple, shares: dict[str, float]) -> None:
+    """The pass stopped at its decision limit: members of a bucket that failed in it, decided
+    before but not reached, keep the older epoch they failed at (they were not retried). Claims
+    alike outside quotas and pools: the whole bucket does (the next pass would tell them nothing
+    new: waiting.py). Under a quota or in a pool, what they are told depends on when they are
+    tried, so they leave for a bucket of their own, as of that epoch (`WaitingIndex.split`)."""
+    pass_no, unreached = index.passes, {}
+    ranges = [(bucket, pos, end) for _, bucket, pos, end in heap] + passed.unreached(visited, shares)
+    for bucket, pos, end in ranges:
+        if bucket.failed_pass != pass_no or bucket.ords[pos] > bucket.settled_upto:
+            continue
+        if not passed.stamped(bucket, pos):
             bucket.epoch = bucket.prior_epoch
+            continue
+        upto = bisect_right(bucket.ords, bucket.settled_upto, lo=pos, hi=end)
+        unreached.setdefault(bucket, set()).update(bucket.members[p].claim_id for p in range(pos, upto))
+    index.to_split = list(unreached.items())
 
 
 def _shares(state: State, namespaces: set[str]) -> dict[str, float]:
@@ -250,7 +274,7 @@ class _Visit:
         if told and bucket.told is not None:
             last = bucket.after_settled(pos) - 1
             told_all = bucket.synced == bucket.told and bucket.members[last].reasons == bucket.told
-            if told_all and len(run.held) == held:
+            if len(run.held) == held and (told_all or _told_already(bucket, pos, last)):
                 return last + 1  # a pass told them all this, and it was stored (the last one has it)
             pend(self.state, run, claim, list(bucket.told))
             if bucket.told != bucket.synced:  # (a pass cut short leaves the members behind as they were)
@@ -261,6 +285,15 @@ class _Visit:
         if len(run.held) > held:
             return pos + 1
         return bucket.after_settled(pos)
+
+
+def _told_already(bucket: Bucket, pos: int, last: int) -> bool:
+    """Every member from `pos` to `last` has the reasons its bucket's members are told now (a
+    scan in C: no Python call per member), so telling each would record nothing."""
+    return all(map(bucket.told.__eq__, map(_REASONS, bucket.members[pos:last + 1])))
+
+
+_REASONS = attrgetter("reasons")
 
 
 def forget_ended(state: State, book: dict) -> None:

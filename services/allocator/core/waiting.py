@@ -12,6 +12,16 @@ failed; a pass without the timers skips it whole while nothing that could help i
 (`queue.nothing_new_for`). Ordering is kept: the buckets' next members are merged in queue order
 (priority, fair share, age), so a claim is tried exactly where the full walk would try it.
 
+Claims under a quota that limits use, or in a pool, too (since session 29): what they are told
+has their namespace's use in it (`quota exceeded ... in use 48Gi`), which moves as the pass places
+claims of that namespace. So a member behind one that failed is told what that one was told only
+while its namespace's use (its cohort tree's), the shapes explained and the room are as they were
+then (`use_stamp`); members passed over on that ground are visited after all when it changes
+later in the pass (`queue._PassedOver`); and members a pass cut short at its budget did not reach
+leave for a bucket of their own that keeps the epoch they failed at before (`split`): the walk of
+every claim tries each of them by its own epoch. tests/queue_scale/test_quota_buckets.py compares
+with that walk.
+
 Caller-owned, like the score memo (`DecideContext.waiting`): the allocator keeps one across its
 passes. It indexes `state.queue` (pending, not parked) and follows it by what is cheap to see:
 claims submitted since the last pass are the tail of `state.claims` (submit order); claims that
@@ -52,8 +62,9 @@ def use_stamp(state: State, run, claim: Claim) -> tuple | None:
     failed is told what that one was told only while this is the same: the walk of every claim
     would tell it exactly that."""
     spec = claim.spec
-    quota = quota_of(state, spec.namespace)
-    limited = _checks_use(quota)
+    limited = run.use_limited.get(spec.namespace)
+    if limited is None:  # once a pass for each namespace (quotas change only between passes)
+        limited = run.use_limited[spec.namespace] = _checks_use(quota_of(state, spec.namespace))
     if not limited and not spec.pool:
         return ()
     if run.priced_out:
@@ -141,6 +152,9 @@ class WaitingIndex:
         self.passes = 0
         self.placed: list[tuple[Bucket, Claim, int]] = []  # placed in the last pass (a rollback reopens)
         self.repairs = 0  # rebuilds because a pending claim was missing (expected: none)
+        # (bucket, claim ids) to split off at the next sync: members a pass cut short did not reach
+        self.to_split: list[tuple[Bucket, set[str]]] = []
+        self.parts = 0
         self.rebuilds = 0
 
     def sync(self, state: State, check: bool = False) -> None:
@@ -158,17 +172,45 @@ class WaitingIndex:
                 self.rebuild(state)
             elif len(self.ids) > 2 * len(state.queue) + 64:
                 self.rebuild(state)
+        self.split()
         for bucket, claim, ordinal in self.placed:  # placed, then rolled back (fenced out): decide again
             if claim.status == "pending" and ordinal <= bucket.settled_upto:
                 bucket.settled_upto = ordinal - 1
         self.placed.clear()
         self._drop_ended_fronts(state)
 
+    def split(self) -> None:
+        """Members of a bucket under a quota or in a pool that a pass cut short at its decision
+        budget did not reach (`queue._cut`) leave for a bucket of their own, with the epoch they
+        failed at before that pass: the walk of every claim would try them when something new
+        since then came, while the members it reached wait for something new since this pass.
+        Claims alike still, merged in queue order with the rest; new claims join the bucket of
+        their key."""
+        for bucket, moving in self.to_split:
+            self.parts += 1
+            part = Bucket(bucket.key + b"\x00" + str(self.parts).encode())
+            members, ords = bucket.members[:bucket.start], bucket.ords[:bucket.start]
+            for member, ordinal in zip(bucket.members[bucket.start:], bucket.ords[bucket.start:]):
+                kept = (part.members, part.ords) if member.claim_id in moving else (members, ords)
+                kept[0].append(member)
+                kept[1].append(ordinal)
+            if not part.members:
+                continue
+            bucket.members, bucket.ords = members, ords
+            part.epoch = part.prior_epoch = bucket.prior_epoch
+            part.settled_upto = part.ords[-1]
+            for member in part.members:
+                self.ids[member.claim_id] = part
+            self.buckets[part.key] = part
+        self.to_split = []
+        self.placed = [(self.ids.get(c.claim_id, b), c, o) for b, c, o in self.placed]
+
     def rebuild(self, state: State) -> None:
         self.rebuilds += 1
         self.claims_of, self.grown_at = state.claims, state.grown_at
         settled = {c.claim_id for b in self.buckets.values()  # kept across the new ordinals
                    for c in b.members[b.start:bisect_right(b.ords, b.settled_upto, lo=b.start)]}
+        was_in = {c: b for c, b in self.ids.items() if self.buckets.get(b.key) is b}  # (parts split off stay)
         self.ids = {}
         self.next_ord = 0  # ordinals anew, in submit order (the order of `state.claims`)
         for bucket in self.buckets.values():
@@ -176,7 +218,7 @@ class WaitingIndex:
         queue = state.queue
         for claim in state.claims.values():
             if claim.claim_id in queue:
-                bucket = self._add(state, claim)
+                bucket = self._add(state, claim, was_in.get(claim.claim_id))
                 if claim.claim_id in settled:
                     bucket.settled_upto = bucket.ords[-1]
         self.seen_seq = max((c.seq for c in state.claims.values()), default=0)
@@ -199,12 +241,14 @@ class WaitingIndex:
             if claim.claim_id in queue and claim.claim_id not in self.ids:
                 self._add(state, claim)
 
-    def _add(self, state: State, claim: Claim) -> Bucket:
-        """Last of its bucket: claims come in submit order (the tail of `state.claims`, or all of it)."""
-        key = alike_key(claim)
-        bucket = self.buckets.get(key)
+    def _add(self, state: State, claim: Claim, bucket: Bucket | None = None) -> Bucket:
+        """Last of its bucket: claims come in submit order (the tail of `state.claims`, or all of it).
+        `bucket`: the one it was in (a part split off), else the one of its key."""
         if bucket is None:
-            bucket = self.buckets[key] = Bucket(key)
+            key = alike_key(claim)
+            bucket = self.buckets.get(key)
+            if bucket is None:
+                bucket = self.buckets[key] = Bucket(key)
         bucket.members.append(claim)
         bucket.ords.append(self.next_ord)
         self.next_ord += 1
