@@ -80,6 +80,13 @@ def load_document(path: str | Path) -> object:
     return documents[0] if documents else None
 
 
+# Far more values than any manifest has (a quota or a pool is a few dozen), far fewer than a YAML
+# "billion laughs" expands to: nine aliases of nine aliases ... of a list are 9**9 values in a
+# few hundred bytes, shared while loaded, copied out by whatever walks them (a conversion, the JSON
+# sent to a service), which then ran for minutes and took every byte of memory (session 29).
+MAX_VALUES = 100_000
+
+
 def _parse(text: str) -> list:
     try:
         return [json.loads(text, object_pairs_hook=_unique_pairs)]
@@ -87,7 +94,26 @@ def _parse(text: str) -> list:
         raise
     except ValueError:
         pass  # not JSON: YAML (of which JSON is a part) says what is wrong
-    return list(yaml.load_all(text, Loader=_StrictLoader))
+    documents = list(yaml.load_all(text, Loader=_StrictLoader))
+    _refuse_expansion(documents)
+    return documents
+
+
+def _refuse_expansion(documents: list) -> None:
+    """Count the values as a reader walking the documents meets them (an alias's target once per
+    alias), stopping at MAX_VALUES."""
+    todo, seen = [documents], 0
+    while todo:
+        value = todo.pop()
+        seen += 1
+        if seen > MAX_VALUES:
+            raise DocumentError(f"holds more than {MAX_VALUES:,} values once its aliases are expanded "
+                                "(*name repeats what &name marks): a manifest needs a few dozen")
+        if isinstance(value, dict):
+            todo.extend(value.keys())
+            todo.extend(value.values())
+        elif isinstance(value, list):
+            todo.extend(value)
 
 
 def _unique_pairs(pairs: list[tuple[str, object]]) -> dict:

@@ -2,9 +2,26 @@
 
 from __future__ import annotations
 
+import math
+
+import click
 import typer
 
 from gpuledger_cli import commands_registry
+
+
+def _finite(self, value, param, ctx):
+    """click's FLOAT takes what Python's float() does, `nan` and `inf` too, and a range's bounds
+    let NaN through (every comparison with it is false): `claim submit --wait nan` sent a request
+    it gave up on at once ("no answer ... within nans"), `--lease nan` reached the service as
+    null. Every float option of the CLI is a finite number; the usage error names the option."""
+    number = click.types._NumberParamTypeBase.convert(self, value, param, ctx)
+    if not math.isfinite(number):
+        self.fail(f"{value!r} is not a finite number.", param, ctx)
+    return number
+
+
+click.types.FloatParamType.convert = _finite  # FloatRange checks its bounds on what this returns
 
 # rich_markup_mode=None: typer's rich help formatter costs about 0.4 s of CPU to import, more than
 # everything else `gpuledger --help` does; each area's own help (`gpuledger claim --help`) keeps it.

@@ -46,6 +46,18 @@ def _engine(url: str, schema: str | None):
         die(f"--db {url!r} is not a usable database URL ({type(error).__name__}: {error})")
 
 
+def _sqlite_file_or_die(url: str) -> None:
+    """Looking at a SQLite file that is not there made it (an empty database in ./.gpuledger, found
+    by the next `up` here) and then said there were no read models: the stack keeps them in the
+    data folder it was started with, which the CLI does not know (session 29)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return
+    if not Path(parsed.database).exists():
+        die(f"no read models in {url}: no such file. A stack started with `gpuledger up --data-dir DIR` "
+            "keeps them in DIR: set GPULEDGER_DATA_DIR=DIR (or GPULEDGER_DB_URL as `up` had it), or give --db")
+
+
 def _check_point(seq: Optional[int], when: Optional[str], seq_flag: str, time_flag: str) -> Optional[float]:
     if seq is not None and when is not None:
         die(f"give {seq_flag} or {time_flag}, not both")
@@ -93,6 +105,7 @@ def status(db: Optional[str] = DbUrl, schema: Optional[str] = Schema,
            as_json: bool = typer.Option(False, "--json", help="print JSON instead of text"), url: Optional[str] = NatsUrl) -> None:
     """The projection's position against the stream's last sequence, and its row counts."""
     db_url = db or Settings().database_url
+    _sqlite_file_or_die(db_url)
     engine = _engine(db_url, schema)
     report = {"database": make_url(db_url).render_as_string(hide_password=True),
               "revision": current_revision(engine)}

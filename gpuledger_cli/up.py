@@ -33,6 +33,7 @@ from shared import nats_auth
 from shared.natscluster import connect_args, start_nats_cluster
 from shared.natsserver import NatsServerError, start_nats_server
 from shared.jetstream import ensure_streams
+from shared.priority import NICE_WHEN_READY_ENV
 from shared.retry import until_done
 from shared.service import READY_SUBJECT
 from shared.settings import Settings
@@ -48,9 +49,12 @@ def _say(message: str) -> None:
 
 
 class Child:
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path):
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path,
+                 service: bool = False):
         self.name, self.argv, self.env, self.log_path = name, argv, env, log_dir / f"{name}.log"
         self.nice = nice_of(name, env)  # off the claim path: a lower CPU priority (up_nice.py)
+        if service and self.nice:  # a service starts at full priority and lowers it when ready
+            self.env, self.nice = env | {NICE_WHEN_READY_ENV: str(self.nice)}, 0
         self.process: subprocess.Popen | None = None
         self.folder: FolderLock | None = None  # `up`'s lock on the data folder: every child keeps it
 
@@ -109,7 +113,7 @@ def _children(services: list[str], env: dict[str, str], log_dir: Path, fleet: st
         own = {"GPULEDGER_NATS_URL": urls[up_auth.child_user(name)]} if urls else {}
         return env | up_web.metrics_port_env(book, name) | own
 
-    children = [Child(s, [exe, "-m", "gpuledger_cli.main", "service", s], env_of(s), log_dir)
+    children = [Child(s, [exe, "-m", "gpuledger_cli.main", "service", s], env_of(s), log_dir, service=True)
                 for s in services]
     if fleet:
         children.append(Child("node-agents", [exe, "-m", "services.node_agent", "--fleet", fleet],
@@ -248,7 +252,9 @@ def register(app: typer.Typer) -> None:
                                             "printed as GPULEDGER_SYSTEM_<NAME>_URL")) -> None:
         """Run NATS (embedded by default), all five services and, with --demo, simulated nodes."""
         try:
-            systems = parse_systems(system) if system else Settings().systems
+            # every GPULEDGER_* variable is checked here, once, before anything starts: a bad one
+            # otherwise stopped each child in turn, and `up` with them after its restarts
+            systems = Settings(systems=parse_systems(system)).systems if system else Settings().systems
         except SystemsError as err:
             raise typer.BadParameter(str(err), param_hint="--system")
         _run_up(demo, data_dir, nats_url, fleet, port or None, ready_timeout, dashboard, cluster, auth,

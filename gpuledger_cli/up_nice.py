@@ -10,6 +10,10 @@ of the fleet's heartbeats. They still get every cycle the claim path leaves (nic
 a starvation: on an idle core a niced process runs at full speed), so the only cost is that under
 load they lag a little more (the read model, drift checks, the agents' bindings, all of which are
 asynchronous already). `GPULEDGER_UP_NICE=0` starts every process at the same priority.
+
+A service among them starts at full priority and lowers its own once it announced itself ready
+(shared/priority.py): its start (imports, catch-up) does not run at the low weight, which on a busy
+machine could take it past `up`'s ready timeout. The agents and the dashboard start lowered.
 """
 
 from __future__ import annotations

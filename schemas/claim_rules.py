@@ -11,13 +11,32 @@ from __future__ import annotations
 import msgspec
 
 from schemas.catalogue import ANY_GROUP, CATALOGUE, CUDA_VERSIONS, GPU_GROUPS, MODELS, cuda_allowed_for
+from schemas.kubernetes import CLAIM_NAME_LABEL, CLAIM_NAMESPACE_LABEL, CLAIM_UID_LABEL
 
 
-def claim_rules(struct: type) -> list[dict]:
-    """`allOf` members for a ClaimSpec-like Struct, each with a description of its rule."""
+# What only the claim service writes on a claim, so a publisher's claim may not (services/claim/
+# validation.py): the workload of its model slots, and the labels that tie a claim to the GpuClaim
+# object it was made for (the pod webhook finds a GpuClaim's claim by them).
+SLOT_WORKLOAD = "helix-slot"
+RESERVED_WORKLOADS = (SLOT_WORKLOAD,)
+RESERVED_LABELS = (CLAIM_NAMESPACE_LABEL, CLAIM_NAME_LABEL, CLAIM_UID_LABEL)
+
+
+def claim_rules(struct: type, published: bool = True) -> list[dict]:
+    """`allOf` members for a ClaimSpec-like Struct, each with a description of its rule; a claim as
+    a publisher sends it (`published`), not as the log holds it, names no reserved workload."""
     w = {f.name: f.encode_name for f in msgspec.structs.fields(struct)}
     return [*_one_shape(w), *_gpus_per_shape(w), _models_or_groups(w), _any_alone(w),
-            *_mig_per_model(w), *_gang(w), *_cuda_per_architecture(w)]
+            *_mig_per_model(w), *_gang(w), *_cuda_per_architecture(w), *(_reserved(w) if published else [])]
+
+
+def _reserved(w: dict[str, str]) -> list[dict]:
+    return [{"description": f"workload {', '.join(RESERVED_WORKLOADS)} is reserved: the claim service "
+                            "writes it for its model slots",
+             "not": _present(w["workload"], {"enum": list(RESERVED_WORKLOADS)})},
+            {"description": f"labels {', '.join(RESERVED_LABELS)} are reserved: the claim service writes "
+                            "them on the claims of GpuClaim objects",
+             "properties": {w["labels"]: {"type": "object", "propertyNames": {"not": {"enum": list(RESERVED_LABELS)}}}}}]
 
 
 def _present(wire: str, schema: dict) -> dict:

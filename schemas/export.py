@@ -78,7 +78,7 @@ def _document(types, file_name: str, title: str) -> dict:
     for name, struct in CLAIM_SPELLINGS.items():
         definition = doc.get("$defs", {}).get(name)
         if definition is not None:
-            definition["allOf"] = claim_rules(struct)
+            definition["allOf"] = claim_rules(struct, published=file_name != "events.json")
     return doc
 
 

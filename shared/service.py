@@ -14,6 +14,7 @@ from typing import Any
 from faststream.nats import NatsBroker
 from nats.aio.client import Client
 
+from shared.priority import lower_when_ready
 from shared.jetstream import JetStreamEventLog, ensure_streams
 from shared.metrics import Metrics
 from shared.retry import quiet_error, until_done
@@ -165,6 +166,7 @@ async def serve(name: str, settings: Settings, build: Builder) -> None:
         await _serve_metrics(ctx, settings)
     log.info("%s ready", name)
     await ctx.nc.publish(f"{READY_SUBJECT}.{name}", b"")  # `gpuledger up` waits for these
+    lower_when_ready()  # off the claim path: full priority only while starting (priority.py)
     waiter = asyncio.create_task(stop.wait())
     try:
         done, _ = await asyncio.wait([waiter, *ctx.tasks], return_when=asyncio.FIRST_COMPLETED)

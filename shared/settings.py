@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -9,14 +10,40 @@ from pathlib import Path
 from schemas.systems import System, SystemsError, parse_systems
 
 
-def _float(name: str, default: float) -> float:
+def _float(name: str, default: float, low: float = 0.0, above: bool = False) -> float:
+    """A number of the environment, at least `low` (above it when `above`). NaN, infinities and
+    negative times are refused at start: `nan` and `-1` parse as floats, and a heartbeat or tick
+    of 0 or less made a process spin, appending to the log as fast as it could (session 29)."""
     raw = os.environ.get(name)
     if raw in (None, ""):
         return default
     try:
-        return float(raw)
+        value = float(raw)
     except ValueError:
         raise SystemExit(f"{name} must be a number, got {raw!r}")
+    if not math.isfinite(value) or value < low or (above and value == low):
+        raise SystemExit(f"{name} must be a number {'>' if above else '>='} {low:g}, got {raw!r}")
+    return value
+
+
+def _int(name: str, default: int, low: int, high: int) -> int:
+    raw = os.environ.get(name)
+    if raw in (None, ""):
+        return default
+    value = _float(name, default, low)
+    if value != int(value) or value > high:
+        raise SystemExit(f"{name} must be a whole number from {low} to {high}, got {raw!r}")
+    return int(value)
+
+
+def env_port(name: str, default: int) -> int:
+    """A TCP port of the environment (0-65535), or the process stops naming the variable."""
+    return _int(name, default, 0, 65535)
+
+
+def _seconds(name: str, default: float) -> float:
+    """An interval a loop sleeps: more than 0."""
+    return _float(name, default, 0.0, above=True)
 
 
 def _names(name: str, default: str) -> tuple[str, ...]:
@@ -46,10 +73,10 @@ class Settings:
     nats_url: str = field(default_factory=lambda: os.environ.get("GPULEDGER_NATS_URL", "nats://127.0.0.1:4222"))
     data_dir: Path = field(default_factory=lambda: Path(os.environ.get("GPULEDGER_DATA_DIR", ".gpuledger")))
     db_url: str = field(default_factory=lambda: os.environ.get("GPULEDGER_DB_URL", ""))
-    stream_replicas: int = field(default_factory=lambda: int(_float("GPULEDGER_STREAM_REPLICAS", 1)))
+    stream_replicas: int = field(default_factory=lambda: _int("GPULEDGER_STREAM_REPLICAS", 1, 1, 5))
     policy: str = field(default_factory=lambda: os.environ.get("GPULEDGER_POLICY", ""))
-    node_timeout_s: float = field(default_factory=lambda: _float("GPULEDGER_NODE_TIMEOUT_S", 30.0))
-    heartbeat_s: float = field(default_factory=lambda: _float("GPULEDGER_HEARTBEAT_S", 5.0))
+    node_timeout_s: float = field(default_factory=lambda: _seconds("GPULEDGER_NODE_TIMEOUT_S", 30.0))
+    heartbeat_s: float = field(default_factory=lambda: _seconds("GPULEDGER_HEARTBEAT_S", 5.0))
     stale_after_s: float = field(default_factory=lambda: _float("GPULEDGER_STALE_AFTER_S", 600.0))
     # An allocation its node agent reports with no process for this long is released (0: never).
     release_unused_after_s: float = field(
@@ -61,13 +88,13 @@ class Settings:
     starvation_after_s: float = field(default_factory=lambda: _float("GPULEDGER_STARVATION_AFTER_S", 300.0))
     # a claim pending this long is rejected (code pending-expired): the queue is bounded; 0: never
     pending_expire_after_s: float = field(default_factory=lambda: _float("GPULEDGER_PENDING_EXPIRE_S", 86400.0))
-    snapshot_every: int = field(default_factory=lambda: int(_float("GPULEDGER_SNAPSHOT_EVERY", 50_000)))
-    tick_s: float = field(default_factory=lambda: _float("GPULEDGER_TICK_S", 1.0))
+    snapshot_every: int = field(default_factory=lambda: _int("GPULEDGER_SNAPSHOT_EVERY", 50_000, 1, 1 << 40))
+    tick_s: float = field(default_factory=lambda: _seconds("GPULEDGER_TICK_S", 1.0))
     # Cluster facts the pool controller validates `backend: dra` against (seed 004).
     k8s_version: str = field(default_factory=lambda: os.environ.get("GPULEDGER_K8S_VERSION", ""))
     dra_enabled: bool = field(default_factory=lambda: _bool("GPULEDGER_DRA_ENABLED", False))
     # Pod admission webhook of the pool controller: 0 = not served.
-    admission_port: int = field(default_factory=lambda: int(_float("GPULEDGER_ADMISSION_PORT", 0)))
+    admission_port: int = field(default_factory=lambda: env_port("GPULEDGER_ADMISSION_PORT", 0))
     # "" = every interface with TLS; plain HTTP (GPULEDGER_ADMISSION_INSECURE=1, development only)
     # is served on 127.0.0.1 only (services/pool_controller/webhook.py: admission_listen)
     admission_host: str = field(default_factory=lambda: os.environ.get("GPULEDGER_ADMISSION_HOST", ""))
@@ -85,18 +112,18 @@ class Settings:
     # Kubernetes controller mode (GPUPool / GpuClaim objects, node conditions): needs a cluster
     kube_controller: bool = field(default_factory=lambda: _bool("GPULEDGER_KUBE_CONTROLLER", False))
     kube_namespace: str = field(default_factory=lambda: os.environ.get("GPULEDGER_KUBE_NAMESPACE", "gpuledger"))
-    endpoint_tick_s: float = field(default_factory=lambda: _float("GPULEDGER_ENDPOINT_TICK_S", 1.0))
+    endpoint_tick_s: float = field(default_factory=lambda: _seconds("GPULEDGER_ENDPOINT_TICK_S", 1.0))
     # the image every live endpoint's workers run (the seed's TETRA_GPU_IMAGE); no client can change it
     live_image: str = field(default_factory=lambda: os.environ.get("GPULEDGER_LIVE_IMAGE",
                                                                    "runpod/tetra-rp:latest"))
     # Helix model slots: the operator's models (YAML), the clean-up timer, when an idle slot is stale
     models_file: str = field(default_factory=lambda: os.environ.get("GPULEDGER_MODELS", ""))
-    slot_tick_s: float = field(default_factory=lambda: _float("GPULEDGER_SLOT_TICK_S", 30.0))
+    slot_tick_s: float = field(default_factory=lambda: _seconds("GPULEDGER_SLOT_TICK_S", 30.0))
     slot_stale_s: float = field(default_factory=lambda: _float("GPULEDGER_SLOT_STALE_S", 300.0))
     # a request on a slot not finished within this long gives its concurrency back (a client died)
     slot_request_timeout_s: float = field(default_factory=lambda: _float("GPULEDGER_SLOT_REQUEST_TIMEOUT_S", 900.0))
     # Prometheus /metrics of this process: 0 = not served (`gpuledger up` assigns one per child).
-    metrics_port: int = field(default_factory=lambda: int(_float("GPULEDGER_METRICS_PORT", 0)))
+    metrics_port: int = field(default_factory=lambda: env_port("GPULEDGER_METRICS_PORT", 0))
     metrics_host: str = field(default_factory=lambda: os.environ.get("GPULEDGER_METRICS_HOST", "127.0.0.1"))
     # Publishing systems (schemas/systems.py): `NAME:NS[,NS...]`, several separated by `;`. Each
     # publishes on subjects carrying its name, as NATS user `system-NAME`, and may release and renew

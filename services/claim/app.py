@@ -28,7 +28,7 @@ from services.claim.outcome_view import rejected_system
 from services.claim.outcomes import OutcomeWriter
 from services.claim.releases import ReleaseAppender
 from services.claim.seed_api import SeedSubmitClaim, decode_submit_claim, in_seed_names
-from services.claim.validation import ClaimInvalid, validate_claim
+from services.claim.validation import ClaimInvalid, reserved_field, validate_claim
 from services.claim.views import claim_view, explain_view
 
 log = logging.getLogger("gpuledger.claim")
@@ -140,7 +140,7 @@ class ClaimService:
     def prepare(self, spec: ClaimSpec, trace: dict | None = None,
                 pending: dict[str, ClaimSpec] | None = None, system: str = "",
                 pending_owners: dict[str, str] | None = None,
-                current_trace: dict[str, str] | None = None) -> ev.ClaimSubmitted | None:
+                current_trace: dict[str, str] | None = None, internal: bool = False) -> ev.ClaimSubmitted | None:
         """The ClaimSubmitted to append, None for a repeat of a known claim, DomainError if
         invalid, outside the submitting `system`'s namespaces, or if the id is taken by a different
         claim or by another system's (in the log or in `pending`, whose systems are in
@@ -151,6 +151,9 @@ class ClaimService:
             spec = validate_claim(spec)
         except ClaimInvalid as err:
             raise DomainError("invalid", err.message, f"claim.{err.field}")
+        reserved = None if internal else reserved_field(spec)
+        if reserved is not None:
+            raise DomainError("invalid", reserved.message, f"claim.{reserved.field}")
         self._check_system(spec, system)
         existing = self.state.claims.get(spec.claim_id)
         if existing is None and pending is not None:
@@ -179,9 +182,9 @@ class ClaimService:
         return ev.ClaimSubmitted(claim=spec, trace=trace, at=self.clock(), system=system)
 
     async def submit(self, spec: ClaimSpec, wait_seconds: float = 0.0, trace: dict | None = None,
-                     system: str = "") -> dict:
+                     system: str = "", internal: bool = False) -> dict:
         async with self._submitting:  # checked against every submit before it, as it is appended
-            event = self.prepare(spec, trace, system=system)
+            event = self.prepare(spec, trace, system=system, internal=internal)
             existing = event is None
             spec = event.claim if event is not None else spec
             if event is not None:

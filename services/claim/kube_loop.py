@@ -40,7 +40,7 @@ async def _reconcile(api, service, obj: dict) -> None:
     try:
         for command in claim_commands(obj, service.state):
             if isinstance(command, SubmitClaim):
-                await service.submit(command.claim)
+                await service.submit(command.claim, internal=True)  # it writes the gpuclaim.* labels
             elif isinstance(command, ReleaseClaim):
                 await service.release(command.claim_id, command.reason)
     except (GpuClaimInvalid, DomainError) as err:

@@ -13,7 +13,10 @@ means the same to a reader; a claim that waits longer shows `pending`, with its 
 their changes at most once per PENDING_AFTER_S. A pending claim the allocator has not explained yet
 (no reasons: under load the allocator folds the claims seconds after this service) is held until it
 is, or for UNEXPLAINED_AFTER_S: its first `pending` then carries the reasons, one write where there
-were two (`pending` with no reasons, then with them: nearly every claim at saturation).
+were two (`pending` with no reasons, then with them: nearly every claim at saturation). Pending
+outcomes go out at most PENDING_PER_S a second, the longest held first: under a flood every claim
+waits seconds and was written `pending` once on its way to `allocated` (a quarter of the writes);
+past that rate a claim allocated before its turn is never written `pending`.
 
 Restarts: a checkpoint (`gpu.outcome.checkpoint`, the ledger sequence up to which every outcome
 is stored) lets a restarted service fold the log silently up to it; it then writes the outcomes
@@ -54,13 +57,20 @@ PENDING_AFTER_S = 1.0
 # (claims wait 5-10 s) nearly every claim was written `pending` twice, first with no reasons after
 # the second, then with the allocator's: 0.85 of the 4.1 outcome writes per claim.
 UNEXPLAINED_AFTER_S = 10.0
+# Pending outcomes written per second at most, with a second's worth at once (a token bucket): nobody
+# waits for `pending`, and at saturation (`bench e2e --claims 20000`: every claim waits 5-15 s for
+# room) 0.96 of 3.5 outcome writes per claim were `pending`, each a stored message and an ack. Below
+# this rate of claims waiting past PENDING_AFTER_S nothing changes; above it the claims held longest
+# go first, and a claim allocated (or ended) before its turn is written only as that.
+PENDING_PER_S = 200.0
 
 
 class OutcomeWriter:
     def __init__(self, nc, service, window: int = 1024, checkpoint_every_s: float = 1.0,
                  refresh_after_s: float = subjects.OUTCOMES_MAX_AGE_S / 2, clock=time.monotonic,
                  ack_timeout_s: float = 10.0, retry_after_s: float = 0.5, coalesce_s: float = COALESCE_S,
-                 pending_after_s: float = PENDING_AFTER_S, unexplained_after_s: float = UNEXPLAINED_AFTER_S):
+                 pending_after_s: float = PENDING_AFTER_S, unexplained_after_s: float = UNEXPLAINED_AFTER_S,
+                 pending_per_s: float = PENDING_PER_S):
         self.js = nc.jetstream()
         self.window = AckWindow(nc, window)
         # an ack lost in a reconnect never comes: give up on it after a while and write it again,
@@ -74,6 +84,11 @@ class OutcomeWriter:
         self.pending_after_s, self.unexplained_after_s = pending_after_s, unexplained_after_s
         self.held: dict[str, float] = {}  # claims whose pending outcome waits -> when it is due
         self.unexplained: dict[str, float] = {}  # the same, for claims with no reasons yet
+        # the budget of pending outcomes (PENDING_PER_S): what may be written now, refilled by the
+        # clock; claims due over it stay held until their turn
+        self.pending_per_s = pending_per_s
+        self.pending_room, self._refilled = pending_per_s, clock()
+        self.pending_deferred = 0  # pending outcomes due and held for the budget (a figure)
         self.on_node: dict[str, dict[str, None]] = {}  # node -> claims allocated there
         self.flushes: list[tuple[int, asyncio.Task]] = []  # (ledger seq covered, acks) in order
         self.stored_through = 0  # every outcome up to here acked
@@ -149,6 +164,8 @@ class OutcomeWriter:
             await self.wake.wait()
             return
         due = min(fronts) - self.clock()
+        if due <= 0 and self._refill() < 1:  # due, over the budget: until the next one may go
+            due = (1 - self.pending_room) / self.pending_per_s
         if due > 0:
             try:
                 await asyncio.wait_for(self.wake.wait(), due)
@@ -156,17 +173,27 @@ class OutcomeWriter:
                 pass
 
     def _release_held(self) -> None:
-        """Held pending outcomes now due go out with the next flush. Each of the two holds is in
-        about the order its claims are due (in the order held, each with one delay: one may wait a
-        little past its time behind another), so only their fronts are looked at."""
-        now = self.clock()
+        """Held pending outcomes now due go out with the next flush, as many as the budget lets
+        (`pending_room`). Each of the two holds is in about the order its claims are due (in the
+        order held, each with one delay: one may wait a little past its time behind another), so
+        only their fronts are looked at."""
+        now, room = self.clock(), int(self._refill())
         for held in (self.held, self.unexplained):
-            while held:
+            while held and room > 0:
                 claim_id, due = next(iter(held.items()))
                 if due > now:
                     break
                 del held[claim_id]
                 self.dirty[claim_id] = None
+                room -= 1
+
+    def _refill(self) -> float:
+        """The pending outcomes that may be written now: PENDING_PER_S a second, a second's worth
+        at most (a clock set back, as tests do, adds nothing)."""
+        now = self.clock()
+        elapsed, self._refilled = max(now - self._refilled, 0.0), now
+        self.pending_room = min(self.pending_per_s, self.pending_room + elapsed * self.pending_per_s)
+        return self.pending_room
 
     async def coalescing_window(self) -> None:
         """The pause after a flush: changes noted meanwhile go out together in the next one (a
@@ -229,6 +256,12 @@ class OutcomeWriter:
                         self.unexplained.pop(claim_id, None)
                         self.held.setdefault(claim_id, due)
                         continue
+                    if self.pending_room < 1:  # due, over the budget: held until its turn
+                        self.unexplained.pop(claim_id, None)
+                        self.held.setdefault(claim_id, due)
+                        self.pending_deferred += 1
+                        continue
+                    self.pending_room -= 1
                 outcome = outcome_of(state, claim, track[_SEQ], track[_AT], self.service.owner(claim_id))
             elif claim_id in rejected:
                 outcome = rejected_outcome(rejected[claim_id], track[_SEQ])

@@ -26,12 +26,13 @@ from services.claim.availability import availability
 from services.claim.slot_book import SlotBook
 from services.claim.slot_core import Slot, SlotKey, plan_slot, stale_slots, warm_slot
 from services.claim.slot_models import load_models
+from services.claim.validation import SLOT_WORKLOAD
 from shared.commands import DomainError, command
 from shared.eventlog import AppendConflict
 from shared.service import ServiceContext
 
 log = logging.getLogger("gpuledger.slots")
-WORKLOAD = "helix-slot"
+WORKLOAD = SLOT_WORKLOAD  # reserved: only this service submits such claims
 LIVE = ("pending", "allocated", "bound")
 QUEUE = "claim-slots"
 FENCE_TRIES = 8  # appends lost to another replica's, then the request is refused as busy
@@ -121,14 +122,17 @@ class Slots:
         if plan is None:
             return fail("never-satisfiable", f"no node of the fleet can host {model.name} ({model.memory_gib:g} GiB, "
                         f"{model.runtime}) on any GPU count it allows", "model")
-        slot_id = f"slot-{model.name}-{sum(1 for s in self.slots.values() if s.key.model == model.name) + 1}"
+        number = sum(1 for s in self.slots.values() if s.key.model == model.name) + 1
+        while f"slot-{model.name}-{number}" in self.state.claims:  # an id a publisher took
+            number += 1
+        slot_id = f"slot-{model.name}-{number}"
         labels = {"model": model.name, "runtime": model.runtime, "concurrency": str(model.max_concurrency),
                   **({"lora": key.lora} if key.lora else {})}
         spec = ClaimSpec(claim_id=slot_id, namespace=namespace, gpus=plan.gpus,
                          gpu_memory_gib=plan.memory_per_gpu_gib, models=list(plan.models), workload=WORKLOAD,
                          labels=labels)
         try:
-            await self.claims.submit(spec)
+            await self.claims.submit(spec, internal=True)
         except DomainError as err:
             return fail(err.code, err.message, err.field)
         slot = self.slots[slot_id] = Slot(slot_id, key, plan.gpus, plan.memory_per_gpu_gib,

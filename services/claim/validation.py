@@ -8,10 +8,31 @@ from __future__ import annotations
 
 import re
 
+from schemas import claim_rules
 from schemas.catalogue import ANY_GROUP, CUDA_VERSIONS, GPU_GROUPS, MODELS, cuda_conflict
 from schemas.types import PLACEMENT_POLICIES, ClaimSpec
 
 _MIG = re.compile(r"^[1-7]g\.\d+gb\Z")
+# Workloads only the claim service writes (prepare's `internal`): a model slot is a claim of
+# workload `helix-slot`, found by it in the log, so a publisher's claim of that workload was taken
+# for a slot (session 29: its labels chose the model it served, and a `concurrency` label that is
+# not a number failed every slot command while the claim lived).
+# The labels `gpuclaim.namespace|name|uid` likewise tie a claim to the GpuClaim it was made for:
+# the pod webhook gave a pod naming GpuClaim prod/trainer the devices of whichever claim carried
+# them last, a publisher's too.
+SLOT_WORKLOAD, RESERVED_WORKLOADS = claim_rules.SLOT_WORKLOAD, claim_rules.RESERVED_WORKLOADS
+
+
+def reserved_field(spec: ClaimSpec) -> ClaimInvalid | None:
+    """What in a publisher's claim only the claim service may write, or None."""
+    if spec.workload in RESERVED_WORKLOADS:
+        return ClaimInvalid("workload", f"workload {spec.workload!r} is reserved: the claim service writes "
+                                        "it for its model slots (`gpuledger slot acquire`)")
+    for key in claim_rules.RESERVED_LABELS:
+        if key in spec.labels:
+            return ClaimInvalid(f"labels.{key}", f"label {key!r} is reserved: the claim service writes it "
+                                                 "on the claims of GpuClaim objects (docs/kubernetes.md)")
+    return None
 
 
 class ClaimInvalid(ValueError):

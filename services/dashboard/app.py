@@ -82,9 +82,12 @@ class Dashboard:
 
     # --- live updates ------------------------------------------------------------------------
 
-    async def live(self, request: Request) -> Stream:
+    async def live(self, request: Request) -> Stream | Response:
         """Server-sent events: each new event log line as it is folded, a keep-alive otherwise."""
-        return Stream(self._lines_after(int(request.query.get("after", "0") or 0)))
+        after = request.query.get("after", "0").strip() or "0"
+        if not (after.isascii() and after.isdigit() and len(after) <= 20):
+            return Response(f"after: a log sequence number (a whole number >= 0), got {after[:40]!r}\n", 400)
+        return Stream(self._lines_after(int(after)))
 
     async def _lines_after(self, after: int):
         while True:

@@ -10,6 +10,7 @@ import signal
 from shared.jetstream import JetStreamEventLog
 from shared.nats_auth import user_inbox
 from shared.natscluster import INBOX_PREFIX_ENV, connect_args
+from shared.settings import env_port
 
 from services.dashboard.app import Dashboard, routes
 
@@ -73,7 +74,7 @@ async def run(url: str, host: str, port: int, targets: dict[str, str]) -> None:
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s dashboard %(levelname)s %(message)s")
     url = os.environ.get("GPULEDGER_NATS_URL", "nats://127.0.0.1:4222")
-    port = int(os.environ.get("GPULEDGER_DASHBOARD_PORT", "8080"))
+    port = env_port("GPULEDGER_DASHBOARD_PORT", 8080)
     host = os.environ.get("GPULEDGER_DASHBOARD_HOST", "127.0.0.1")
     asyncio.run(run(url, host, port, parse_targets(os.environ.get("GPULEDGER_METRICS_TARGETS", ""))))
     return 0

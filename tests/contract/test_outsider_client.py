@@ -92,6 +92,9 @@ def test_refusals_name_the_field_in_the_outcome(outsider):
     assert bad["reasons"][0]["field"] == "gpus"
     assert dup["status"] == "rejected" and dup["reasons"][0]["field"] == "gpus"
     assert "duplicate key `gpus`" in dup["reasons"][0]["message"]
+    reserved = outsider["reserved"]
+    assert reserved["status"] == "rejected" and reserved["reasons"][0]["field"] == "workload"
+    assert outsider["reservedBySchema"] is True
 
 
 def test_what_the_publisher_may_not_do_the_ops_user_does(outsider):

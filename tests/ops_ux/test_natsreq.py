@@ -64,16 +64,14 @@ def test_tls_and_other_schemes_are_left_to_nats_py():
 @pytest.fixture
 def secured(tmp_path):
     """A nats-server with users: `ops` may only ask gpu.qry.>, `bad` has the wrong password."""
-    port = free_port()
     conf = tmp_path / "auth.conf"
-    conf.write_text(f"""port: {port}
-authorization {{ users = [
+    conf.write_text(f"""authorization {{ users = [
   {{user: ops, password: s3cret, permissions: {{publish: ["gpu.qry.>"], subscribe: ["_INBOX.>"]}}}}
   {{user: svc, password: svc, permissions: {{publish: ["_INBOX.>"], subscribe: ["gpu.qry.>"]}}}}
 ] }}
 """)
-    server = start_nats_server(tmp_path / "nats", port=port, config_file=conf)  # returns once it answers
-    yield port
+    server = start_nats_server(tmp_path / "nats", config_file=conf)  # returns once it answers (a free port)
+    yield server.port
     server.stop()
 
 

@@ -19,7 +19,7 @@ from schemas import events as ev
 from schemas import subjects
 from shared import nats_auth
 from shared.jetstream import JetStreamEventLog, ensure_streams
-from shared.natsserver import free_port, start_nats_server
+from shared.natsserver import start_nats_server
 from tests.cli import run_cli
 
 
@@ -29,7 +29,7 @@ async def users_server(tmp_path):
     passwords = nats_auth.load_secrets(tmp_path, [r.user for r in roles])
     conf = tmp_path / "users.conf"
     conf.write_text(nats_auth.users_block(roles, passwords))
-    server = start_nats_server(tmp_path / "nats", free_port(), config_file=conf)
+    server = start_nats_server(tmp_path / "nats", config_file=conf)
 
     def url(user: str) -> str:
         return nats_auth.user_url(user, passwords[user], "127.0.0.1", server.port)

@@ -11,13 +11,13 @@ import subprocess
 import sys
 
 from gpuledger_cli.services_cmd import builder_for
-from shared.natsserver import free_port, start_nats_server
+from shared.natsserver import start_nats_server
 from shared.service import start_service, stop_service
 from tests.service.helpers import test_settings as settings_for
 
 
 async def test_a_service_stops_cleanly_while_nats_is_away(tmp_path, caplog):
-    server = start_nats_server(tmp_path / "nats", free_port())
+    server = start_nats_server(tmp_path / "nats")
     ctx = await start_service("quota", settings_for(server.url), builder_for("quota"))
     server.process.kill()
     server.process.wait()

@@ -13,7 +13,7 @@ from services.allocator.core.starvation import hold_node_if_starving
 
 def reference_walk(failed_at: dict | None):
     def walk_queue(state: State, run: Pass, epoch: int) -> None:
-        done_gangs: set[str] = set()
+        done_gangs: set[tuple[str, str]] = set()
         if failed_at is not None and run.ctx.check_timers:
             forget_ended(state, failed_at)
         skip = failed_at is not None and not run.ctx.check_timers
@@ -28,9 +28,9 @@ def reference_walk(failed_at: dict | None):
                     hold_node_if_starving(state, run, claim)
                 continue
             if claim.spec.gang_id:
-                if claim.spec.gang_id not in done_gangs:
-                    done_gangs.add(claim.spec.gang_id)
-                    place_gang(state, run, claim.spec.gang_id)
+                if (claim.spec.namespace, claim.spec.gang_id) not in done_gangs:
+                    done_gangs.add((claim.spec.namespace, claim.spec.gang_id))
+                    place_gang(state, run, claim.spec.gang_id, claim.spec.namespace)
             else:
                 place_one(state, run, claim)
             if failed_at is not None and claim.status == "pending":

@@ -27,6 +27,14 @@ def test_the_projector_widens_its_window_when_a_window_was_busy():
     assert _projected_window(3, runner.COMMIT_EVERY_S) == runner.COMMIT_EVERY_S
 
 
+def test_the_projector_widens_its_window_again_at_saturation_rates():
+    rows = 300
+    flood_span = rows / runner.FLOOD_ROWS_PER_S  # claim rows at the flood rate: the longest window
+    assert _projected_window(rows, flood_span) == runner.FLOOD_COMMIT_EVERY_S > runner.BUSY_COMMIT_EVERY_S
+    # busy but below the flood rate: the busy window, as before
+    assert _projected_window(rows, flood_span * 1.5) == runner.BUSY_COMMIT_EVERY_S
+
+
 def test_a_batch_ends_each_claim_at_its_own_members_time():
     """Each claim a batch ends gets the time of the first member naming it (one pass per batch)."""
     batch = ev.EventBatch(events=[ev.ClaimReleased(claim_id=f"e-{i}", at=10.0 + i) for i in range(300)]

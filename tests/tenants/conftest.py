@@ -12,7 +12,7 @@ from schemas.systems import parse_systems
 from shared import nats_auth
 from shared.jetstream import JetStreamEventLog, ensure_streams
 from shared.natscluster import INBOX_PREFIX_ENV
-from shared.natsserver import free_port, start_nats_server
+from shared.natsserver import start_nats_server
 from tests.service.helpers import h100_node, register_nodes, running
 from tests.trust_edge.conftest import AuthServer
 
@@ -34,7 +34,7 @@ async def tenants(tmp_path, monkeypatch):
     passwords = nats_auth.load_secrets(tmp_path, [r.user for r in roles])
     conf = tmp_path / "users.conf"
     conf.write_text(nats_auth.users_block(roles, passwords))
-    server = start_nats_server(tmp_path / "nats", free_port(), config_file=conf)
+    server = start_nats_server(tmp_path / "nats", config_file=conf)
     handle = AuthServer(server.port, passwords)
     try:
         await handle.watch()

@@ -17,7 +17,7 @@ nkeys = pytest.importorskip("nkeys", reason="nkeys (pyproject dependency) not in
 
 from shared import nats_auth
 from shared.natscluster import connect_args
-from shared.natsserver import free_port, start_nats_server
+from shared.natsserver import start_nats_server
 from tests.cli import invoke
 
 def _cli(*args: str) -> str:
@@ -31,7 +31,7 @@ def nkey_server(tmp_path):
     data = tmp_path / "data"
     conf = tmp_path / "users.conf"
     conf.write_text(_cli("nats", "config", "--nkeys", "--users-only", "--data-dir", str(data)))
-    server = start_nats_server(tmp_path / "nats", free_port(), config_file=conf)
+    server = start_nats_server(tmp_path / "nats", config_file=conf)
     yield server, data, conf.read_text()
     server.stop()
 

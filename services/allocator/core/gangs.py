@@ -14,10 +14,13 @@ from services.allocator.core.place import Prepared, member_needs, prepare, try_p
 from services.allocator.core.waiting_limit import gang_over_waiting_limit
 
 
-def place_gang(state: State, run: Pass, gang_id: str, tell: bool = True) -> None:
-    """All members or none, in this one pass (so they land in one appended batch). `tell`: False
-    past the pass's budget (a gang that waits is told why in the next pass)."""
-    members = [state.claims[c] for c in state.pending if state.claims[c].spec.gang_id == gang_id]
+def place_gang(state: State, run: Pass, gang_id: str, namespace: str, tell: bool = True) -> None:
+    """All members or none, in this one pass (so they land in one appended batch). A gang is its
+    namespace's: a claim of another namespace naming the same gang_id is not a member (session 29:
+    one that could never fit, or a gang_size of 4096, held another team's gang back for ever).
+    `tell`: False past the pass's budget (a gang that waits is told why in the next pass)."""
+    members = [claim for claim in map(state.claims.__getitem__, state.pending)
+               if claim.spec.gang_id == gang_id and claim.spec.namespace == namespace]
     members.sort(key=lambda c: c.seq)
     wanted = max(max(m.spec.gang_size for m in members), 1)
     if len(members) < wanted:

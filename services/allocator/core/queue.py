@@ -57,7 +57,7 @@ def walk_queue(state: State, run: Pass, epoch: int) -> None:
     # (order, bucket, position, end): the bucket's members from `position` up to `end` are visited
     heap = [(_order(b, pos, shares), b, pos, len(b.members)) for b, pos in fronts]
     heapify(heap)
-    done_gangs: set[str] = set()
+    done_gangs: set[tuple[str, str]] = set()
     visit = _Visit(state, run, epoch, index, done_gangs)
     passed = _PassedOver(state, run)
     budget = run.ctx.max_decisions
@@ -179,7 +179,8 @@ class _Visit:
     """One pass's visit of a bucket's member at a position; returns the next position to visit
     (None: nothing more of this bucket in this pass)."""
 
-    def __init__(self, state: State, run: Pass, epoch: int, index: WaitingIndex, done_gangs: set[str]):
+    def __init__(self, state: State, run: Pass, epoch: int, index: WaitingIndex,
+                 done_gangs: set[tuple[str, str]]):
         self.state, self.run, self.epoch, self.index, self.done_gangs = state, run, epoch, index, done_gangs
         self.timers = run.ctx.check_timers
         # past the pass's decision budget: the walk goes on to place what fits, and tells no claim
@@ -205,9 +206,10 @@ class _Visit:
         elif settled and not self.timers and nothing_new_for(state, claim, bucket.epoch):
             return None if gang else self._alike(bucket, pos, claim, told=False)
         if gang:
-            if gang not in self.done_gangs:
-                self.done_gangs.add(gang)
-                place_gang(state, self.run, gang)
+            key = (claim.spec.namespace, gang)  # gang ids are per namespace
+            if key not in self.done_gangs:
+                self.done_gangs.add(key)
+                place_gang(state, self.run, gang, claim.spec.namespace)
                 if claim.status == "pending":
                     self._failed(bucket, pos, claim, own=False)
                     bucket.settled_upto = bucket.ords[-1]  # its gang was decided whole
@@ -234,9 +236,10 @@ class _Visit:
         if settled and not self.timers and nothing_new_for(self.state, claim, bucket.epoch):
             return None if gang else self._alike(bucket, pos, claim, told=False)
         if gang:
-            if gang not in self.done_gangs:
-                self.done_gangs.add(gang)
-                place_gang(self.state, self.run, gang, tell=False)
+            key = (claim.spec.namespace, gang)
+            if key not in self.done_gangs:
+                self.done_gangs.add(key)
+                place_gang(self.state, self.run, gang, claim.spec.namespace, tell=False)
             return None
         if place_quietly(self.state, self.run, claim):
             self.index.placed.append((bucket, claim, bucket.ords[pos]))

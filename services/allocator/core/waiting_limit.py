@@ -41,29 +41,26 @@ def over_waiting_limit(state: State, run: Pass, claim: Claim) -> Reason | None:
 
 
 def gang_over_waiting_limit(state: State, run: Pass, gang_id: str, members: list[Claim]) -> Reason | None:
-    """The refusal for a gang whose members not yet waiting would take their namespace past its
-    limit, else None (and they are counted as waiting for the rest of the pass)."""
-    new: dict[str, int] = {}
-    for member in members:
-        if not member.reasons:
-            new[member.spec.namespace] = new.get(member.spec.namespace, 0) + 1
-    checked = []
-    for namespace, count in new.items():
-        quota = quota_of(state, namespace)
-        limit = quota.total.max_waiting if quota is not None else None
-        if limit is None:
-            continue
-        waiting = _waiting_counts(state, run)[namespace]
-        if waiting + count > limit:
-            return Reason("quota-waiting-exceeded",
-                          f"gang {gang_id}: its {count} members not yet waiting would bring namespace {namespace} "
-                          f"to {waiting + count} claims waiting (it has {waiting}), its quota allows at most {limit} "
-                          f"(max_waiting): a gang that cannot be placed now is not queued, all its members are refused",
-                          waiting, {"namespace": namespace, "limit": str(limit), "gang": gang_id, "members": count})
-        checked.append((namespace, count))
-    counts = run.waiting_counts
-    for namespace, count in checked:
-        counts[namespace] += count
+    """The refusal for a gang whose members not yet waiting would take their namespace (a gang is
+    one namespace's) past its limit, else None (and they are counted as waiting for the rest of
+    the pass)."""
+    count = sum(1 for member in members if not member.reasons)
+    if not count:
+        return None
+    namespace = members[0].spec.namespace
+    quota = quota_of(state, namespace)
+    limit = quota.total.max_waiting if quota is not None else None
+    if limit is None:
+        return None
+    counts = _waiting_counts(state, run)
+    waiting = counts[namespace]
+    if waiting + count > limit:
+        return Reason("quota-waiting-exceeded",
+                      f"gang {gang_id}: its {count} members not yet waiting would bring namespace {namespace} "
+                      f"to {waiting + count} claims waiting (it has {waiting}), its quota allows at most {limit} "
+                      f"(max_waiting): a gang that cannot be placed now is not queued, all its members are refused",
+                      waiting, {"namespace": namespace, "limit": str(limit), "gang": gang_id, "members": count})
+    counts[namespace] = waiting + count
     return None
 
 

@@ -113,7 +113,11 @@ out.conflict = await request(nc, "gpu.cmd.claim.submit", { claim: { ...a, gpus: 
 const c = { claim_id: id("c"), namespace: "team-a", gpus: 1, models: ["H100"] };
 out.c = await request(nc, "gpu.cmd.claim.submit", { claim: c, wait_seconds: 20 }, "submit");
 
-// 6. A gang: both members placed all-or-nothing.
+// 6. A gang: both members placed all-or-nothing. A gang id is its namespace's (docs/contract.md,
+//    Gangs): another namespace's claim naming it first, one no node could take with a gang_size
+//    no gang reaches, is another gang and holds this one back in nothing.
+const squatter = { claim_id: id("squat"), namespace: "team-b", gpus: 64, gang_id: `gang-${tag}`, gang_size: 4096 };
+await publish(squatter, squatter.claim_id);
 const members = [1, 2].map(i => ({ claim_id: id(`g${i}`), namespace: "team-a", gpus: 1,
                                   gang_id: `gang-${tag}`, gang_size: 2 }));
 const watches = members.map(m => watch(m.claim_id));
@@ -129,6 +133,12 @@ const dup = id("dup");
 const watchDup = watch(dup);
 await js.publish("gpu.intake.claim", `{"claim_id": "${dup}", "namespace": "team-a", "gpus": 1, "gpus": 8}`);
 out.dup = (await watchDup.until).at(-1);
+// A workload only the claim service writes (docs/contract.md, Reserved): refused, naming it.
+const slot = { claim_id: id("slot"), namespace: "team-a", gpus: 1, workload: "helix-slot", labels: { model: "x" } };
+const watchSlot = watch(slot.claim_id);
+await js.publish("gpu.intake.claim", JSON.stringify(slot));
+out.reserved = (await watchSlot.until).at(-1);
+out.reservedBySchema = !check.claim(slot);  // claim.json says so as well
 
 // 8. What the publisher user may not do: release (docs/contract.md, Permissions).
 try {
