@@ -215,9 +215,11 @@ class _Visit:
                     bucket.settled_upto = bucket.ords[-1]  # its gang was decided whole
             return None
         self.run.priced_out = False
+        held = len(self.run.held)
         own = place_one(state, self.run, claim)
         if claim.status == "pending":
             self._failed(bucket, pos, claim, own)
+            bucket.held = held
         else:
             self.index.placed.append((bucket, claim, bucket.ords[pos]))
         return pos + 1
@@ -252,8 +254,8 @@ class _Visit:
     def _same_room(self, bucket: Bucket) -> bool:
         """Nothing changed in this pass since the bucket's member failed that could let the next
         one fit: no eviction or reclaim tried (the fleet and quota use only filled up since)."""
-        if bucket.room_changes != self.run.room_changes:
-            return False
+        if bucket.room_changes != self.run.room_changes or bucket.held != len(self.run.held):
+            return False  # (a node held since its try, its own too: what a claim alike is told may differ)
         stamp = bucket.stamp
         return stamp == () or (stamp is not None and stamp == use_stamp(self.state, self.run, bucket.members[0]))
 

@@ -100,7 +100,7 @@ class Bucket:
     batch share a seq)."""
 
     __slots__ = ("key", "members", "ords", "start", "epoch", "settled_upto", "failed_pass", "told", "room_changes",
-                 "no_hold_pass", "prior_epoch", "synced", "stamp", "pass_told")
+                 "no_hold_pass", "prior_epoch", "synced", "stamp", "pass_told", "held")
 
     def __init__(self, key: bytes) -> None:
         self.key = key
@@ -116,6 +116,7 @@ class Bucket:
         self.told: list | None = None
         self.room_changes = 0
         self.stamp: tuple | None = ()  # use_stamp when it failed (None: members behind are tried)
+        self.held = 0  # nodes held in the pass when that member was tried
         self.no_hold_pass = -1  # the pass in which a starving member found no node left to hold
         self.synced: list | None = None  # reasons a pass told every decided member, to the last
         # what every member that failed in the last pass was told (MIXED: not the same for all;
@@ -130,7 +131,9 @@ class Bucket:
     def failed(self, pos: int, epoch: int, pass_no: int, told: list | None) -> None:
         if self.failed_pass != pass_no:  # kept for a pass cut short (queue._cut)
             self.prior_epoch = epoch if self.epoch is None else min(self.epoch, epoch)
-            self.pass_told = told
+            # members before it that still wait were passed over in this pass: they were not told
+            waited = any(m.status == "pending" for m in self.members[self.start:pos])
+            self.pass_told = MIXED if waited else told
         elif told != self.pass_told:
             self.pass_told = MIXED
         if told is not None and told != self.synced:  # a member no longer has what they all had
