@@ -3,8 +3,9 @@
 One task follows the log and folds every event into the in-memory state (the projection); another
 decides whenever something relevant changed or a timer tick is due, and appends the decisions as
 one `DecisionBatch` with `Nats-Expected-Last-Subject-Sequence` on the decision subject. It then
-waits until its own batch comes back through the log before deciding again, so the state it
-decides on is always exactly a prefix of the log. A wrong-last-sequence answer means another
+waits until its own batch is folded before deciding again (at its ack, when the fold is right
+before it: `OwnBatch.settle_at_ack`), so the state it decides on is always exactly a prefix of the
+log. A wrong-last-sequence answer means another
 allocator decided first: catch up to that sequence, decide again. Under load the claims that
 arrive while a batch is in flight are decided together in the next one.
 """
@@ -188,6 +189,14 @@ class Allocator:
     # --- deciding ----------------------------------------------------------------------------
 
     async def decide_forever(self) -> None:
+        """Pass after pass. A pass that is due when the last one ends (claims were folded while
+        its batch was in flight) starts at once, without first yielding to the event loop: that
+        yield ran a whole loop iteration before every such pass (the socket write of the records
+        `passed()` just published, the reads and folds of whatever had arrived, other tasks), and
+        on a busy machine an iteration is a millisecond or more (docs/benchmarks.md, "Session 29,
+        speed-latency"). What arrives meanwhile is folded while this pass's batch waits for its
+        ack, and the records go out in the same socket write as the batch. Every pass that
+        appends awaits its ack, so the rest of the process never waits long for the loop."""
         await self.caught_up.wait()
         loop = asyncio.get_running_loop()
         next_tick = loop.time()
@@ -220,8 +229,7 @@ class Allocator:
         """Until something relevant changed or the loop's clock reaches `deadline` (the tick).
         Not `asyncio.wait_for`, which makes a task, a waiter and a timer each time: at 1,000
         claims/s the allocator waits a few hundred times a second."""
-        if self.dirty.is_set():
-            await asyncio.sleep(0)  # what is ready runs first (the fold, the records' writer)
+        if self.dirty.is_set():  # no yield: see `decide_forever`
             return
         loop = asyncio.get_running_loop()
         if loop.time() >= deadline:
@@ -348,7 +356,11 @@ class Allocator:
                     self.dirty.set()
                     return 0
             self.batches_appended += 1
-            await self.wait_for_seq(appended.seq)
+            if self.own.settle_at_ack(self.state, appended.seq, batch):  # the fold was right before it
+                if self.node_records is not None:  # written after this pass, not when it comes
+                    self.node_records.mark(nodes_touched(self.state, batch))
+            else:
+                await self.wait_for_seq(appended.seq)
         finally:
             if records is not None:
                 records.release()

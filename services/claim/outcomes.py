@@ -178,14 +178,16 @@ class OutcomeWriter:
         order held, each with one delay: one may wait a little past its time behind another), so
         only their fronts are looked at."""
         now, room = self.clock(), int(self._refill())
-        for held in (self.held, self.unexplained):
-            while held and room > 0:
-                claim_id, due = next(iter(held.items()))
-                if due > now:
-                    break
-                del held[claim_id]
-                self.dirty[claim_id] = None
-                room -= 1
+        while room > 0:  # the earlier due of the two fronts first: neither hold starves the other
+            fronts = [(next(iter(held.items())), held) for held in (self.held, self.unexplained) if held]
+            if not fronts:
+                return
+            (claim_id, due), held = min(fronts, key=lambda front: front[0][1])
+            if due > now:
+                return
+            del held[claim_id]
+            self.dirty[claim_id] = None
+            room -= 1
 
     def _refill(self) -> float:
         """The pending outcomes that may be written now: PENDING_PER_S a second, a second's worth

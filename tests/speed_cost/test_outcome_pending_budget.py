@@ -107,3 +107,44 @@ async def test_below_the_budget_every_pending_outcome_goes_out_when_due(fresh_na
         await _until(lambda: len(seen) == len(CLAIMS))
         assert sorted(o.claim_id for o in seen) == sorted(CLAIMS) and not writer.held
         await nc.close()
+
+
+async def test_over_the_budget_the_earliest_due_goes_first_explained_or_not(fresh_nats):
+    """A claim the allocator never explained is due by its own (later) hold; past the budget it
+    takes its turn by that time among the explained ones, not after all of them."""
+    async with running(fresh_nats.url, "claim") as contexts:
+        writer, service = contexts[0].claim_outcomes, contexts[0].claims
+        now = [0.0]
+        writer.pending_after_s, writer.clock, writer.pending_per_s = HOLD_S, lambda: now[0], 1
+        writer.pending_room = 1
+        nc = await nats.connect(fresh_nats.url)
+        seen: list = []
+
+        async def note(msg) -> None:
+            seen.append(decode_outcome(msg.data))
+
+        await nc.subscribe("gpu.outcome.claim.>", cb=note)
+        log = JetStreamEventLog(nc)
+        first = await log.append(subjects.claim("pb-old"), claim("pb-old", at=1.0))  # never explained
+        await service.follower.wait_for_seq(first.seq)
+        await _until(lambda: "pb-old" in writer.unexplained)
+        now[0] += HOLD_S / 4  # the others come later: due later
+        for claim_id in ("pb-a", "pb-b"):
+            await log.append(subjects.claim(claim_id), claim(claim_id, at=1.0))
+        why = [Reason("no-room", "no node has 1 free GPU", count=1)]
+        waiting = await log.append(subjects.DECISIONS, ev.DecisionBatch(
+            decisions=[ev.ClaimPending(claim_id=c, reasons=why, at=2.0) for c in ("pb-a", "pb-b")], at=2.0))
+        await service.follower.wait_for_seq(waiting.seq)
+        await _until(lambda: set(writer.held) == {"pb-a", "pb-b"} and not writer.dirty)
+        assert writer.unexplained["pb-old"] < min(writer.held.values())
+        now[0] += 2 * HOLD_S  # every hold has passed; the budget lets one out a second
+        writer.wake.set()
+        await _until(lambda: len(seen) == 1)
+        await asyncio.sleep(0.2)
+        assert [(o.claim_id, o.status, o.reasons) for o in seen] == [("pb-old", "pending", [])]
+        for _second in range(2):
+            now[0] += 1.0
+            writer.wake.set()
+            await _until(lambda: len(seen) == 2 + _second)
+        assert sorted(o.claim_id for o in seen[1:]) == ["pb-a", "pb-b"]
+        await nc.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from schemas import events as ev
+from schemas.claim_rules import MAX_GANG_SIZE
 from schemas.types import Reason
 
 from ledger.state import State
@@ -22,13 +23,16 @@ def place_gang(state: State, run: Pass, gang_id: str, namespace: str, tell: bool
     members = [claim for claim in map(state.claims.__getitem__, state.pending)
                if claim.spec.gang_id == gang_id and claim.spec.namespace == namespace]
     members.sort(key=lambda c: c.seq)
-    wanted = max(max(m.spec.gang_size for m in members), 1)
+    # at most MAX_GANG_SIZE at once (the intake refuses a larger gang_size; a log written before
+    # may hold one): the whole gang is one batch, one NATS message, or every append fails
+    wanted = min(max(max(m.spec.gang_size for m in members), 1), MAX_GANG_SIZE)
     if len(members) < wanted:
         if not tell:
             return
         reason = Reason("gang-incomplete", f"gang {gang_id}: {len(members)} of {wanted} members submitted")
         _wait(state, run, gang_id, members, [reason])
         return
+    del members[wanted:]  # members past its size (the oldest go first): a gang of their own next
     mark, placed, decisions_before = run.journal.mark(), 0, len(run.decisions)
     failure: list[Reason] = []
     first: Prepared | None = None  # the first member's, shared by those whose spec is the same
