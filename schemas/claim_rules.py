@@ -20,6 +20,12 @@ from schemas.kubernetes import CLAIM_NAME_LABEL, CLAIM_NAMESPACE_LABEL, CLAIM_UI
 SLOT_WORKLOAD = "helix-slot"
 RESERVED_WORKLOADS = (SLOT_WORKLOAD,)
 RESERVED_LABELS = (CLAIM_NAMESPACE_LABEL, CLAIM_NAME_LABEL, CLAIM_UID_LABEL)
+# A gang is placed in one decision batch, one NATS message (1 MB by default): 256 members of 16
+# GPUs each, with 128-character ids, take 0.57 MB. Session 29: 4,096 members of 5 milli-GPU each
+# (published in 4.5 s by the shared publisher) made a 1.4 MB batch; every append failed, the
+# allocator exited, `up` stopped the stack, and the stack never started again (the claims stay in
+# the log). The type keeps 4,096 so that logs written before still decode.
+MAX_GANG_SIZE = 256
 
 
 def claim_rules(struct: type, published: bool = True) -> list[dict]:
@@ -31,7 +37,9 @@ def claim_rules(struct: type, published: bool = True) -> list[dict]:
 
 
 def _reserved(w: dict[str, str]) -> list[dict]:
-    return [{"description": f"workload {', '.join(RESERVED_WORKLOADS)} is reserved: the claim service "
+    return [{"description": f"a gang has at most {MAX_GANG_SIZE} members (it is placed in one decision batch)",
+             "properties": {w["gang_size"]: {"type": "integer", "maximum": MAX_GANG_SIZE}}},
+            {"description": f"workload {', '.join(RESERVED_WORKLOADS)} is reserved: the claim service "
                             "writes it for its model slots",
              "not": _present(w["workload"], {"enum": list(RESERVED_WORKLOADS)})},
             {"description": f"labels {', '.join(RESERVED_LABELS)} are reserved: the claim service writes "

@@ -131,6 +131,9 @@ def _gang(spec: ClaimSpec) -> None:
         raise ClaimInvalid("gang_id", "gang_size is set but gang_id is empty")
     if spec.gang_id and spec.gang_size < 1:
         raise ClaimInvalid("gang_size", "a gang claim needs gang_size >= 1 (members placed all-or-nothing)")
+    if spec.gang_size > claim_rules.MAX_GANG_SIZE:
+        raise ClaimInvalid("gang_size", f"a gang has at most {claim_rules.MAX_GANG_SIZE} members (it is placed "
+                                        f"in one decision, one NATS message), got {spec.gang_size}")
 
 
 def _selector(spec: ClaimSpec) -> None:

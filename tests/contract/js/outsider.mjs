@@ -116,7 +116,7 @@ out.c = await request(nc, "gpu.cmd.claim.submit", { claim: c, wait_seconds: 20 }
 // 6. A gang: both members placed all-or-nothing. A gang id is its namespace's (docs/contract.md,
 //    Gangs): another namespace's claim naming it first, one no node could take with a gang_size
 //    no gang reaches, is another gang and holds this one back in nothing.
-const squatter = { claim_id: id("squat"), namespace: "team-b", gpus: 64, gang_id: `gang-${tag}`, gang_size: 4096 };
+const squatter = { claim_id: id("squat"), namespace: "team-b", gpus: 64, gang_id: `gang-${tag}`, gang_size: 256 };
 await publish(squatter, squatter.claim_id);
 const members = [1, 2].map(i => ({ claim_id: id(`g${i}`), namespace: "team-a", gpus: 1,
                                   gang_id: `gang-${tag}`, gang_size: 2 }));
