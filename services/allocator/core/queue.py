@@ -77,8 +77,9 @@ def walk_queue(state: State, run: Pass, epoch: int) -> None:
             heapreplace(heap, (_order(bucket, after, shares), bucket, after, end))
         else:
             heappop(heap)
-        for item in passed.reopened(key, shares):
-            heappush(heap, item)
+        if passed.entries:  # (none outside quotas and pools: no call)
+            for item in passed.reopened(key, shares):
+                heappush(heap, item)
 
 
 class _PassedOver:
