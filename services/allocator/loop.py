@@ -3,8 +3,9 @@
 One task follows the log and folds every event into the in-memory state (the projection); another
 decides whenever something relevant changed or a timer tick is due, and appends the decisions as
 one `DecisionBatch` with `Nats-Expected-Last-Subject-Sequence` on the decision subject. It then
-waits until its own batch comes back through the log before deciding again, so the state it
-decides on is always exactly a prefix of the log. A wrong-last-sequence answer means another
+waits until its own batch is folded before deciding again (at its ack, when the fold is right
+before it: `OwnBatch.settle_at_ack`), so the state it decides on is always exactly a prefix of the
+log. A wrong-last-sequence answer means another
 allocator decided first: catch up to that sequence, decide again. Under load the claims that
 arrive while a batch is in flight are decided together in the next one.
 """
@@ -378,7 +379,11 @@ class Allocator:
                     self.dirty.set()
                     return 0
             self.batches_appended += 1
-            await self.wait_for_seq(appended.seq)
+            if self.own.settle_at_ack(self.state, appended.seq, batch):  # the fold was right before it
+                if self.node_records is not None:  # written after this pass, not when it comes
+                    self.node_records.mark(nodes_touched(self.state, batch))
+            else:
+                await self.wait_for_seq(appended.seq)
         finally:
             if records is not None:
                 records.release()
