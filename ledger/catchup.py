@@ -20,9 +20,10 @@ from __future__ import annotations
 
 from schemas import events as ev
 
-from ledger.evolve import HANDLERS, apply_decision
-from ledger.holdings import _charge, fitting_units, park_if_fleet_bound
-from ledger.state import Claim, State
+from ledger.evolve import HANDLERS, apply_decision, refresh_typical
+from ledger.holdings import fitting_units, park_if_fleet_bound
+from ledger.shapes import bound_models
+from ledger.state import FREE, Claim, State, new_claim
 
 _ALLOCATED, _PENDING = ev.ClaimAllocated, ev.ClaimPending
 
@@ -77,7 +78,7 @@ def _free_held(state: State, claim: Claim) -> None:
         deferred = state.deferred  # `reindex_used` with the index deferred: the node is noted
         if node.name not in deferred:
             deferred[node.name] = node.view
-    _charge(state, claim, -1)
+    _uncharge(state, claim, spec.namespace)
     state.leased.pop(cid, None)
     state.holding.pop(cid, None)
     state.idle_watch.pop(cid, None)
@@ -98,37 +99,79 @@ def _decision_batch(state: State, e: ev.DecisionBatch, seq: int) -> None:
 
 
 def _allocated(state: State, d: ev.ClaimAllocated) -> None:
-    """`evolve._apply_allocated` without a journal (`holdings.allocate` spelled out)."""
+    """`evolve._apply_allocated` without a journal (`holdings.allocate` spelled out; for one grant,
+    most of a log's, `fitting_units` too, and `_charge` always)."""
     claim = state.claims.get(d.claim_id)
     if claim is None:
         return
-    grants = d.grants
-    granted = fitting_units(state, grants) if claim.status == "pending" else None
-    if granted is None:
+    grants, node_name = d.grants, d.node
+    if claim.status != "pending":
         claim.trail.append((d.at, "void"))
         return
-    node_name = d.node
-    node = state.nodes.get(node_name)
-    if node is None or node.lost or node.condition != "Ready":  # not node.schedulable
-        return
+    if len(grants) == 1:  # `fitting_units` for one grant: its unit and that unit's node
+        grant = grants[0]
+        unit = state.units.get(grant.uuid)
+        if unit is None or unit.node != grant.node:
+            claim.trail.append((d.at, "void"))
+            return
+        node = state.nodes.get(unit.node)
+        if node is None or node.lost or node.condition != "Ready" or unit.health != "Healthy":
+            claim.trail.append((d.at, "void"))
+            return
+        milli, milli_free = grant.milli, unit.milli_free
+        if milli_free < milli or (
+                (unit.holders or milli_free < FREE) if milli >= FREE
+                else (unit.max_holders and len(unit.holders) >= unit.max_holders)):
+            claim.trail.append((d.at, "void"))
+            return
+        if unit.node != node_name:  # a decision naming another node than its grant's
+            node = state.nodes.get(node_name)
+            if node is None or node.lost or node.condition != "Ready":  # not node.schedulable
+                return
+        granted = None
+    else:
+        granted = fitting_units(state, grants)
+        if granted is None:
+            claim.trail.append((d.at, "void"))
+            return
+        node = state.nodes.get(node_name)
+        if node is None or node.lost or node.condition != "Ready":  # not node.schedulable
+            return
     spec = claim.spec
-    if node.cpu_free < spec.cpu_milli or node.mem_free < spec.memory_mib:
+    cpu, memory = spec.cpu_milli, spec.memory_mib
+    if node.cpu_free < cpu or node.mem_free < memory:
         return
     tflops, limit_tflops = d.tflops, d.limit_tflops
     claim.tflops, claim.vram_mib = tflops, d.vram_mib
     claim.limit_tflops, claim.limit_vram_mib = limit_tflops, d.limit_vram_mib
-    claim.tflops_m, claim.limit_tflops_m = round(tflops * 1000), round(limit_tflops * 1000)  # milli_tflops
+    tflops_m = claim.tflops_m = round(tflops * 1000)  # milli_tflops
+    limit_m = claim.limit_tflops_m = round(limit_tflops * 1000)
     claim.borrowed_from = d.borrowed_from
     cid = spec.claim_id
-    for grant, unit in zip(grants, granted):
-        milli = grant.milli
-        unit.milli_free -= milli
+    if granted is None:
+        unit.milli_free = milli_free - milli
         unit.holders[cid] = milli
-    node.cpu_free -= spec.cpu_milli
-    node.mem_free -= spec.memory_mib
+    else:
+        for grant, unit in zip(grants, granted):
+            milli = grant.milli
+            unit.milli_free -= milli
+            unit.holders[cid] = milli
+    node.cpu_free -= cpu
+    node.mem_free -= memory
     node.claims[cid] = None
     claim.grants = list(grants)
-    _charge(state, claim, +1)
+    state.usage_version += 1  # `holdings._charge(state, claim, +1)`
+    usage = state.usage.get(spec.namespace)
+    if usage is None:
+        usage = state.usage_of(spec.namespace)
+    tflops_m = usage.tflops_m = usage.tflops_m + tflops_m
+    usage.tflops = tflops_m / 1000
+    limit_m = usage.limit_tflops_m = usage.limit_tflops_m + limit_m
+    usage.limit_tflops = limit_m / 1000
+    usage.vram_mib += claim.vram_mib
+    usage.limit_vram_mib += claim.limit_vram_mib
+    usage.workers += 1
+    usage.gpus += len(grants)
     state.pending.pop(cid, None)
     state.queue.pop(cid, None)
     state.parked.pop(cid, None)
@@ -141,9 +184,51 @@ def _allocated(state: State, d: ev.ClaimAllocated) -> None:
     at = d.at
     claim.allocated_at = claim.last_renewed = claim.last_activity = at
     deferred = state.deferred  # `reindex_used` with the index deferred: the node is noted
-    if node.name not in deferred:
-        deferred[node.name] = node.view
+    if node_name not in deferred:
+        deferred[node_name] = node.view
     claim.trail.append((at, "allocated", node_name, d.policy, d.explain))
+
+
+def _uncharge(state: State, claim: Claim, namespace: str) -> None:
+    """`holdings._charge(state, claim, -1)`."""
+    state.usage_version += 1
+    usage = state.usage.get(namespace)
+    if usage is None:
+        usage = state.usage_of(namespace)
+    tflops_m = usage.tflops_m = usage.tflops_m - claim.tflops_m
+    usage.tflops = tflops_m / 1000
+    limit_m = usage.limit_tflops_m = usage.limit_tflops_m - claim.limit_tflops_m
+    usage.limit_tflops = limit_m / 1000
+    usage.vram_mib -= claim.vram_mib
+    usage.limit_vram_mib -= claim.limit_vram_mib
+    usage.workers -= 1
+    usage.gpus -= len(claim.grants)
+
+
+def _claim_submitted(state: State, e: ev.ClaimSubmitted, seq: int) -> None:
+    """`evolve._claim_submitted`, with the shape key's models and the checkpoint spelled out."""
+    spec = e.claim
+    claim_id = spec.claim_id
+    claims = state.claims
+    if claim_id in claims or claim_id in state.ended:
+        return  # a retried submit beyond the dedup window: stored twice, counted once
+    submitted = state.submitted = state.submitted + 1
+    claims[claim_id] = new_claim(spec, seq or submitted, e.at)
+    state.pending[claim_id] = None
+    state.queue[claim_id] = None
+    models = spec.models
+    if models:  # `bound_models` for a claim that names its models
+        bound = (models[0],) if len(models) == 1 else tuple(sorted(set(models)))
+    else:
+        bound = bound_models(models, spec.gpu_groups)
+    key = (spec.gpus, spec.gpu_milli, spec.mig_profile, spec.cpu_milli, bound)
+    counts = state.shape_counts
+    counts[key] = counts.get(key, 0) + 1
+    priority = spec.priority
+    if state.min_priority is None or priority < state.min_priority:
+        state.min_priority = priority
+    if (submitted & (submitted - 1) == 0) if submitted <= 1024 else submitted % 1024 == 0:  # _is_checkpoint
+        refresh_typical(state, dict(counts), only_if_moved=True)
 
 
 def _pending(state: State, d: ev.ClaimPending) -> None:
@@ -165,6 +250,7 @@ def _event_batch(state: State, e: ev.EventBatch, seq: int) -> None:
 
 CATCH_UP = {
     **HANDLERS,
+    ev.ClaimSubmitted: _claim_submitted,
     ev.ClaimReleased: _claim_released,
     ev.DecisionBatch: _decision_batch,
     ev.EventBatch: _event_batch,

@@ -270,7 +270,8 @@ class Follower:
         with the same outcomes: a skipped message still moves the decision fence, a fold that
         raises is counted and skipped, the position ends at the batch's last sequence)."""
         state, admission = self.state, self.admission
-        decode, admits, handlers = ev.event_decoder(), authority.admits, handlers_for(state)
+        decode, handlers = ev.event_decoder(), handlers_for(state)
+        admit_of, refuse = authority.ADMIT, authority.admits  # `admits` for a type with no row
         decisions = subjects.DECISIONS
         for seq, subject, data, _headers in batch:
             try:
@@ -278,7 +279,7 @@ class Follower:
             except Exception:  # say which and why, and count it (or read it leniently)
                 event = admission.read(seq, subject, data)
             else:
-                if not admits(subject, event):
+                if not admit_of.get(type(event), refuse)(subject, event):
                     event = admission.admit(seq, subject, event)
             if event is None:
                 if subject == decisions:

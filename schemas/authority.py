@@ -149,51 +149,105 @@ def _checker(pattern: Pattern) -> Callable[[str, Any], bool]:
         return fleet
     field = operator.attrgetter(key)  # decoded events: the field is a str
     safe = subjects._SAFE_TOKEN.fullmatch
-    # node names recur (a binding, heartbeat or usage report of one of a fleet's nodes is most of a
-    # log): the names found safe are remembered, so their check is one look-up, not a regex match
-    known: dict[str, None] | None = {} if key == "node" else None
+    if key == "node":
+        return _node_checker(prefix, suffix, field, safe)
 
     def keyed(subject: str, event: Any) -> bool:
         value = field(event)
         if not value:
             return False
         if subject == prefix + value + suffix:  # the usual case: the id is its own token
-            if known is not None:
-                if value in known:
-                    return True
-                if safe(value) is not None:
-                    if len(known) >= KNOWN_NODES:
-                        known.clear()
-                    known[value] = None
-                    return True
-                return _token(value) == value
             return safe(value) is not None or _token(value) == value
         return subject == prefix + _tok(value) + suffix
     return keyed
 
 
-# Each row's patterns split in two: subjects that admit the type whatever the event says (one set
-# look-up per message, the common case of batches and decisions), and those keyed on the event.
+def _node_checker(prefix: str, suffix: str, field: Callable[[Any], Any],
+                  safe: Callable[[str], Any]) -> Callable[[str, Any], bool]:
+    """A `{node}` pattern: node subjects recur (a binding, heartbeat or usage report of one of a
+    fleet's nodes is most of a log), so each subject is remembered with the node found admitted on
+    it, and the next event naming that node there is admitted with one look-up. The check is a pure
+    function of (subject, node): a remembered pair is admitted as it was the first time."""
+    admitted: dict[str, str] = {}  # subject -> the node admitted on it (forgotten all at once)
+
+    def keyed(subject: str, event: Any) -> bool:
+        value = field(event)
+        if admitted.get(subject) == value:
+            return True
+        if not value:
+            return False
+        if subject == prefix + value + suffix:  # the usual case: the id is its own token
+            if safe(value) is None and _token(value) != value:
+                return False
+        elif subject != prefix + _tok(value) + suffix:
+            return False
+        if len(admitted) >= KNOWN_NODES:
+            admitted.clear()
+        admitted[subject] = value
+        return True
+    return keyed
+
+
+def _refuse(subject: str, event: Any) -> bool:
+    return False
+
+
+def _admitter(kind: type, rule: Rule) -> Callable[[str, Any], bool]:
+    """A row as one function of (subject, event): its exact subjects first (one comparison or set
+    look-up: batches, decisions, the intake), then its keyed patterns in order."""
+    exact = frozenset(p.prefix for p in rule.patterns if not p.key)
+    checks = tuple(_checker(p) for p in rule.patterns if p.key)
+    if not checks:
+        if len(exact) == 1:
+            (only,) = exact
+            return lambda subject, event: subject == only
+        return lambda subject, event: subject in exact
+    if not exact and len(checks) == 1:
+        return checks[0]
+
+    def admit(subject: str, event: Any) -> bool:
+        if subject in exact:
+            return True
+        for check in checks:
+            if check(subject, event):
+                return True
+        return False
+    return admit
+
+
+def _batch_admitter(own: Callable[[str, Any], bool]) -> Callable[[str, Any], bool]:
+    """An EventBatch: its own row, and then every member on the same subject. A member whose type
+    the subject admits whatever it says (an exact subject: the intake's submits) settles that type
+    for the rest of the batch."""
+
+    def admit(subject: str, event: Any) -> bool:
+        if not own(subject, event):
+            return False
+        settled, exact, table = None, _EXACT, ADMIT
+        for member in event.events:
+            kind = type(member)
+            if kind is settled:
+                continue
+            if (kind, subject) in exact:
+                settled = kind
+            elif not table.get(kind, _refuse)(subject, member):
+                return False
+        return True
+    return admit
+
+
+# (type, subject) pairs admitted whatever the event says (exact subjects of each row)
 _EXACT: frozenset[tuple[type, str]] = frozenset(
     (kind, p.prefix) for kind, rule in AUTHORITY.items() for p in rule.patterns if not p.key)
-_KEYED: dict[type, tuple[Callable[[str, Any], bool], ...]] = {
-    kind: tuple(_checker(p) for p in rule.patterns if p.key) for kind, rule in AUTHORITY.items()}
+# event type -> whether a fold may believe an event of it on a subject: `ADMIT[type(event)](subject,
+# event)` is `admits(subject, event)` for a known type, for loops that have the type at hand
+ADMIT: dict[type, Callable[[str, Any], bool]] = {kind: _admitter(kind, rule) for kind, rule in AUTHORITY.items()}
+ADMIT[ev.EventBatch] = _batch_admitter(ADMIT[ev.EventBatch])
 
 
 def admits(subject: str, event: Any) -> bool:
     """Whether a fold may believe `event`, stored on `subject`."""
-    kind = type(event)
-    if (kind, subject) not in _EXACT:
-        for check in _KEYED.get(kind, ()):
-            if check(subject, event):
-                break
-        else:
-            return False
-    if kind is ev.EventBatch:
-        for member in event.events:
-            if not admits(subject, member):
-                return False
-    return True
+    return ADMIT.get(type(event), _refuse)(subject, event)
 
 
 def folded(subject: str) -> bool:

@@ -48,7 +48,8 @@ REASONS: tuple[ReasonCode, ...] = (
     # rejected by the allocator (AllocationRejected)
     ReasonCode("quota-single-exceeded", "never", "a per-workload quota limit is smaller than the claim"),
     ReasonCode("quota-waiting-exceeded", "never", "it could not be placed when decided, and its namespace "
-               "already had as many claims waiting as its quota's max_waiting allows; the reasons it "
+               "already had as many claims waiting as its quota's max_waiting allows (a gang: too few "
+               "places left for its members, each one claim; the whole gang is refused); the reasons it "
                "would have waited for follow"),
     ReasonCode("pool-not-found", "never", "the pool named does not exist"),
     ReasonCode("pool-access-denied", "never", "the namespace (or service account) may not use the pool"),

@@ -51,17 +51,17 @@ def _step(rng: random.Random, i: int, now: float, ledger: Ledger) -> list:
     return []
 
 
-def _run(seed: int, steps: int, new: bool, monkeypatch) -> list:
+def _run(seed: int, steps: int, new: bool, monkeypatch, fleet=_fleet, step=_step) -> list:
     rng = random.Random(seed)
     ledger = Ledger()
-    ledger.append(*_fleet())
+    ledger.append(*fleet())
     waiting, failed_at, memo, needs = WaitingIndex(), {}, {}, {}
     walk = walk_queue if new else reference_walk(failed_at)
     out = []
     now = 0.0
     for i in range(steps):
         now += rng.choice((0.5, 1.0, 40.0))
-        ledger.append(*_step(rng, i, now, ledger))
+        ledger.append(*step(rng, i, now, ledger))
         timers = rng.random() < 0.25
         monkeypatch.setattr(decide_module, "walk_queue", walk)
         ctx = DecideContext(now=now, check_timers=timers, node_timeout_s=1e12, stale_after_s=1e12,

@@ -26,9 +26,9 @@ def tried(monkeypatch) -> list[str]:
         seen.append(c.claim_id)
         return place_one(state, run, c)
 
-    def counting_gang(state, run, gang_id, namespace):
+    def counting_gang(state, run, gang_id, namespace, **how):
         seen.append(gang_id)
-        return place_gang(state, run, gang_id, namespace)
+        return place_gang(state, run, gang_id, namespace, **how)
 
     monkeypatch.setattr(queue, "place_one", counting_one)
     monkeypatch.setattr(queue, "place_gang", counting_gang)

@@ -76,6 +76,10 @@ class Pass:
     contexts: dict = field(default_factory=dict)  # placement contexts built (place._placement_context)
     room_changes: int = 0  # evictions and reclaims tried (each clears `failed`): claims alike may differ
     own_reasons: bool = False  # the last try_place answered with the claim's own recorded reasons
+    # a placement chosen was refused by the quota (its devices cost more than the model's estimate;
+    # place._allocated) since the queue last cleared this: a claim alike may be placed elsewhere
+    priced_out: bool = False
+    use_limited: dict = field(default_factory=dict)  # namespace -> its quota limits use (waiting.use_stamp)
     waiting_counts: Any = None  # claims waiting by namespace, once a max_waiting needs it (waiting_limit.py)
 
     def __post_init__(self) -> None:

@@ -203,6 +203,7 @@ def _allocated(state: State, run: Pass, claim: Claim, need: Need, choice: Choice
     limit_tflops, limit_vram = limits(claim, tflops, vram)
     check = quota_check(state, claim.spec.namespace, Cost(tflops, vram, limit_tflops, limit_vram, len(units)))
     if check.refusal is not None:  # the devices chosen cost more than the model estimate
+        run.priced_out = True
         return [check.refusal]
     islands = sorted({u.island for u in units})
     explain = [f"node {node.name} scored {choice.score:.0f} under {policy} ({need.label})"]

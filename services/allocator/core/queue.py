@@ -3,7 +3,8 @@ not block the ones behind it) and a skip for claims nothing new could help since
 
 from __future__ import annotations
 
-from heapq import heapify, heappop, heapreplace
+from bisect import bisect_right
+from heapq import heapify, heappop, heappush, heapreplace
 from operator import attrgetter
 
 from schemas import events as ev
@@ -15,11 +16,11 @@ from ledger.quota import reclaims
 from ledger.state import Claim, State
 from services.allocator.core.decision_pass import Pass, emit, pend
 from services.allocator.core.eviction import evict_for
-from services.allocator.core.gangs import place_gang
+from services.allocator.core.gangs import hold_if_starving, place_gang
 from services.allocator.core.place import try_place
 from services.allocator.core.reclaim import reclaim_for
 from services.allocator.core.starvation import hold_node_if_starving
-from services.allocator.core.waiting import Bucket, WaitingIndex
+from services.allocator.core.waiting import Bucket, WaitingIndex, use_stamp
 from services.allocator.core.waiting_limit import over_waiting_limit
 
 
@@ -53,31 +54,112 @@ def walk_queue(state: State, run: Pass, epoch: int) -> None:
         forget_ended(state, run.ctx.needs_memo)
     fronts = list(index.fronts())
     shares = _shares(state, {b.members[pos].spec.namespace for b, pos in fronts})
-    heap = [(_order(b, pos, shares), b, pos) for b, pos in fronts]
+    # (order, bucket, position, end): the bucket's members from `position` up to `end` are visited
+    heap = [(_order(b, pos, shares), b, pos, len(b.members)) for b, pos in fronts]
     heapify(heap)
     done_gangs: set[tuple[str, str]] = set()
     visit = _Visit(state, run, epoch, index, done_gangs)
+    passed = _PassedOver(state, run)
     budget = run.ctx.max_decisions
+    key = ()
     while heap:
         if len(run.decisions) >= budget:
+            if not visit.placing_only:  # (the walk past the budget decides no failure: nothing to undo)
+                _cut(index, heap, passed, key, shares)
             if visit.placing_only or not run.ctx.backfill_past_budget:
                 return
-            _cut(heap, index.passes)
             visit.placing_only, budget = True, 2 * budget
-        bucket, pos = heap[0][1], heap[0][2]
+        key, bucket, pos, end = heap[0]
         after = visit(bucket, pos)
-        if after is not None and after < len(bucket.members):
-            heapreplace(heap, (_order(bucket, after, shares), bucket, after))
+        if (len(bucket.members) if after is None else after) > pos + 1:
+            passed.note(bucket, pos + 1, end if after is None else min(after, end))
+        if after is not None and after < end:
+            heapreplace(heap, (_order(bucket, after, shares), bucket, after, end))
         else:
             heappop(heap)
+        if passed.entries:  # (none outside quotas and pools: no call)
+            for item in passed.reopened(key, shares):
+                heappush(heap, item)
 
 
-def _cut(heap: list, pass_no: int) -> None:
-    """The pass stopped at its decision limit: a bucket that failed in it but whose decided members
-    were not all reached keeps the older epoch they failed at (they were not retried)."""
-    for _, bucket, pos in heap:
-        if bucket.failed_pass == pass_no and bucket.ords[pos] <= bucket.settled_upto:
+class _PassedOver:
+    """Members of buckets under a quota that limits use, or in a pool, that a visit passed over
+    (told what the member before them was told, or skipped as nothing new could help them) on the
+    strength of their namespace's use, the room and the capacity epoch as they were then. When one
+    of those changes later in the pass (a claim of the namespace placed, an eviction tried, room
+    freed), the members whose turn has not come yet are visited after all: the walk of every claim
+    would try each of them at its turn, and their namespace's use is in what they are told."""
+
+    def __init__(self, state: State, run: Pass) -> None:
+        self.state, self.run = state, run
+        self.entries: list[tuple[Bucket, int, int, tuple]] = []
+        self.seen: tuple | None = None
+
+    def _moved(self) -> tuple:
+        return (self.state.usage_version, self.run.room_changes, self.state.capacity_epoch, self.run.failed_gen)
+
+    def _as_of(self, bucket: Bucket, start: int) -> tuple:
+        return (use_stamp(self.state, self.run, bucket.members[start]), self.run.room_changes,
+                self.state.capacity_epoch)
+
+    def note(self, bucket: Bucket, start: int, end: int) -> None:
+        if start >= end or bucket.members[start].spec.gang_id:  # (a gang is decided whole)
+            return
+        if use_stamp(self.state, self.run, bucket.members[start]) == ():
+            return  # claims alike outside quotas and pools: they would fail alike (waiting.py)
+        self.entries.append((bucket, start, end, self._as_of(bucket, start)))
+
+    def stamped(self, bucket: Bucket, pos: int) -> bool:
+        return use_stamp(self.state, self.run, bucket.members[pos]) != ()
+
+    def unreached(self, visited: tuple, shares: dict[str, float]) -> list[tuple[Bucket, int, int]]:
+        """(bucket, position, end) of the members passed over whose turn had not come."""
+        found = []
+        for bucket, start, end, _ in self.entries:
+            pos = start + bisect_right(range(start, end), visited, key=lambda p: _order(bucket, p, shares))
+            if pos < end:
+                found.append((bucket, pos, end))
+        return found
+
+    def reopened(self, visited: tuple, shares: dict[str, float]) -> list:
+        """Heap items for the members passed over whose turn (after `visited`) is still to come,
+        of buckets for which something changed since."""
+        if not self.entries:
+            return []
+        moved = self._moved()
+        if moved == self.seen:
+            return []
+        self.seen = moved
+        items, kept = [], []
+        for entry in self.entries:
+            bucket, start, end, as_of = entry
+            if self._as_of(bucket, start) == as_of:
+                kept.append(entry)
+                continue
+            pos = start + bisect_right(range(start, end), visited, key=lambda p: _order(bucket, p, shares))
+            if pos < end:
+                items.append((_order(bucket, pos, shares), bucket, pos, end))
+        self.entries = kept
+        return items
+
+
+def _cut(index: WaitingIndex, heap: list, passed: _PassedOver, visited: tuple, shares: dict[str, float]) -> None:
+    """The pass stopped at its decision limit: members of a bucket that failed in it, decided
+    before but not reached, keep the older epoch they failed at (they were not retried). Claims
+    alike outside quotas and pools: the whole bucket does (the next pass would tell them nothing
+    new: waiting.py). Under a quota or in a pool, what they are told depends on when they are
+    tried, so they leave for a bucket of their own, as of that epoch (`WaitingIndex.split`)."""
+    pass_no, unreached = index.passes, {}
+    ranges = [(bucket, pos, end) for _, bucket, pos, end in heap] + passed.unreached(visited, shares)
+    for bucket, pos, end in ranges:
+        if bucket.failed_pass != pass_no or bucket.ords[pos] > bucket.settled_upto:
+            continue
+        if not passed.stamped(bucket, pos):
             bucket.epoch = bucket.prior_epoch
+            continue
+        upto = bisect_right(bucket.ords, bucket.settled_upto, lo=pos, hi=end)
+        unreached.setdefault(bucket, set()).update(bucket.members[p].claim_id for p in range(pos, upto))
+    index.to_split = list(unreached.items())
 
 
 def _shares(state: State, namespaces: set[str]) -> dict[str, float]:
@@ -101,6 +183,7 @@ class _Visit:
     def __init__(self, state: State, run: Pass, epoch: int, index: WaitingIndex,
                  done_gangs: set[tuple[str, str]]):
         self.state, self.run, self.epoch, self.index, self.done_gangs = state, run, epoch, index, done_gangs
+        self.held_gangs: set[tuple[str, str]] = set()  # gangs passed over that held their nodes
         self.timers = run.ctx.check_timers
         # past the pass's decision budget: the walk goes on to place what fits, and tells no claim
         # why it waits (no ClaimPending, eviction or refusal: the next pass does that)
@@ -120,10 +203,10 @@ class _Visit:
         if settled and bucket.failed_pass == self.index.passes:  # one before it failed in this pass
             if gang:
                 return None
-            if bucket.room_changes == self.run.room_changes:  # no eviction or reclaim since
+            if self._same_room(bucket):  # no eviction or reclaim since
                 return self._alike(bucket, pos, claim)
         elif settled and not self.timers and nothing_new_for(state, claim, bucket.epoch):
-            return None if gang else self._alike(bucket, pos, claim, told=False)
+            return self._gang_passed_over(claim) if gang else self._alike(bucket, pos, claim, told=False)
         if gang:
             key = (claim.spec.namespace, gang)  # gang ids are per namespace
             if key not in self.done_gangs:
@@ -133,34 +216,64 @@ class _Visit:
                     self._failed(bucket, pos, claim, own=False)
                     bucket.settled_upto = bucket.ords[-1]  # its gang was decided whole
             return None
+        self.run.priced_out = False
+        held = len(self.run.held)
         own = place_one(state, self.run, claim)
         if claim.status == "pending":
             self._failed(bucket, pos, claim, own)
+            bucket.held = held
         else:
             self.index.placed.append((bucket, claim, bucket.ords[pos]))
         return pos + 1
 
     def _place_only(self, bucket: Bucket, pos: int, claim: Claim, settled: bool) -> int | None:
-        """Past the budget: a claim is placed if it fits as it is, else left as it was (a claim
-        never decided stays so, and is told why in the next pass); a bucket that failed in this
-        pass, or that nothing new could help, is passed over as in the walk; gangs wait."""
-        if claim.spec.gang_id or bucket.failed_pass == self.index.passes:
+        """Past the budget: a claim is placed as the walk would place it (as it is, or with the
+        reclaim or eviction the walk would make, a gang whole), else left as it was (a claim never
+        decided stays so, and is told why in the next pass). Nothing waiting is told why: no
+        ClaimPending, no refusal for the waiting limit. So a claim of lower priority never takes
+        room a claim ahead of it would have had with an eviction (the walk's order is kept: higher
+        priority first). A bucket that failed in this pass with no room changed since, or that
+        nothing new could help, is passed over as in the walk."""
+        gang = claim.spec.gang_id
+        if bucket.failed_pass == self.index.passes and (gang or self._same_room(bucket)):
             return None
         if settled and not self.timers and nothing_new_for(self.state, claim, bucket.epoch):
-            return self._alike(bucket, pos, claim, told=False)
-        outcome = try_place(self.state, self.run, claim)
-        if isinstance(outcome, (ev.ClaimAllocated, ev.AllocationRejected)):
-            emit(self.state, self.run, outcome)
-            if isinstance(outcome, ev.ClaimAllocated):
-                self.index.placed.append((bucket, claim, bucket.ords[pos]))
+            return self._gang_passed_over(claim) if gang else self._alike(bucket, pos, claim, told=False)
+        if gang:
+            key = (claim.spec.namespace, gang)
+            if key not in self.done_gangs:
+                self.done_gangs.add(key)
+                place_gang(self.state, self.run, gang, claim.spec.namespace, tell=False)
+            return None
+        if place_quietly(self.state, self.run, claim):
+            self.index.placed.append((bucket, claim, bucket.ords[pos]))
+            return pos + 1
+        if claim.status != "pending":  # rejected (no such shape, its pool gone): final, told
             return pos + 1
         hold_node_if_starving(self.state, self.run, claim)
         return None
 
+    def _gang_passed_over(self, claim: Claim) -> None:
+        """A gang nothing new could help is not tried; it holds its nodes if it starves (once)."""
+        key = (claim.spec.namespace, claim.spec.gang_id)
+        if key not in self.held_gangs:
+            self.held_gangs.add(key)
+            hold_if_starving(self.state, self.run, claim.spec.gang_id, claim.spec.namespace, claim)
+        return None
+
+    def _same_room(self, bucket: Bucket) -> bool:
+        """Nothing changed in this pass since the bucket's member failed that could let the next
+        one fit: no eviction or reclaim tried (the fleet and quota use only filled up since)."""
+        if bucket.room_changes != self.run.room_changes or bucket.held != len(self.run.held):
+            return False  # (a node held since its try, its own too: what a claim alike is told may differ)
+        stamp = bucket.stamp
+        return stamp == () or (stamp is not None and stamp == use_stamp(self.state, self.run, bucket.members[0]))
+
     def _failed(self, bucket: Bucket, pos: int, claim: Claim, own: bool) -> None:
-        bucket.failed(pos, self.epoch, self.index.passes)
         bucket.told = None if own else list(claim.reasons)
+        bucket.failed(pos, self.epoch, self.index.passes, bucket.told)
         bucket.room_changes = self.run.room_changes
+        bucket.stamp = use_stamp(self.state, self.run, claim)
 
     def _alike(self, bucket: Bucket, pos: int, claim: Claim, told: bool = True) -> int:
         """A member that would fail as the one before it did: it keeps its node if it starves (so
@@ -176,15 +289,26 @@ class _Visit:
         if told and bucket.told is not None:
             last = bucket.after_settled(pos) - 1
             told_all = bucket.synced == bucket.told and bucket.members[last].reasons == bucket.told
-            if told_all and len(run.held) == held:
+            if len(run.held) == held and (told_all or _told_already(bucket, pos, last)):
                 return last + 1  # a pass told them all this, and it was stored (the last one has it)
             pend(self.state, run, claim, list(bucket.told))
-            if pos == last:
+            if bucket.told != bucket.synced:  # (a pass cut short leaves the members behind as they were)
+                bucket.synced = None
+            if pos == last and bucket.pass_told == bucket.told:  # every member failing in this pass too
                 bucket.synced = bucket.told
             return pos + 1
         if len(run.held) > held:
             return pos + 1
         return bucket.after_settled(pos)
+
+
+def _told_already(bucket: Bucket, pos: int, last: int) -> bool:
+    """Every member from `pos` to `last` has the reasons its bucket's members are told now (a
+    scan in C: no Python call per member), so telling each would record nothing."""
+    return all(map(bucket.told.__eq__, map(_REASONS, bucket.members[pos:last + 1])))
+
+
+_REASONS = attrgetter("reasons")
 
 
 def forget_ended(state: State, book: dict) -> None:
@@ -226,20 +350,32 @@ def place_one(state: State, run: Pass, claim: Claim) -> bool:
     failure: claims alike behind it would keep theirs too)."""
     outcome = try_place(state, run, claim)
     own = run.own_reasons
-    if isinstance(outcome, ev.ClaimAllocated):
-        emit(state, run, outcome)
-    elif isinstance(outcome, ev.AllocationRejected):
-        emit(state, run, outcome)
-    else:
-        if run.ctx.evict and reclaims(outcome) and reclaim_for(state, run, claim, outcome):
-            return False
-        if run.ctx.evict and evict_for(state, run, claim):
-            return False
-        refusal = over_waiting_limit(state, run, claim)
-        if refusal is not None:
-            emit(state, run, ev.AllocationRejected(claim_id=claim.claim_id, code=refusal.code,
-                                                   reasons=[refusal, *outcome[:3]], at=run.ctx.now))
-            return False
-        hold_node_if_starving(state, run, claim)
-        pend(state, run, claim, outcome)
+    if _placed(state, run, claim, outcome):
+        return False
+    if not isinstance(outcome, list):  # rejected
+        return False
+    refusal = over_waiting_limit(state, run, claim)
+    if refusal is not None:
+        emit(state, run, ev.AllocationRejected(claim_id=claim.claim_id, code=refusal.code,
+                                               reasons=[refusal, *outcome[:3]], at=run.ctx.now))
+        return False
+    hold_node_if_starving(state, run, claim)
+    pend(state, run, claim, outcome)
     return own
+
+
+def place_quietly(state: State, run: Pass, claim: Claim) -> bool:
+    """`place_one` past the pass's budget: the same placement, reclaim or eviction (or final
+    rejection), but a claim that still waits is not told why. True when placed."""
+    return _placed(state, run, claim, try_place(state, run, claim))
+
+
+def _placed(state: State, run: Pass, claim: Claim, outcome) -> bool:
+    """Emit an allocation or a rejection; else make room by a reclaim or an eviction if one lets
+    the claim in (and place it). False: the claim waits with the reasons `outcome`."""
+    if isinstance(outcome, (ev.ClaimAllocated, ev.AllocationRejected)):
+        emit(state, run, outcome)
+        return isinstance(outcome, ev.ClaimAllocated)
+    if run.ctx.evict and reclaims(outcome) and reclaim_for(state, run, claim, outcome):
+        return True
+    return bool(run.ctx.evict and evict_for(state, run, claim))

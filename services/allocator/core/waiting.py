@@ -12,6 +12,16 @@ failed; a pass without the timers skips it whole while nothing that could help i
 (`queue.nothing_new_for`). Ordering is kept: the buckets' next members are merged in queue order
 (priority, fair share, age), so a claim is tried exactly where the full walk would try it.
 
+Claims under a quota that limits use, or in a pool, too (since session 29): what they are told
+has their namespace's use in it (`quota exceeded ... in use 48Gi`), which moves as the pass places
+claims of that namespace. So a member behind one that failed is told what that one was told only
+while its namespace's use (its cohort tree's), the shapes explained and the room are as they were
+then (`use_stamp`); members passed over on that ground are visited after all when it changes
+later in the pass (`queue._PassedOver`); and members a pass cut short at its budget did not reach
+leave for a bucket of their own that keeps the epoch they failed at before (`split`): the walk of
+every claim tries each of them by its own epoch. tests/queue_scale/test_quota_buckets.py compares
+with that walk.
+
 Caller-owned, like the score memo (`DecideContext.waiting`): the allocator keeps one across its
 passes. It indexes `state.queue` (pending, not parked) and follows it by what is cheap to see:
 claims submitted since the last pass are the tail of `state.claims` (submit order); claims that
@@ -31,22 +41,42 @@ import msgspec
 
 from schemas.types import QuotaSpec
 
-from ledger.cohorts import quota_of
+from ledger.cohorts import quota_of, tree_of
 from ledger.state import Claim, State
 
 _KEY = msgspec.msgpack.Encoder()
 
 
-def alike_key(state: State, claim: Claim) -> bytes:
-    """Equal for claims whose specs are equal but for the claim id (the bucket they share). A claim
-    whose use is checked against a quota or a pool gets a bucket of its own: what it is told
-    (quota reasons with the namespace's use in them) is worked out claim by claim, and is kept
-    exactly as the walk of every claim told it. Quotas and pools change only with a `grow`, which
-    rebuilds the index."""
+def alike_key(claim: Claim) -> bytes:
+    """Equal for claims whose specs are equal but for the claim id (the bucket they share)."""
+    return _KEY.encode(msgspec.structs.replace(claim.spec, claim_id=""))
+
+
+def use_stamp(state: State, run, claim: Claim) -> tuple | None:
+    """What a claim's try reads in a pass beyond its spec, the fleet (which only fills up while no
+    eviction or reclaim is tried) and the shapes failed so far: `()` for a claim outside pools and
+    use-limiting quotas; for one under such a quota, the use its quota reasons are worked out from
+    (its namespace's, or its whole cohort tree's) and the explained shapes (`failed_gen`); for one
+    in a pool, the latter. None when the claim's chosen devices were priced out of its quota
+    (`run.priced_out`): a claim alike may be placed on others. A member of a bucket behind one that
+    failed is told what that one was told only while this is the same: the walk of every claim
+    would tell it exactly that."""
     spec = claim.spec
-    if spec.pool or _checks_use(quota_of(state, spec.namespace)):
-        return _KEY.encode(spec)
-    return _KEY.encode(msgspec.structs.replace(spec, claim_id=""))
+    limited = run.use_limited.get(spec.namespace)
+    if limited is None:  # once a pass for each namespace (quotas change only between passes)
+        limited = run.use_limited[spec.namespace] = _checks_use(quota_of(state, spec.namespace))
+    if not limited and not spec.pool:
+        return ()
+    if run.priced_out:
+        return None
+    if not limited:
+        use = None
+    elif spec.namespace in tree_of(state):
+        use = state.usage_version  # any use in the tree may be in its reasons
+    else:
+        u = state.usage.get(spec.namespace)
+        use = None if u is None else (u.tflops_m, u.vram_mib, u.limit_tflops_m, u.limit_vram_mib, u.workers)
+    return (run.failed_gen, use)
 
 
 def _checks_use(quota: QuotaSpec | None) -> bool:
@@ -61,13 +91,16 @@ def _checks_use(quota: QuotaSpec | None) -> bool:
 _NO_LIMITS = QuotaSpec()
 
 
+MIXED = object()  # Bucket.pass_told: members that failed in one pass were told different things
+
+
 class Bucket:
     """Claims alike, in submit order (`members[start:]`; ended ones are skipped, then dropped),
     with each one's ordinal in the index (`ords`: submit order, unique, where claims of one stored
     batch share a seq)."""
 
     __slots__ = ("key", "members", "ords", "start", "epoch", "settled_upto", "failed_pass", "told", "room_changes",
-                 "no_hold_pass", "prior_epoch", "synced")
+                 "no_hold_pass", "prior_epoch", "synced", "stamp", "pass_told", "held")
 
     def __init__(self, key: bytes) -> None:
         self.key = key
@@ -82,16 +115,29 @@ class Bucket:
         # the pass's evictions and reclaims tried until then (after another, members are tried)
         self.told: list | None = None
         self.room_changes = 0
+        self.stamp: tuple | None = ()  # use_stamp when it failed (None: members behind are tried)
+        self.held = 0  # nodes held in the pass when that member was tried
         self.no_hold_pass = -1  # the pass in which a starving member found no node left to hold
         self.synced: list | None = None  # reasons a pass told every decided member, to the last
+        # what every member that failed in the last pass was told (MIXED: not the same for all;
+        # None: they kept their own): a pass that tried a member behind another (its namespace's
+        # use changed) may tell two parts of a bucket two things, and then `synced` is not set
+        self.pass_told: list | None | object = None
 
     def after_settled(self, pos: int) -> int:
         """The first position past `pos` holding a member never decided (or len(members))."""
         return bisect_right(self.ords, self.settled_upto, lo=pos + 1)
 
-    def failed(self, pos: int, epoch: int, pass_no: int) -> None:
+    def failed(self, pos: int, epoch: int, pass_no: int, told: list | None) -> None:
         if self.failed_pass != pass_no:  # kept for a pass cut short (queue._cut)
             self.prior_epoch = epoch if self.epoch is None else min(self.epoch, epoch)
+            # members before it that still wait were passed over in this pass: they were not told
+            waited = any(m.status == "pending" for m in self.members[self.start:pos])
+            self.pass_told = MIXED if waited else told
+        elif told != self.pass_told:
+            self.pass_told = MIXED
+        if told is not None and told != self.synced:  # a member no longer has what they all had
+            self.synced = None
         self.epoch, self.failed_pass = epoch, pass_no
         self.settled_upto = max(self.settled_upto, self.ords[pos])
 
@@ -109,6 +155,9 @@ class WaitingIndex:
         self.passes = 0
         self.placed: list[tuple[Bucket, Claim, int]] = []  # placed in the last pass (a rollback reopens)
         self.repairs = 0  # rebuilds because a pending claim was missing (expected: none)
+        # (bucket, claim ids) to split off at the next sync: members a pass cut short did not reach
+        self.to_split: list[tuple[Bucket, set[str]]] = []
+        self.parts = 0
         self.rebuilds = 0
 
     def sync(self, state: State, check: bool = False) -> None:
@@ -126,17 +175,45 @@ class WaitingIndex:
                 self.rebuild(state)
             elif len(self.ids) > 2 * len(state.queue) + 64:
                 self.rebuild(state)
+        self.split()
         for bucket, claim, ordinal in self.placed:  # placed, then rolled back (fenced out): decide again
             if claim.status == "pending" and ordinal <= bucket.settled_upto:
                 bucket.settled_upto = ordinal - 1
         self.placed.clear()
         self._drop_ended_fronts(state)
 
+    def split(self) -> None:
+        """Members of a bucket under a quota or in a pool that a pass cut short at its decision
+        budget did not reach (`queue._cut`) leave for a bucket of their own, with the epoch they
+        failed at before that pass: the walk of every claim would try them when something new
+        since then came, while the members it reached wait for something new since this pass.
+        Claims alike still, merged in queue order with the rest; new claims join the bucket of
+        their key."""
+        for bucket, moving in self.to_split:
+            self.parts += 1
+            part = Bucket(bucket.key + b"\x00" + str(self.parts).encode())
+            members, ords = bucket.members[:bucket.start], bucket.ords[:bucket.start]
+            for member, ordinal in zip(bucket.members[bucket.start:], bucket.ords[bucket.start:]):
+                kept = (part.members, part.ords) if member.claim_id in moving else (members, ords)
+                kept[0].append(member)
+                kept[1].append(ordinal)
+            if not part.members:
+                continue
+            bucket.members, bucket.ords = members, ords
+            part.epoch = part.prior_epoch = bucket.prior_epoch
+            part.settled_upto = part.ords[-1]
+            for member in part.members:
+                self.ids[member.claim_id] = part
+            self.buckets[part.key] = part
+        self.to_split = []
+        self.placed = [(self.ids.get(c.claim_id, b), c, o) for b, c, o in self.placed]
+
     def rebuild(self, state: State) -> None:
         self.rebuilds += 1
         self.claims_of, self.grown_at = state.claims, state.grown_at
         settled = {c.claim_id for b in self.buckets.values()  # kept across the new ordinals
                    for c in b.members[b.start:bisect_right(b.ords, b.settled_upto, lo=b.start)]}
+        was_in = {c: b for c, b in self.ids.items() if self.buckets.get(b.key) is b}  # (parts split off stay)
         self.ids = {}
         self.next_ord = 0  # ordinals anew, in submit order (the order of `state.claims`)
         for bucket in self.buckets.values():
@@ -144,7 +221,7 @@ class WaitingIndex:
         queue = state.queue
         for claim in state.claims.values():
             if claim.claim_id in queue:
-                bucket = self._add(state, claim)
+                bucket = self._add(state, claim, was_in.get(claim.claim_id))
                 if claim.claim_id in settled:
                     bucket.settled_upto = bucket.ords[-1]
         self.seen_seq = max((c.seq for c in state.claims.values()), default=0)
@@ -167,12 +244,14 @@ class WaitingIndex:
             if claim.claim_id in queue and claim.claim_id not in self.ids:
                 self._add(state, claim)
 
-    def _add(self, state: State, claim: Claim) -> Bucket:
-        """Last of its bucket: claims come in submit order (the tail of `state.claims`, or all of it)."""
-        key = alike_key(state, claim)
-        bucket = self.buckets.get(key)
+    def _add(self, state: State, claim: Claim, bucket: Bucket | None = None) -> Bucket:
+        """Last of its bucket: claims come in submit order (the tail of `state.claims`, or all of it).
+        `bucket`: the one it was in (a part split off), else the one of its key."""
         if bucket is None:
-            bucket = self.buckets[key] = Bucket(key)
+            key = alike_key(claim)
+            bucket = self.buckets.get(key)
+            if bucket is None:
+                bucket = self.buckets[key] = Bucket(key)
         bucket.members.append(claim)
         bucket.ords.append(self.next_ord)
         self.next_ord += 1
