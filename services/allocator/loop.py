@@ -18,6 +18,9 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from dataclasses import replace
+
+import msgspec
 
 from schemas import events as ev
 from schemas import subjects
@@ -278,6 +281,21 @@ class Allocator:
         # kept applied until the fold reaches it, or rolled back now (own_batch.py): before the
         # endings are read, which look at the state before the batch
         payload = ev.encode_event(batch)
+        limit = self._max_batch_bytes()
+        while limit is not None and len(payload) > limit and len(decisions) > 1:
+            # one NATS message: past the server's max payload every append failed, the allocator
+            # exited, again at each start (the claims stay), and `up` stopped the stack (session
+            # 29: 1,024 claims of 8 GPUs placed on 1,100 free nodes make 1.0-1.4 MB)
+            journal.rollback(self.state)
+            log.warning("a batch of %d decisions is %d bytes, past the max payload: deciding again with "
+                        "a budget of %d", len(decisions), len(payload), len(decisions) // 2)
+            ctx = replace(self.context(timers), max_decisions=len(decisions) // 2, backfill_past_budget=False)
+            decisions, journal = decide_kept(self.state, ctx)
+            if not decisions:
+                journal.rollback(self.state)
+                return 0
+            batch = msgspec.structs.replace(batch, decisions=decisions, at=decisions[0].at)
+            payload = ev.encode_event(batch)
         self.own.hold(self.state, batch, journal, payload)
         try:
             return await self._append(batch, decisions, fence, payload)
@@ -285,6 +303,11 @@ class Allocator:
             self.own.undo(self.state)  # fenced out or failed (a kept batch was settled by the fold)
             if self.node_records is not None:  # records wait while a batch is held (node_writer.py)
                 self.node_records.flush()
+
+    def _max_batch_bytes(self) -> int | None:
+        """The server's max payload, less room for the batch's own fields and headers."""
+        max_payload = getattr(getattr(self.log, "nc", None), "max_payload", None)
+        return max_payload - 16 * 1024 if isinstance(max_payload, int) and max_payload > 64 * 1024 else None
 
     async def _heard_past_the_fold(self, decisions: list) -> bool:
         """Whether a node this pass finds silent, or a claim whose lease it finds run out, has

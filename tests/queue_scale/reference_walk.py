@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ledger.state import State
 from services.allocator.core.decision_pass import Pass
-from services.allocator.core.gangs import place_gang
+from services.allocator.core.gangs import hold_if_starving, place_gang
 from services.allocator.core.queue import forget_ended, nothing_new_for, place_one, queue_order
 from services.allocator.core.starvation import hold_node_if_starving
 
@@ -14,6 +14,7 @@ from services.allocator.core.starvation import hold_node_if_starving
 def reference_walk(failed_at: dict | None):
     def walk_queue(state: State, run: Pass, epoch: int) -> None:
         done_gangs: set[tuple[str, str]] = set()
+        held_gangs: set[tuple[str, str]] = set()
         if failed_at is not None and run.ctx.check_timers:
             forget_ended(state, failed_at)
         skip = failed_at is not None and not run.ctx.check_timers
@@ -26,6 +27,9 @@ def reference_walk(failed_at: dict | None):
             if skip and key in failed_at and nothing_new_for(state, claim, failed_at[key]):
                 if not claim.spec.gang_id:
                     hold_node_if_starving(state, run, claim)
+                elif (claim.spec.namespace, claim.spec.gang_id) not in held_gangs:  # (session 29)
+                    held_gangs.add((claim.spec.namespace, claim.spec.gang_id))
+                    hold_if_starving(state, run, claim.spec.gang_id, claim.spec.namespace, claim)
                 continue
             if claim.spec.gang_id:
                 if (claim.spec.namespace, claim.spec.gang_id) not in done_gangs:

@@ -12,6 +12,7 @@ from ledger.state import State
 from services.allocator.core.decision_pass import Pass, emit, pend
 from services.allocator.core.gang_never import gang_never_reason
 from services.allocator.core.place import Prepared, member_needs, prepare, try_place
+from services.allocator.core.starvation import hold_nodes_for_gang
 from services.allocator.core.waiting_limit import gang_over_waiting_limit
 
 
@@ -20,9 +21,7 @@ def place_gang(state: State, run: Pass, gang_id: str, namespace: str, tell: bool
     namespace's: a claim of another namespace naming the same gang_id is not a member (session 29:
     one that could never fit, or a gang_size of 4096, held another team's gang back for ever).
     `tell`: False past the pass's budget (a gang that waits is told why in the next pass)."""
-    members = [claim for claim in map(state.claims.__getitem__, state.pending)
-               if claim.spec.gang_id == gang_id and claim.spec.namespace == namespace]
-    members.sort(key=lambda c: c.seq)
+    members = gang_members(state, gang_id, namespace)
     # at most MAX_GANG_SIZE at once (the intake refuses a larger gang_size; a log written before
     # may hold one): the whole gang is one batch, one NATS message, or every append fails
     wanted = min(max(max(m.spec.gang_size for m in members), 1), MAX_GANG_SIZE)
@@ -53,6 +52,7 @@ def place_gang(state: State, run: Pass, gang_id: str, namespace: str, tell: bool
     run.journal.rollback(state, mark)
     del run.decisions[decisions_before:]
     if not tell:
+        hold_nodes_for_gang(state, run, members)
         return
     head = Reason("gang-unplaceable", f"gang {gang_id}: {placed} of {len(members)} placeable", placed)
     reasons = [head, *failure[:4]]
@@ -63,6 +63,22 @@ def place_gang(state: State, run: Pass, gang_id: str, namespace: str, tell: bool
         if never is not None:
             reasons = [never, *reasons]
     _wait(state, run, gang_id, members, reasons)
+    if members[0].status == "pending":  # (not refused for the waiting limit)
+        hold_nodes_for_gang(state, run, members)
+
+
+def gang_members(state: State, gang_id: str, namespace: str) -> list:
+    """The gang's waiting members, in submit order."""
+    members = [claim for claim in map(state.claims.__getitem__, state.pending)
+               if claim.spec.gang_id == gang_id and claim.spec.namespace == namespace]
+    members.sort(key=lambda c: c.seq)
+    return members
+
+
+def hold_if_starving(state: State, run: Pass, gang_id: str, namespace: str, oldest) -> None:
+    """A gang passed over (nothing new could help it) still holds its nodes if it starves."""
+    if run.ctx.now - oldest.submitted_at >= run.ctx.starvation_after_s:  # (cheap: none is younger)
+        hold_nodes_for_gang(state, run, gang_members(state, gang_id, namespace))
 
 
 def _wait(state: State, run: Pass, gang_id: str, members: list, reasons: list[Reason]) -> None:

@@ -16,7 +16,7 @@ from ledger.quota import reclaims
 from ledger.state import Claim, State
 from services.allocator.core.decision_pass import Pass, emit, pend
 from services.allocator.core.eviction import evict_for
-from services.allocator.core.gangs import place_gang
+from services.allocator.core.gangs import hold_if_starving, place_gang
 from services.allocator.core.place import try_place
 from services.allocator.core.reclaim import reclaim_for
 from services.allocator.core.starvation import hold_node_if_starving
@@ -77,8 +77,9 @@ def walk_queue(state: State, run: Pass, epoch: int) -> None:
             heapreplace(heap, (_order(bucket, after, shares), bucket, after, end))
         else:
             heappop(heap)
-        for item in passed.reopened(key, shares):
-            heappush(heap, item)
+        if passed.entries:  # (none outside quotas and pools: no call)
+            for item in passed.reopened(key, shares):
+                heappush(heap, item)
 
 
 class _PassedOver:
@@ -182,6 +183,7 @@ class _Visit:
     def __init__(self, state: State, run: Pass, epoch: int, index: WaitingIndex,
                  done_gangs: set[tuple[str, str]]):
         self.state, self.run, self.epoch, self.index, self.done_gangs = state, run, epoch, index, done_gangs
+        self.held_gangs: set[tuple[str, str]] = set()  # gangs passed over that held their nodes
         self.timers = run.ctx.check_timers
         # past the pass's decision budget: the walk goes on to place what fits, and tells no claim
         # why it waits (no ClaimPending, eviction or refusal: the next pass does that)
@@ -204,7 +206,7 @@ class _Visit:
             if self._same_room(bucket):  # no eviction or reclaim since
                 return self._alike(bucket, pos, claim)
         elif settled and not self.timers and nothing_new_for(state, claim, bucket.epoch):
-            return None if gang else self._alike(bucket, pos, claim, told=False)
+            return self._gang_passed_over(claim) if gang else self._alike(bucket, pos, claim, told=False)
         if gang:
             key = (claim.spec.namespace, gang)  # gang ids are per namespace
             if key not in self.done_gangs:
@@ -236,7 +238,7 @@ class _Visit:
         if bucket.failed_pass == self.index.passes and (gang or self._same_room(bucket)):
             return None
         if settled and not self.timers and nothing_new_for(self.state, claim, bucket.epoch):
-            return None if gang else self._alike(bucket, pos, claim, told=False)
+            return self._gang_passed_over(claim) if gang else self._alike(bucket, pos, claim, told=False)
         if gang:
             key = (claim.spec.namespace, gang)
             if key not in self.done_gangs:
@@ -249,6 +251,14 @@ class _Visit:
         if claim.status != "pending":  # rejected (no such shape, its pool gone): final, told
             return pos + 1
         hold_node_if_starving(self.state, self.run, claim)
+        return None
+
+    def _gang_passed_over(self, claim: Claim) -> None:
+        """A gang nothing new could help is not tried; it holds its nodes if it starves (once)."""
+        key = (claim.spec.namespace, claim.spec.gang_id)
+        if key not in self.held_gangs:
+            self.held_gangs.add(key)
+            hold_if_starving(self.state, self.run, claim.spec.gang_id, claim.spec.namespace, claim)
         return None
 
     def _same_room(self, bucket: Bucket) -> bool:

@@ -1,5 +1,9 @@
 """Starvation: a claim waiting past the threshold holds the node where it would fit soonest, so
-claims of equal or lower priority may not use it and a large claim gets its node when it drains."""
+claims of equal or lower priority may not use it and a large claim gets its node when it drains.
+A gang does too, as its members would one by one (each takes room of its kind on a node held for
+the gang, or holds the next node), counted from its last member's arrival: before that it could
+not start anyway. Without it a gang of large claims waited for ever behind a flow of small ones
+that each fit the room one of its nodes had freed (session 29)."""
 
 from __future__ import annotations
 
@@ -12,9 +16,39 @@ def hold_node_if_starving(state: State, run: Pass, claim: Claim) -> None:
     """A claim waiting past the threshold holds the node with most room of its kind."""
     if run.ctx.now - claim.submitted_at < run.ctx.starvation_after_s:
         return
+    _hold(state, run, claim)
+
+
+def hold_nodes_for_gang(state: State, run: Pass, members: list[Claim]) -> None:
+    """A complete gang waiting past the threshold holds a node for each member that the room of
+    its kind left on the nodes already held for the gang cannot take."""
+    if not members or len(members) < max(m.spec.gang_size for m in members):
+        return  # incomplete: it waits for its members, not for room
+    if run.ctx.now - max(m.submitted_at for m in members) < run.ctx.starvation_after_s:
+        return
+    held: list[list] = []  # [kind, room of that kind not yet taken by a member]
+    for member in members:
+        needs = needs_for(member.spec, sorted(k for k in state.groups_by_model if k))
+        if not needs:
+            continue
+        need = needs[0]
+        kind = (need.models, need.pool, need.mig_profile)
+        for entry in held:
+            if entry[0] == kind and entry[1] >= need.count:
+                entry[1] -= need.count
+                break
+        else:
+            room = _hold(state, run, member)
+            if room is None:
+                return  # no node left to hold
+            held.append([kind, room - need.count])
+
+
+def _hold(state: State, run: Pass, claim: Claim) -> int | None:
+    """Hold the node with most room of the claim's kind; its room of that kind (None: none held)."""
     needs = needs_for(claim.spec, sorted(k for k in state.groups_by_model if k))
     if not needs:
-        return
+        return None
     need = needs[0]
     best = None
     for group in state.groups_for_models(need.models):
@@ -25,6 +59,8 @@ def hold_node_if_starving(state: State, run: Pass, claim: Claim) -> None:
         free_units = group.view.free_units
         first = group.first(run.held)
         if first is not None and (best is None or (free_units, -first[0]) > best[0]):
-            best = ((free_units, -first[0]), first[1])
-    if best is not None:
-        run.held[best[1]] = claim.spec.priority
+            best = ((free_units, -first[0]), first[1], room)
+    if best is None:
+        return None
+    run.held[best[1]] = claim.spec.priority
+    return best[2]

@@ -218,6 +218,7 @@ class WaitingIndex:
         self.next_ord = 0  # ordinals anew, in submit order (the order of `state.claims`)
         for bucket in self.buckets.values():
             bucket.members, bucket.ords, bucket.start, bucket.settled_upto = [], [], 0, -1
+            bucket.synced = None  # claims parked come back with what they were told then
         queue = state.queue
         for claim in state.claims.values():
             if claim.claim_id in queue:
