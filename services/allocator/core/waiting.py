@@ -163,6 +163,7 @@ class WaitingIndex:
     def sync(self, state: State, check: bool = False) -> None:
         """Bring the index to the state as the pass begins (see the module docstring)."""
         self.passes += 1
+        self.split()  # (before anything else: the buckets as the last pass left them)
         if self.claims_of is not state.claims:  # another state: its epochs are not these
             self.buckets = {}
             self.rebuild(state)
@@ -175,7 +176,6 @@ class WaitingIndex:
                 self.rebuild(state)
             elif len(self.ids) > 2 * len(state.queue) + 64:
                 self.rebuild(state)
-        self.split()
         for bucket, claim, ordinal in self.placed:  # placed, then rolled back (fenced out): decide again
             if claim.status == "pending" and ordinal <= bucket.settled_upto:
                 bucket.settled_upto = ordinal - 1
