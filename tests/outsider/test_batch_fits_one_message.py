@@ -16,6 +16,7 @@ import pytest
 from schemas import subjects
 from shared.jetstream import JetStreamEventLog, ensure_streams
 from shared.natsserver import start_nats_server
+from shared.retry import until_done
 from tests.service.helpers import h100_node, register_nodes, request, running
 
 pytestmark = pytest.mark.timeout(300)
@@ -41,8 +42,9 @@ async def test_a_pass_too_big_for_one_message_is_stored_in_several(small_payload
     ids = [f"wide-batch-{i:04d}-{'x' * 60}" for i in range(CLAIMS)]
     async with running(url, "claim") as (claim,):
         for claim_id in ids:  # no allocator yet: they wait, and its first pass takes them all
-            reply = await request(nc, subjects.command("claim.submit"),
-                                  {"claim": {"claim_id": claim_id, "namespace": "team-a", "gpus": 8, "models": ["H100"]}})
+            # a submit is idempotent: retried on a transient "no responders" (seen once at load 24)
+            body = {"claim": {"claim_id": claim_id, "namespace": "team-a", "gpus": 8, "models": ["H100"]}}
+            reply = await until_done(lambda: request(nc, subjects.command("claim.submit"), body), "submit")
             assert reply["ok"], reply
         await register_nodes(JetStreamEventLog(nc), *(h100_node(f"node-{i:03d}") for i in range(CLAIMS)))
         async with running(url, "allocator"):
