@@ -24,10 +24,9 @@ Options:
   `subjects.is_node_bindings`): a message on such a subject is never decoded nor folded, nor told
   to the hooks; only the position moves past it.
 - `keep_ended=False` for the allocator, which decides on live claims only: ended claims leave the
-  state. During catch-up they go a slice at a time (`next_shedding`: once the state holds as many
-  claims more than were live at the last slice, at least `SHED_SLICE` more), freed at once; the
-  last slice when caught up (`dropped`, for the caller to free a part at a time). So a catch-up
-  holds the live claims and one slice, not every claim of the log.
+  state. During catch-up they go a slice at a time (`SHED_SLICE` more claims than were live at the
+  last slice), freed at once; the last slice when caught up (`dropped`, for the caller to free a
+  part at a time). So a catch-up holds the live claims and one slice, not every claim of the log.
 """
 
 from __future__ import annotations
@@ -60,21 +59,12 @@ REFREEZE_EVERY = 2_000
 # none; a future or a message frozen while in flight might): every this many refreezes (a million
 # events) everything is unfrozen and collected once.
 UNFREEZE_EVERY = 500
-# Catch-up with `keep_ended=False`: ended claims are shed once the state holds as many claims more
-# than it kept at the last shedding (at least this many more). Freeing each claim as it ends costs
-# twice as much as freeing them in a slice (their memory comes back cold one at a time); a slice
-# bounds what is held. It was a fixed 20,000: in a log with a few thousand live claims the slice's
-# claims were long out of the cache when shed (the 200k bench log: 1.22 M simulated last-level
-# misses against 0.49 M with slices of 3,000, and 0.3 % fewer instructions); a slice as large as
-# what is kept still bounds the scans of the live claims to two per claim folded.
-SHED_SLICE = 2_000
+# Catch-up with `keep_ended=False`: ended claims are shed once the state holds this many claims more
+# than it kept at the last shedding. Freeing each claim as it ends costs twice as much as freeing
+# them in a slice (their memory comes back cold one at a time); a slice bounds what is held.
+SHED_SLICE = 20_000
 # `old_generation_off`: the oldest generation's automatic threshold while it is off (never reached).
 OLD_GENERATION_OFF = 1 << 30
-
-
-def next_shedding(kept: int) -> int:
-    """How many claims a catch-up's state may hold before its next shedding, having kept `kept`."""
-    return kept + max(SHED_SLICE, kept)
 
 
 def decode_batch(batch, admission: Admission | None = None) -> list[tuple[int, ev.Event | None]]:
@@ -231,7 +221,7 @@ class Follower:
         defer_index(self.state)
         if not self.keep_ended:
             defer_dropping(self.state)  # ended claims go a slice at a time (`_fold_stored`)
-            self._shed_at = next_shedding(len(self.state.claims))
+            self._shed_at = len(self.state.claims) + SHED_SLICE
         self._gc_was_on = pause_gc()
 
     def _end_catch_up(self) -> None:
@@ -264,7 +254,7 @@ class Follower:
         decoded = read_batch(admission, batch)
         fold_batch(self.state, decoded, admission.fold_failed)
         if self._shed_at and len(self.state.claims) >= self._shed_at:
-            self._shed_at = next_shedding(shed_ended_claims(self.state))
+            self._shed_at = shed_ended_claims(self.state) + SHED_SLICE
         if admission.refused + admission.undecodable != skipped:  # rare: look for the decision subject
             for (seq, event), (_seq, subject, _data, _headers) in zip(decoded, batch):
                 if event is None and subject == subjects.DECISIONS:
@@ -304,7 +294,7 @@ class Follower:
         if batch and batch[-1][0]:
             state.last_seq = batch[-1][0]
         if self._shed_at and len(state.claims) >= self._shed_at:
-            self._shed_at = next_shedding(shed_ended_claims(state))
+            self._shed_at = shed_ended_claims(state) + SHED_SLICE
 
     def _fold_live(self, batch) -> None:
         state, before, after = self.state, self.before_live, self.listeners + self.after_live

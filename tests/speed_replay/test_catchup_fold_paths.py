@@ -71,9 +71,8 @@ def test_submits_of_every_shape_key():
     log = Ledger()
     log.append(h100_node("n0"))
     shapes = [{}, {"models": ["H100"]}, {"models": ["L40S", "H100", "H100"]}, {"gpu_groups": ["HOPPER_141"]},
-              {"gpu_groups": ["AMPERE_80", "ADA_48_PRO"]}, {"gpu_groups": ["any", "AMPERE_80"]},
-              {"gpus": 0, "cpu_milli": 500}, {"mig_profile": "1g.10gb"}, {"gpu_milli": 250, "priority": -5},
-              {"priority": 7}]
+              {"gpu_groups": ["AMPERE_80", "ADA_48_PRO"]}, {"gpu_groups": ["any", "AMPERE_80"]}, {"gpus": 0, "cpu_milli": 500}, {"mig_profile": "1g.10gb"},
+              {"gpu_milli": 250, "priority": -5}, {"priority": 7}]
     submits = [claim(f"c{i}", **shapes[i % len(shapes)]) for i in range(40)]
     log.append(*submits[:20])
     log.append(claim("c3"), ev.ClaimReleased(claim_id="c4", at=1.0), claim("c4"))  # repeats: counted once
