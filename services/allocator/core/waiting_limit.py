@@ -26,8 +26,7 @@ def over_waiting_limit(state: State, run: Pass, claim: Claim) -> Reason | None:
     if claim.reasons or claim.spec.gang_id:  # waits already (or a gang member: decided whole)
         return None
     namespace = claim.spec.namespace
-    quota = quota_of(state, namespace)
-    limit = quota.total.max_waiting if quota is not None else None
+    limit = _limit_of(state, namespace)
     if limit is None:
         return None
     counts = _waiting_counts(state, run)
@@ -48,8 +47,7 @@ def gang_over_waiting_limit(state: State, run: Pass, gang_id: str, members: list
     if not count:
         return None
     namespace = members[0].spec.namespace
-    quota = quota_of(state, namespace)
-    limit = quota.total.max_waiting if quota is not None else None
+    limit = _limit_of(state, namespace)
     if limit is None:
         return None
     counts = _waiting_counts(state, run)
@@ -62,6 +60,12 @@ def gang_over_waiting_limit(state: State, run: Pass, gang_id: str, members: list
                       waiting, {"namespace": namespace, "limit": str(limit), "gang": gang_id, "members": count})
     counts[namespace] = waiting + count
     return None
+
+
+def _limit_of(state: State, namespace: str) -> int | None:
+    """The namespace's max_waiting (None: no quota, or no such limit)."""
+    quota = quota_of(state, namespace)
+    return quota.total.max_waiting if quota is not None else None
 
 
 def _waiting_counts(state: State, run: Pass) -> Counter:
