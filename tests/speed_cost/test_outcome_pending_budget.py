@@ -25,19 +25,25 @@ BUDGET = 3  # pending outcomes a second of that clock
 CLAIMS = [f"pb-{i}" for i in range(8)]
 
 
+async def _outcomes_seen(url: str):
+    """A publisher's view: every outcome written, decoded, in the order it came."""
+    nc = await nats.connect(url)
+    seen: list = []
+
+    async def note(msg) -> None:
+        seen.append(decode_outcome(msg.data))
+
+    await nc.subscribe("gpu.outcome.claim.>", cb=note)
+    return nc, seen
+
+
 async def test_pending_outcomes_past_the_budget_wait_their_turn_and_allocations_do_not(fresh_nats):
     async with running(fresh_nats.url, "claim") as contexts:
         writer, service = contexts[0].claim_outcomes, contexts[0].claims
         now = [0.0]
         writer.pending_after_s, writer.clock, writer.pending_per_s = HOLD_S, lambda: now[0], BUDGET
         writer.pending_room = BUDGET  # a second's worth (the test's clock set back adds nothing)
-        nc = await nats.connect(fresh_nats.url)
-        seen: list = []
-
-        async def note(msg) -> None:
-            seen.append(decode_outcome(msg.data))
-
-        await nc.subscribe("gpu.outcome.claim.>", cb=note)
+        nc, seen = await _outcomes_seen(fresh_nats.url)
         log = JetStreamEventLog(nc)
         await log.append(subjects.node("n1"), node("n1", 2))
         for claim_id in CLAIMS:
@@ -87,13 +93,7 @@ async def test_below_the_budget_every_pending_outcome_goes_out_when_due(fresh_na
         now = [0.0]
         writer.pending_after_s, writer.clock = HOLD_S, lambda: now[0]
         assert writer.pending_per_s >= len(CLAIMS)  # the service's own budget
-        nc = await nats.connect(fresh_nats.url)
-        seen: list = []
-
-        async def note(msg) -> None:
-            seen.append(decode_outcome(msg.data))
-
-        await nc.subscribe("gpu.outcome.claim.>", cb=note)
+        nc, seen = await _outcomes_seen(fresh_nats.url)
         log = JetStreamEventLog(nc)
         for claim_id in CLAIMS:
             await log.append(subjects.claim(claim_id), claim(claim_id, at=1.0))
@@ -117,13 +117,7 @@ async def test_over_the_budget_the_earliest_due_goes_first_explained_or_not(fres
         now = [0.0]
         writer.pending_after_s, writer.clock, writer.pending_per_s = HOLD_S, lambda: now[0], 1
         writer.pending_room = 1
-        nc = await nats.connect(fresh_nats.url)
-        seen: list = []
-
-        async def note(msg) -> None:
-            seen.append(decode_outcome(msg.data))
-
-        await nc.subscribe("gpu.outcome.claim.>", cb=note)
+        nc, seen = await _outcomes_seen(fresh_nats.url)
         log = JetStreamEventLog(nc)
         first = await log.append(subjects.claim("pb-old"), claim("pb-old", at=1.0))  # never explained
         await service.follower.wait_for_seq(first.seq)

@@ -19,6 +19,7 @@ from services.allocator.loop import Allocator
 from shared.jetstream import JetStreamEventLog
 from tests.service.helpers import h100_node, register_nodes
 from tests.service.helpers import test_settings as settings_for
+from tests.speed.test_own_batch import until
 
 
 @pytest.fixture
@@ -28,14 +29,6 @@ def log(fresh_client, fresh_nats):
 
 def claim(claim_id: str) -> ev.ClaimSubmitted:
     return ev.ClaimSubmitted(claim=ClaimSpec(claim_id=claim_id, namespace="ns", gpus=1), at=time.time())
-
-
-async def until(predicate, timeout=30.0):
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate() and loop.time() < deadline:
-        await asyncio.sleep(0.01)
-    return predicate()
 
 
 async def fresh_fold(log) -> State:
