@@ -525,13 +525,13 @@ def _apply_allocated(state: State, d: ev.ClaimAllocated, journal: Journal | None
 
 
 def _apply_node_lost(state: State, d: ev.NodeLost, journal: Journal | None) -> None:
-    """The node is lost (once) and the claims the event lists are freed. A node holding more
-    claims than one batch can list releases them over several NodeLost (core/timers.py); every
-    NodeLost before session 30 listed all of them, so this frees what those freed."""
+    """The node is lost (once) and its claims are freed: those the event names when it is
+    `partial` (a node holding more than one batch may name releases them over several NodeLost:
+    core/timers.py), else every claim it still holds (what the event names, as decided)."""
     node = state.nodes.get(d.node)
     if node is None:
         return
-    for claim_id in d.released:
+    for claim_id in d.released if d.partial else list(node.claims):
         claim = state.claims.get(claim_id)
         if claim is not None and claim.holds_devices and claim_id in node.claims:
             free(state, claim, "lost", f"node {d.node} lost", journal)

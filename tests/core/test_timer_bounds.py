@@ -58,7 +58,7 @@ def test_a_lost_node_releases_its_claims_over_several_events_and_is_lost_once():
     node, other = "h0", "h1"
     ledger.append(ev.NodeHeartbeat(node=other, at=100.0))
     first = _timer_pass(ledger, 100.0, budget=2)  # 1 timer decision, 8 ids per pass
-    assert [(type(d).__name__, d.node, len(d.released)) for d in first] == [("NodeLost", node, 8)]
+    assert [(type(d).__name__, d.node, len(d.released), d.partial) for d in first] == [("NodeLost", node, 8, True)]
     assert ledger.state.nodes[node].lost and not ledger.state.nodes[node].schedulable
     ledger.append(ev.NodeHeartbeat(node=node, at=101.0))  # back while it still holds claims
     assert ledger.state.nodes[node].lost  # it stays lost until its last claim is released
@@ -70,6 +70,7 @@ def test_a_lost_node_releases_its_claims_over_several_events_and_is_lost_once():
             break
         assert [type(d) for d in decisions] == [ev.NodeLost] and len(decisions[0].released) <= 8
         released += decisions[0].released
+        assert decisions[0].partial == (len(released) < 30)  # the last one frees the rest
     assert released == sorted(ledger.state.claims)  # each claim once, in allocation order
     assert all(c.status == "lost" for c in ledger.state.claims.values())
     assert state_digest(_refolded(ledger)) == state_digest(ledger.state)

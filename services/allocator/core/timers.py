@@ -10,7 +10,8 @@ it; the rest waits for the next pass, oldest first (submit order for claims, reg
 for nodes), so the fold and replay stay exact: each pass decides from the state the last one left.
 A node is lost once: its first `NodeLost` takes it out of placement and releases what the budget
 allows; each later pass releases more of its claims by another `NodeLost` of the lost node, until
-none is left (the fold frees exactly the claims an event lists: ledger/evolve.py)."""
+none is left. Each but the last is `partial`: the fold frees exactly the claims it names (a NodeLost
+without the flag frees all the node still holds: ledger/evolve.py)."""
 
 from __future__ import annotations
 
@@ -71,7 +72,7 @@ def lose_silent_nodes(state: State, run: Pass) -> None:
         released = list(islice(held, ids_left))  # a node found silent is lost even with no id left
         ids_left -= len(released)
         emit(state, run, ev.NodeLost(node=node.name, last_heartbeat=node.last_heartbeat,
-                                      released=released, at=run.ctx.now))
+                                      released=released, partial=len(released) < len(held), at=run.ctx.now))
         emitted += 1
 
 
