@@ -33,6 +33,7 @@ from services.claim.views import claim_view, explain_view
 
 log = logging.getLogger("gpuledger.claim")
 ACTIVITY_EVERY_S = 1.0  # activity reports closer together than this are answered, not appended
+RENEW_EVERY_S = 1.0  # renewals closer together than this (or a tenth of the lease) likewise
 # Submit requests are answered side by side (SUBMIT_WORKERS at once), their appends one at a time;
 # at most SUBMIT_WAITS of them wait for their claim's outcome at once, a submit asking to wait beyond
 # that is answered at once: answered one at a time, one publisher's wait_seconds=3600 on a claim that
@@ -258,9 +259,13 @@ class ClaimService:
         if not claim.holds_devices:
             raise DomainError("conflict", f"claim {claim_id} is {claim.status}: only an allocated claim "
                                           "can renew its lease", "claim_id")
-        appended = await self.log.append(subjects.claim(claim_id),
-                                         ev.LeaseRenewed(claim_id=claim_id, at=self.clock()))
-        await self.follower.wait_for_seq(appended.seq)
+        now, lease = self.clock(), claim.spec.lease_seconds
+        # A renewal this soon after the last moves the lease's end by less than a tenth of it (a
+        # second at most): answered, not appended, as activity reports, so a client renewing in a
+        # loop does not grow the log (never purged, folded by every service) by one event a request
+        if now - claim.last_renewed >= (min(RENEW_EVERY_S, lease / 10) if lease else RENEW_EVERY_S):
+            appended = await self.log.append(subjects.claim(claim_id), ev.LeaseRenewed(claim_id=claim_id, at=now))
+            await self.follower.wait_for_seq(appended.seq)
         return self.view(claim_id)
 
     async def activity(self, claim_id: str, system: str = "") -> dict:
