@@ -75,13 +75,6 @@ class HeldWindow:
         self.held.clear()
 
 
-async def _until(check) -> None:
-    """For the files that import it (test_outcome_pending_held, test_claimpath_pending_unexplained,
-    speed_cost/test_outcome_pending_budget): tests.waiting's until(), failing the test past its guard
-    as this helper did before c2578b1 moved the waiting there."""
-    assert await until(check)
-
-
 def _drained(writer, seq: int) -> bool:
     """Every change up to `seq` flushed and every flush acknowledged (none noted and unwritten)."""
     flushed = max([writer.stored_through, *(through for through, _ in writer.flushes)])
