@@ -179,8 +179,9 @@ class FrameParser:
 
     def __init__(self, delivery: re.Pattern = _PLAIN_DELIVERY, headers: bool = True) -> None:
         self.delivery = delivery
-        self.headed = headed_pattern(delivery)
         self.headers = headers
+        self.plain, self.headed = delivery.match, headed_pattern(delivery).match  # MSG, HMSG
+        self.plain_first = True  # which to try first: the kind the stream held last
         self.buf = b""
         self.pings = 0
         self.error = ""
@@ -192,43 +193,50 @@ class FrameParser:
     def feed(self, data: bytes, until_seq: int) -> tuple[list, bool]:
         buf = self.buf + data if self.buf else data
         out, pos, size, done = [], 0, len(buf), False
-        find, plain, headed, parse = buf.find, self.delivery.match, self.headed.match, self.headers
-        startswith = buf.startswith
+        find, parse, startswith = buf.find, self.headers, buf.startswith
+        # the delivery patterns, the kind of frame the stream holds so far first (a log a service
+        # wrote: all with headers; one written raw, as bench replay's: none)
+        plain, headed, plain_first = self.plain, self.headed, self.plain_first
+        first, second = (plain, headed) if plain_first else (headed, plain)
         append = out.append
         while not done:
-            m = plain(buf, pos)  # the common frame, read with one regex match
+            m = first(buf, pos)  # the common frame, read with one regex match
+            if m is None:
+                m = second(buf, pos)
+                if m is not None:
+                    first, second, plain_first = second, first, not plain_first
             if m is not None:
-                subject, seq, pending, length = m.groups()
+                if plain_first:  # MSG: (subject, seq, pending, length)
+                    subject, seq, pending, length = m.groups()
+                    start = m.end()
+                    end = start + int(length)
+                    if end + 2 > size:
+                        break
+                    seq = int(seq)
+                    if seq > until_seq:
+                        done = True
+                        break
+                    append((seq, subject.decode(), buf[start:end], {}))
+                    pos = end + 2
+                    if seq >= until_seq or pending == b"0":
+                        done = True
+                    continue
                 start = m.end()
-                end = start + int(length)
-                if end + 2 > size:
-                    break
-                seq = int(seq)
-                if seq > until_seq:
-                    done = True
-                    break
-                append((seq, subject.decode(), buf[start:end], {}))
-                pos = end + 2
-                if seq >= until_seq or pending == b"0":
-                    done = True
-                continue
-            m = headed(buf, pos)  # the same with headers: a delivery's block holds no status
-            if m is not None and startswith(_NO_STATUS, m.end()):
-                subject, seq, pending, hdr_len, length = m.groups()
-                start = m.end()
-                body = start + int(hdr_len)
-                end = start + int(length)
-                if end + 2 > size:
-                    break
-                seq = int(seq)
-                if seq > until_seq:
-                    done = True
-                    break
-                append((seq, subject.decode(), buf[body:end], _headers(buf[start:body])[0] if parse else {}))
-                pos = end + 2
-                if seq >= until_seq or pending == b"0":
-                    done = True
-                continue
+                if startswith(_NO_STATUS, start):  # HMSG, a delivery's block holds no status
+                    subject, seq, pending, hdr_len, length = m.groups()
+                    body = start + int(hdr_len)
+                    end = start + int(length)
+                    if end + 2 > size:
+                        break
+                    seq = int(seq)
+                    if seq > until_seq:
+                        done = True
+                        break
+                    append((seq, subject.decode(), buf[body:end], _headers(buf[start:body])[0] if parse else {}))
+                    pos = end + 2
+                    if seq >= until_seq or pending == b"0":
+                        done = True
+                    continue
             eol = find(_CRLF, pos)
             if eol < 0:
                 break
@@ -271,6 +279,7 @@ class FrameParser:
                     self.error = head.decode(errors="replace")
                     break
         self.buf = buf[pos:] if pos < size else b""
+        self.plain_first = plain_first
         return out, done
 
 
