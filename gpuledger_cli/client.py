@@ -179,12 +179,15 @@ async def ask(conn, subject: str, payload: Any, timeout: float = 10.0, service: 
     body = payload if isinstance(payload, bytes) else msgspec.json.encode(payload)
     with cli_span(f"cli {subject}") as headers:
         try:
-            data = await conn.request(subject, body, timeout, headers or None)
+            data = await _request_riding_out_a_restart(conn, subject, body, timeout, headers or None)
         except Exception as err:
             if "permission" in str(err).lower():
                 die(f"NATS refused this user: {err}. Use the ops user's URL.")
             who = f"the {service} service" if service else "the service"
             why = str(err) or type(err).__name__
+            if getattr(err, "no_stream", False):
+                die(f"nobody answers on {subject} ({why}), and NATS at this URL has no "
+                    f"{_INTAKE} stream: gpuledger has not run here. Is {who} running?")
             die(f"no answer on {subject} within {timeout:g}s ({why}). Is {who} running?")
     reply = msgspec.json.decode(data)
     if not reply.get("ok"):
@@ -192,6 +195,49 @@ async def ask(conn, subject: str, payload: Any, timeout: float = 10.0, service: 
         field = f" (field {error['field']})" if error.get("field") else ""
         die(f"{error.get('code', 'error')}: {error.get('message', reply)}{field}")
     return reply if whole else reply.get("data")
+
+
+_INTAKE = "GPULEDGER_INTAKE"  # schemas.subjects.INTAKE_STREAM (not imported: keeps `--help` light)
+_RETRY_S = 0.25
+
+
+def _no_responders(err: Exception) -> bool:
+    from gpuledger_cli.natsreq import NoResponders
+
+    return isinstance(err, NoResponders) or type(err).__name__ == "NoRespondersError"  # nats-py's
+
+
+async def _request_riding_out_a_restart(conn, subject: str, body: bytes, timeout: float, headers) -> bytes:
+    """The reply; a "no responders" (the request reached no one) is sent again until `timeout`
+    when gpuledger runs on this server (its intake stream is there): `up` restarts a service that
+    died within a second or two, and a command sent meanwhile used to fail at once. Only "no
+    responders" is retried: such a request was delivered to nobody, so nothing is done twice."""
+    loop = asyncio.get_running_loop()
+    deadline, told = loop.time() + timeout, False
+    while True:
+        try:
+            return await conn.request(subject, body, max(deadline - loop.time(), 0.05), headers)
+        except Exception as err:
+            if not _no_responders(err) or loop.time() + _RETRY_S >= deadline:
+                raise
+            if not told:
+                if not await _gpuledger_ran_here(conn):
+                    err.no_stream = True  # type: ignore[attr-defined]
+                    raise
+                sys.stderr.write(f"gpuledger: nobody answers on {subject} yet (a service restarting?); "
+                                 f"trying again for up to {deadline - loop.time():.0f}s\n")
+                told = True
+            await asyncio.sleep(_RETRY_S)
+
+
+async def _gpuledger_ran_here(conn) -> bool:
+    """Whether the server has gpuledger's intake stream (every user of the CLI may ask: ops, the
+    publisher, a system); a refusal or no answer counts as yes (the retry is bounded anyway)."""
+    try:
+        reply = msgspec.json.decode(await conn.request(f"$JS.API.STREAM.INFO.{_INTAKE}", b"", 2.0))
+    except Exception as err:
+        return not _no_responders(err)  # no JetStream at all: not gpuledger's server
+    return (reply.get("error") or {}).get("err_code") != 10059  # stream not found
 
 
 def local_time(epoch: float | None, precision: str = "seconds") -> str:

@@ -25,6 +25,11 @@ class NatsError(Exception):
     """The server said no (-ERR: authorization, permissions) or nobody answered."""
 
 
+class NoResponders(NatsError):
+    """Nobody subscribed to the subject when the request arrived: it went to no one (a service
+    restarting, or none running), so sending it again is always safe."""
+
+
 @dataclass(frozen=True)
 class Server:
     host: str
@@ -117,7 +122,7 @@ class Requester:
                 raw = (await self.reader.readexactly(int(fields[-1]) + 2))[:-2]
                 head, body = raw[:int(fields[-2])], raw[int(fields[-2]):]
                 if head.split(b"\r\n", 1)[0].split(b" ")[1:2] == [b"503"]:
-                    raise NatsError("no responders: nobody listens on this subject")
+                    raise NoResponders("no responders: nobody listens on this subject")
                 return body
 
     async def _line(self) -> str:

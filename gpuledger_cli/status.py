@@ -1,9 +1,16 @@
 """`gpuledger status`: is the stack up? Each service is asked one cheap query (does it answer, and
 how far it has read the log), and the intake is looked at: claims waiting to be handled, and
-messages on intake subjects no consumer takes (they stay for good; docs/contract.md)."""
+messages on intake subjects no consumer takes (they stay for good; docs/contract.md). A log that
+has stored nothing for twice the node timeout while the claim service counts nodes ready is a
+stack that cannot write (nats-server's disk full: docs/reliability.md): ready nodes heartbeat, and
+silent ones are declared lost, both appended."""
 
 from __future__ import annotations
 
+import os
+import re
+import time
+from datetime import datetime
 from typing import Any, Optional
 
 import msgspec
@@ -37,9 +44,13 @@ async def gather_status(url: str, timeout: float) -> dict:
     conn = await open_requester(url)
     try:
         log, why = await _ask(conn, f"$JS.API.STREAM.INFO.{LOG_STREAM}", {}, timeout)
-        report: dict[str, Any] = {"nats": redacted(url), "log_last_seq": (log or {}).get("state", {}).get("last_seq")}
+        state = (log or {}).get("state", {})
+        report: dict[str, Any] = {"nats": redacted(url), "log_last_seq": state.get("last_seq")}
         if log is None:
             report["log_error"] = why
+        last_stored = _unix_time(state.get("last_ts", ""))
+        if last_stored is not None and state.get("last_seq"):
+            report["log_idle_s"] = round(max(0.0, time.time() - last_stored), 1)
         services = {}
         for name, subject, payload in PROBES:
             data, why = await _ask(conn, subject, payload, timeout)
@@ -47,9 +58,32 @@ async def gather_status(url: str, timeout: float) -> dict:
                               else {"up": None, "refused": why} if _refused(why) else {"up": False, "error": why})
         report["services"] = services
         report["intake"] = await _intake(conn, timeout)
+        report["log_stalled"] = _stalled(report)
         return report
     finally:
         await conn.close()
+
+
+def _unix_time(stamp: str) -> float | None:
+    """JetStream's RFC 3339 time (nanoseconds, `Z`) as unix seconds; None when there is none."""
+    match = re.fullmatch(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)", stamp or "")
+    if not match or match.group(1).startswith("0001"):  # Go's zero time: an empty stream
+        return None
+    fraction = (match.group(2) or ".0")[:7]
+    zone = "+00:00" if match.group(3) == "Z" else match.group(3)
+    return datetime.fromisoformat(match.group(1) + fraction + zone).timestamp()
+
+
+def _stalled(report: dict) -> dict | None:
+    """The log idle past twice the node timeout while the claim service counts nodes ready."""
+    claim, idle = report["services"].get("claim") or {}, report.get("log_idle_s")
+    try:
+        limit = 2 * max(float(os.environ.get("GPULEDGER_NODE_TIMEOUT_S", "30")), 0.0)
+    except ValueError:
+        limit = 60.0
+    if claim.get("up") and (claim.get("nodes_ready") or 0) > 0 and idle is not None and idle > limit:
+        return {"idle_s": idle, "nodes_ready": claim["nodes_ready"], "limit_s": limit}
+    return None
 
 
 def _refused(why: str) -> bool:
@@ -106,6 +140,8 @@ def _print(report: dict) -> None:
             line += f"  {s['items']} {'quotas' if name == 'quota' else 'pools'}"
         typer.echo(line)
     typer.echo("  projector        not asked: `gpuledger projection status`")
+    if report.get("log_stalled"):
+        typer.secho(f"  log              {_stalled_words(report['log_stalled'])}", fg=typer.colors.RED)
     intake = report["intake"]
     if "error" in intake:
         typer.secho(f"  intake           unreadable ({intake['error']})", fg=typer.colors.RED)
@@ -118,18 +154,29 @@ def _print(report: dict) -> None:
     typer.echo(line)
 
 
+def _stalled_words(stalled: dict) -> str:
+    return (f"nothing stored for {stalled['idle_s']:.0f} s while {stalled['nodes_ready']} nodes are ready "
+            f"(their heartbeats, or the allocator's NodeLost, are due within {stalled['limit_s'] / 2:.0f} s): "
+            "nats-server is not storing (a full disk? its log says), or the node agents and the allocator "
+            "are both stopped")
+
+
 def register(app: typer.Typer) -> None:
     @app.command("status")
     def status(url: Optional[str] = NatsUrl,
                as_json: bool = typer.Option(False, "--json", help="print JSON instead of text"),
                timeout: float = typer.Option(2.0, "--timeout", min=0, help="seconds each service has to answer")) -> None:
         """Whether each service answers and how far it has read the log; the intake's backlog.
-        Exits 1 when a service does not answer."""
+        Exits 1 when a service does not answer, or when the log has stored nothing for twice
+        GPULEDGER_NODE_TIMEOUT_S while nodes are ready."""
         report = run(gather_status(nats_url(url), timeout))
         print_json(report) if as_json else _print(report)
         if any(s["up"] is None for s in report["services"].values()):
             die("NATS refused this user the services' status: use the ops user's URL "
                 "(GPULEDGER_NATS_URL, `gpuledger nats creds ops`)")
         down = [name for name, s in report["services"].items() if s["up"] is False]
-        if down:
-            die(f"not answering: {', '.join(down)}")
+        problems = [f"not answering: {', '.join(down)}"] if down else []
+        if report.get("log_stalled"):
+            problems.append(f"the log is not moving: {_stalled_words(report['log_stalled'])}")
+        if problems:
+            die("; ".join(problems))

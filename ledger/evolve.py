@@ -304,7 +304,9 @@ def _node_heartbeat(state: State, e: ev.NodeHeartbeat, seq: int) -> None:
     if node is None:
         return
     node.last_heartbeat = max(node.last_heartbeat, e.at)
-    if node.lost:  # back after being declared lost: its units were freed then
+    # back after being declared lost: its units were freed then (a node still holding claims is
+    # releasing them over several NodeLost, core/timers.py: it stays lost until the last one)
+    if node.lost and not node.claims:
         node.lost = False
         grow(state)
         reindex_node(state, node)
@@ -523,14 +525,19 @@ def _apply_allocated(state: State, d: ev.ClaimAllocated, journal: Journal | None
 
 
 def _apply_node_lost(state: State, d: ev.NodeLost, journal: Journal | None) -> None:
+    """The node is lost (once) and its claims are freed: those the event names when it is
+    `partial` (a node holding more than one batch may name releases them over several NodeLost:
+    core/timers.py), else every claim it still holds (what the event names, as decided)."""
     node = state.nodes.get(d.node)
-    if node is None or node.lost:
+    if node is None:
         return
-    for claim_id in list(node.claims):
-        claim = state.claims[claim_id]
-        if claim.holds_devices:
+    for claim_id in d.released if d.partial else list(node.claims):
+        claim = state.claims.get(claim_id)
+        if claim is not None and claim.holds_devices and claim_id in node.claims:
             free(state, claim, "lost", f"node {d.node} lost", journal)
             _ended_unless_tentative(state, claim, journal)
+    if node.lost:
+        return
     from ledger.holdings import save_node
 
     save_node(state, node, journal)

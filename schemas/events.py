@@ -347,9 +347,16 @@ class AllocationUnused(Event, tag=True):
 
 
 class NodeLost(Event, tag=True):
+    """A silent node is lost (out of placement) and the claims it held are released. `released`
+    names them. A node holding more claims than one batch may name is lost once and releases them
+    over several NodeLost (services/allocator/core/timers.py): each but the last has `partial`
+    set and frees only the claims it names; one without it (every NodeLost before session 30)
+    frees every claim the node still holds, which it names."""
+
     node: str
     last_heartbeat: float
     released: list[str] = []
+    partial: bool = False
 
 
 class ClaimEnding(Event, tag=True):

@@ -36,9 +36,8 @@ def unbound_endings(state: State, decisions) -> list[tuple[str, str, str]]:
     for decision in decisions:
         if isinstance(decision, _ENDS):
             claim_ids = [decision.claim_id]
-        elif isinstance(decision, ev.NodeLost):
-            node = state.nodes.get(decision.node)
-            claim_ids = sorted(node.claims) if node is not None else []
+        elif isinstance(decision, ev.NodeLost):  # the claims it ends (a node holding many
+            claim_ids = sorted(decision.released)  # releases them over several: core/timers.py)
         else:
             continue
         for claim_id in claim_ids:

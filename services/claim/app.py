@@ -33,6 +33,7 @@ from services.claim.views import claim_view, explain_view
 
 log = logging.getLogger("gpuledger.claim")
 ACTIVITY_EVERY_S = 1.0  # activity reports closer together than this are answered, not appended
+RENEW_EVERY_S = 1.0  # renewals closer together than this (or a tenth of the lease) likewise
 # Submit requests are answered side by side (SUBMIT_WORKERS at once), their appends one at a time;
 # at most SUBMIT_WAITS of them wait for their claim's outcome at once, a submit asking to wait beyond
 # that is answered at once: answered one at a time, one publisher's wait_seconds=3600 on a claim that
@@ -203,15 +204,28 @@ class ClaimService:
         claim = self.state.claims.get(claim_id)
         return claim is not None and claim.status in SETTLED
 
-    async def catch_up_to(self, claim_id: str) -> None:
+    async def catch_up_to(self, *claim_ids: str) -> None:
         """Read your writes: a claim this service does not know yet may already be in the stream
         (published to the intake, or submitted through another replica a moment ago), so before
-        answering "no claim" the view catches up to the stream's end."""
-        if claim_id in self.state.claims or claim_id in self.rejected:
+        answering "no claim" the view catches up to the stream's end.
+
+        The log first, the intake only for what is still unknown then: a service just started
+        answers before its fold has caught up, and the intake is not drained for up to its
+        `ack_wait` (30 s) after a kill -9 of the last one, whose messages taken and not acked
+        stay pending; waiting for the intake first made every release of a claim allocated
+        before the restart wait out `wait_intake_drained`'s 5 s, and with it every release
+        queued behind it, while the fleet stayed full (`bench chaos`, "stalled")."""
+        if self._all_known(claim_ids):
             return
-        if self.intake_drained is not None:  # published to the intake, not handled yet
-            await self.intake_drained()
         await self.follower.wait_for_seq(await self.log.last_seq(), timeout=5.0)
+        if self.intake_drained is None or self._all_known(claim_ids):
+            return
+        await self.intake_drained()  # published to the intake, not handled yet
+        await self.follower.wait_for_seq(await self.log.last_seq(), timeout=5.0)
+
+    def _all_known(self, claim_ids) -> bool:
+        claims, rejected = self.state.claims, self.rejected
+        return all(c in claims or c in rejected for c in claim_ids)
 
     async def release(self, claim_id: str, reason: str) -> dict:
         [answer] = await self.release_many([(claim_id, reason)])
@@ -224,8 +238,7 @@ class ClaimService:
         EventBatch on the claim service's batch subject when there are several), answered once it
         is folded. A system releases only its own claims. One answer per release, in order: the
         claim's view, or the DomainError for it."""
-        for claim_id, *_rest in releases:
-            await self.catch_up_to(claim_id)
+        await self.catch_up_to(*(claim_id for claim_id, *_rest in releases))  # once for all
         events: dict[str, ev.ClaimReleased] = {}
         refused: dict[int, DomainError] = {}
         for i, (claim_id, reason, *system) in enumerate(releases):
@@ -258,9 +271,13 @@ class ClaimService:
         if not claim.holds_devices:
             raise DomainError("conflict", f"claim {claim_id} is {claim.status}: only an allocated claim "
                                           "can renew its lease", "claim_id")
-        appended = await self.log.append(subjects.claim(claim_id),
-                                         ev.LeaseRenewed(claim_id=claim_id, at=self.clock()))
-        await self.follower.wait_for_seq(appended.seq)
+        now, lease = self.clock(), claim.spec.lease_seconds
+        # A renewal this soon after the last moves the lease's end by less than a tenth of it (a
+        # second at most): answered, not appended, as activity reports, so a client renewing in a
+        # loop does not grow the log (never purged, folded by every service) by one event a request
+        if now - claim.last_renewed >= (min(RENEW_EVERY_S, lease / 10) if lease else RENEW_EVERY_S):
+            appended = await self.log.append(subjects.claim(claim_id), ev.LeaseRenewed(claim_id=claim_id, at=now))
+            await self.follower.wait_for_seq(appended.seq)
         return self.view(claim_id)
 
     async def activity(self, claim_id: str, system: str = "") -> dict:

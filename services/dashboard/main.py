@@ -10,6 +10,7 @@ import signal
 from shared.jetstream import JetStreamEventLog
 from shared.nats_auth import user_inbox
 from shared.natscluster import INBOX_PREFIX_ENV, connect_args
+from shared.retry import quiet_error
 from shared.settings import env_port
 
 from services.dashboard.app import Dashboard, routes
@@ -38,7 +39,10 @@ async def connect(url: str):
     while True:
         nc = None
         try:
-            nc = await nats.connect(**connect_args(url), max_reconnect_attempts=-1, reconnect_time_wait=0.5)
+            # one line per error through an outage, as every service (nats-py's own callback
+            # logs a traceback for each refused reconnect, two a second)
+            nc = await nats.connect(**connect_args(url), max_reconnect_attempts=-1, reconnect_time_wait=0.5,
+                                    error_cb=quiet_error)
             event_log = JetStreamEventLog(nc)
             await event_log.last_seq()
             return nc, event_log

@@ -172,7 +172,8 @@ UPDATE_KEY = "key_"  # the bound parameter of an update's key (a column's own na
 def _update(conn: Connection, table: type, rows: list[dict[str, Any]]) -> None:
     """Update stored rows by primary key in the columns the rows carry (every row the same)."""
     key = _KEYS[table].key
-    columns = tuple(name for name in rows[0] if name != key)
+    # a retried commit gets the same rows back, each already carrying UPDATE_KEY: not a column
+    columns = tuple(name for name in rows[0] if name not in (key, UPDATE_KEY))
 
     def build():
         return update(table).where(_KEYS[table] == bindparam(UPDATE_KEY)).values(

@@ -15,6 +15,7 @@ from schemas.types import DeviceInfo, Grant
 from shared.eventlog import InMemoryEventLog
 
 from services.node_agent.binder import Binder
+from tests.waiting import until
 
 NODE = "n1"
 DEVICES = {f"GPU-{i}": DeviceInfo(uuid=f"GPU-{i}", index=i, model="H100", memory_mib=81559) for i in range(8)}
@@ -54,14 +55,6 @@ def binder_on(log):
 async def stored_bindings(log):
     return [(s.seq, [e.claim_id for e in flatten(s.event) if isinstance(e, ClaimBound)])
             async for s in log.subject_after(subjects.node_bindings(NODE))]
-
-
-async def until(predicate, timeout=5.0):
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate() and loop.time() < deadline:
-        await asyncio.sleep(0.01)
-    return predicate()
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from shared.jetstream import JetStreamEventLog
 from tests.fleet import a100_mig_node
 from tests.service.helpers import h100_node, register_nodes
 from tests.service.helpers import test_settings as settings_for
+from tests.waiting import until
 
 FLOOD = 1000
 
@@ -29,14 +30,6 @@ def log(fresh_client, fresh_nats):
 
 def claim(claim_id: str, namespace: str, **shape) -> ev.ClaimSubmitted:
     return ev.ClaimSubmitted(claim=ClaimSpec(claim_id=claim_id, namespace=namespace, **shape), at=time.time())
-
-
-async def until(predicate, timeout=120.0):  # a guard against a hang, not a measure
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate() and loop.time() < deadline:
-        await asyncio.sleep(0.02)
-    return predicate()
 
 
 async def first_batch_after(log, seq: int, timeout: float = 120.0) -> ev.DecisionBatch:

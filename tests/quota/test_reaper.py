@@ -5,8 +5,6 @@ operator did not choose to kill."""
 
 from __future__ import annotations
 
-import asyncio
-
 import nats
 import pytest
 
@@ -20,6 +18,7 @@ from services.node_agent.reconcile import due_kills
 from shared.jetstream import JetStreamEventLog
 from tests.quota.builders import claim
 from tests.service.helpers import request, running
+from tests.waiting import until
 
 
 class Clock:
@@ -38,16 +37,6 @@ async def agent_on(nc, grace: float, clock: Clock) -> tuple[NodeAgent, FakeNvml]
                       JetStreamEventLog(nc), nc, clock=clock)
     await agent.register()
     return agent, fake
-
-
-async def until(check, timeout: float = 20.0):
-    """Poll until `check` returns something (a bound on waiting, not a timing assertion)."""
-    for _ in range(int(timeout / 0.05)):
-        found = await check()
-        if found:
-            return found
-        await asyncio.sleep(0.05)
-    return await check()
 
 
 async def of_type(log, kind) -> list:

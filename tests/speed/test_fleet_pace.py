@@ -18,19 +18,7 @@ from services.node_agent.retry import TRANSIENT
 from shared.jetstream import JetStreamEventLog, ensure_streams
 from shared.service import start_service, stop_service
 from shared.settings import Settings
-
-
-async def until(predicate, timeout=15.0):
-    """`predicate` (a function, or a coroutine function) holds within `timeout` seconds."""
-    async def holds():
-        result = predicate()
-        return await result if asyncio.iscoroutine(result) else result
-
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not await holds() and loop.time() < deadline:
-        await asyncio.sleep(0.05)
-    return await holds()
+from tests.waiting import until
 
 
 async def beats_of(log, node) -> int:

@@ -12,6 +12,7 @@ import pytest
 from schemas import subjects
 from services.claim import intake
 from shared.jetstream import ensure_streams
+from tests.waiting import until
 
 
 class _Blocking:
@@ -30,13 +31,6 @@ class _Blocking:
         for msg in msgs:
             await msg.ack()
         return []
-
-
-async def _until(predicate, timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await predicate():
-        assert asyncio.get_running_loop().time() < deadline, "not within the timeout"
-        await asyncio.sleep(0.02)
 
 
 class _Service:
@@ -66,7 +60,7 @@ async def test_claims_published_during_a_batch_are_delivered_before_it_ends(inta
             info = await js.consumer_info(subjects.INTAKE_STREAM, intake.DURABLE)
             return info.num_pending == 0 and info.num_ack_pending == 6
 
-        await _until(all_delivered)  # while the first batch is still being handled
+        assert await until(all_delivered)  # while the first batch is still being handled
         assert len(handler.batches) == 1
         handler.let_go.set()
 
@@ -74,7 +68,7 @@ async def test_claims_published_during_a_batch_are_delivered_before_it_ends(inta
             info = await js.consumer_info(subjects.INTAKE_STREAM, intake.DURABLE)
             return info.num_ack_pending == 0 and info.num_pending == 0
 
-        await _until(all_acked)
+        assert await until(all_acked)
         assert handler.batches == [[b"first"], [f"later-{i}".encode() for i in range(5)]]
     finally:
         task.cancel()
@@ -96,7 +90,7 @@ async def test_a_deleted_consumer_is_made_again(intake_client, monkeypatch):
         async def handled_again() -> bool:  # ("one" too, when its ack had not reached the old consumer)
             return any(b"two" in batch for batch in handler.batches)
 
-        await _until(handled_again, timeout=15.0)
+        assert await until(handled_again)
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

@@ -10,6 +10,7 @@ import shared.latest
 from schemas import subjects
 from shared.jetstream import ensure_streams
 from shared.latest import LatestWatch
+from tests.waiting import until
 
 
 @pytest.fixture
@@ -19,14 +20,6 @@ async def js(fresh_nats, monkeypatch):
     await ensure_streams(nc.jetstream())
     yield nc.jetstream()
     await nc.close()
-
-
-async def until(predicate, timeout=10.0):
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate() and loop.time() < deadline:
-        await asyncio.sleep(0.02)
-    return predicate()
 
 
 async def test_the_latest_of_each_key_then_new_ones_and_on_after_its_consumer_is_deleted(js):

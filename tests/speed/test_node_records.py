@@ -18,6 +18,7 @@ from tests.service.helpers import h100_node
 
 from services.allocator.node_records import nodes_touched, record_of
 from services.allocator.node_writer import NodeRecordWriter
+from tests.waiting import until
 
 
 def allocated(claim_id, node, card):
@@ -75,16 +76,6 @@ async def js(fresh_nats):
 async def stored(nc, node) -> NodeGrants:
     msg = await nc.jetstream().get_last_msg(subjects.NODE_GRANTS_STREAM, subjects.node_grants(node))
     return decode_grants(msg.data)
-
-
-async def until(predicate, timeout=10.0):
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while loop.time() < deadline:
-        if await predicate():
-            return True
-        await asyncio.sleep(0.02)
-    return False
 
 
 async def records_are(nc, node, claim_ids):

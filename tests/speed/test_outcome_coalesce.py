@@ -15,6 +15,7 @@ from schemas.types import Grant
 from shared.jetstream import JetStreamEventLog
 from tests.quota.builders import claim, node
 from tests.service.helpers import running
+from tests.waiting import until
 
 
 async def test_changes_within_the_window_are_written_once(fresh_nats):
@@ -36,9 +37,9 @@ async def test_changes_within_the_window_are_written_once(fresh_nats):
         submitted = await log.append(subjects.claim("co-1"), claim("co-1", at=1.0))
         await contexts[0].claims.follower.wait_for_seq(submitted.seq)
         # the pending outcome goes out; a pause held since before it was noted would keep it back
-        await _until(lambda: [o.status for o in seen] == ["pending"],
+        assert await until(lambda: [o.status for o in seen] == ["pending"],
                      meanwhile=lambda: window.open() if "co-1" in writer.dirty else None)
-        await _until(lambda: window.held)  # the flush that wrote it is followed by a pause
+        assert await until(lambda: window.held)  # the flush that wrote it is followed by a pause
         grant = Grant(node="n1", uuid="n1-gpu0", index=0, memory_mib=1024)
         allocated = await log.append(subjects.DECISIONS, ev.DecisionBatch(decisions=[ev.ClaimAllocated(
             claim_id="co-1", namespace="team-a", node="n1", grants=[grant], at=2.0)], at=2.0))
@@ -47,9 +48,9 @@ async def test_changes_within_the_window_are_written_once(fresh_nats):
         await contexts[0].claims.follower.wait_for_seq(released.seq)
         assert "co-1" in writer.dirty and window.held  # both noted within the window, none written
         window.open()
-        await _until(lambda: len(seen) >= 2)
+        assert await until(lambda: len(seen) >= 2)
         # everything up to the release is written and acknowledged: nothing more is coming
-        await _until(lambda: _drained(writer, released.seq))
+        assert await until(lambda: _drained(writer, released.seq))
         assert [o.status for o in seen] == ["pending", "released"]  # allocated went out with released
         assert seen[-1].final
         await nc.close()
@@ -80,10 +81,3 @@ def _drained(writer, seq: int) -> bool:
     return not writer.dirty and flushed >= seq and all(task.done() for _, task in writer.flushes)
 
 
-async def _until(check, timeout: float = 10.0, meanwhile=lambda: None) -> None:
-    for _ in range(int(timeout / 0.05)):
-        if check():
-            return
-        meanwhile()
-        await asyncio.sleep(0.05)
-    assert check()

@@ -19,6 +19,7 @@ from services.allocator.own_batch import OwnBatch, keepable
 from shared.jetstream import JetStreamEventLog
 from tests.service.helpers import h100_node, register_nodes
 from tests.service.helpers import test_settings as settings_for
+from tests.waiting import until
 
 
 @pytest.fixture
@@ -36,14 +37,6 @@ async def fresh_fold(log) -> State:
         evolve(state, stored.event, stored.seq)
     drop_ended_claims(state)
     return state
-
-
-async def until(predicate, timeout=30.0):
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate() and loop.time() < deadline:
-        await asyncio.sleep(0.02)
-    return predicate()
 
 
 async def test_kept_batches_leave_the_state_equal_to_a_fresh_fold_of_the_log(log):

@@ -11,14 +11,7 @@ from schemas.events import NodeHeartbeat
 from ledger.follower import Follower
 from shared.jetstream import JetStreamEventLog, ensure_streams
 from shared.natsserver import start_nats_server
-
-
-async def until(predicate, timeout=20.0):
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate() and loop.time() < deadline:
-        await asyncio.sleep(0.02)
-    return predicate()
+from tests.waiting import until
 
 
 async def beat(log, i: int) -> int:

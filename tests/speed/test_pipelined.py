@@ -9,6 +9,7 @@ import pytest
 from schemas import subjects
 from shared.jetstream import WRONG_LAST_SEQUENCE, ensure_streams
 from shared.pipelined import NO_ANSWER, PipelinedPublisher
+from tests.waiting import until
 
 
 @pytest.fixture
@@ -17,14 +18,6 @@ async def nc(fresh_nats):
     await ensure_streams(nc.jetstream())
     yield nc
     await nc.close()
-
-
-async def until(predicate, timeout=10.0):
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate() and loop.time() < deadline:
-        await asyncio.sleep(0.01)
-    return predicate()
 
 
 async def test_stored_refused_and_unanswered_publishes_are_each_reported(nc):

@@ -18,19 +18,12 @@ from services.allocator.loop import Allocator
 from shared.jetstream import JetStreamEventLog
 from tests.service.helpers import h100_node, register_nodes, running
 from tests.service.helpers import test_settings as settings_for
+from tests.waiting import until
 
 
 @pytest.fixture
 def log(fresh_client, fresh_nats):
     return JetStreamEventLog(fresh_client), fresh_nats.url
-
-
-async def until(predicate, timeout=30.0):
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate() and loop.time() < deadline:
-        await asyncio.sleep(0.01)
-    return predicate()
 
 
 def claim(claim_id: str, gpus: int = 1) -> ev.ClaimSubmitted:

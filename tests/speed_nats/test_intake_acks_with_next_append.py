@@ -13,6 +13,7 @@ import pytest
 from schemas import subjects
 from services.claim import intake
 from shared.jetstream import ensure_streams
+from tests.waiting import until
 
 
 class _Handler:
@@ -35,13 +36,6 @@ class _Handler:
 
 class _Service:
     on_intake_batch = None
-
-
-async def _until(predicate, timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await predicate():
-        assert asyncio.get_running_loop().time() < deadline, "not within the timeout"
-        await asyncio.sleep(0.02)
 
 
 @pytest.fixture
@@ -78,7 +72,7 @@ async def test_a_batchs_acks_go_with_the_next_claim(intake_client, monkeypatch):
             state = await js.consumer_info(subjects.INTAKE_STREAM, intake.DURABLE)
             return state.ack_floor.stream_seq >= 1 and state.num_ack_pending == 1
 
-        await _until(first_acked_second_held)
+        assert await until(first_acked_second_held)
         assert handler.batches == [[b"first"], [b"second"]]
     finally:
         task.cancel()
@@ -88,7 +82,7 @@ async def test_a_batchs_acks_go_with_the_next_claim(intake_client, monkeypatch):
         state = await js.consumer_info(subjects.INTAKE_STREAM, intake.DURABLE)
         return state.num_ack_pending == 0 and state.num_pending == 0
 
-    await _until(all_acked)
+    assert await until(all_acked)
 
 
 async def test_a_quiet_intake_acks_after_the_wait(intake_client, monkeypatch):
@@ -105,7 +99,7 @@ async def test_a_quiet_intake_acks_after_the_wait(intake_client, monkeypatch):
             state = await js.consumer_info(subjects.INTAKE_STREAM, intake.DURABLE)
             return state.num_ack_pending == 0 and state.num_pending == 0
 
-        await _until(acked)
+        assert await until(acked)
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

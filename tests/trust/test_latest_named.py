@@ -12,16 +12,9 @@ import pytest
 from schemas import subjects
 from shared.jetstream import ensure_streams
 from shared.latest import LatestWatch
+from tests.waiting import until
 
 KEY = subjects.node_grants("n1")
-
-
-async def _until(predicate, timeout=10.0):
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate() and loop.time() < deadline:
-        await asyncio.sleep(0.02)
-    return predicate()
 
 
 @pytest.fixture
@@ -43,14 +36,14 @@ async def test_a_remade_consumer_gets_a_new_name_and_records_keep_coming(nc):
     watch = LatestWatch(js, subjects.NODE_GRANTS_STREAM, [KEY], on_msg)
     task = asyncio.ensure_future(watch.run())
     try:
-        assert await _until(lambda: seen == [b"one"])
+        assert await until(lambda: seen == [b"one"])
         first = watch._sub._consumer
         assert first.startswith("latest-")
         jsi = watch._sub._sub._jsi
         await jsi.reset_ordered_consumer(jsi._sseq + 1)  # what nats-py does on a gap
-        assert await _until(lambda: watch._sub._consumer != first)
+        assert await until(lambda: watch._sub._consumer != first)
         await js.publish(KEY, b"two", stream=subjects.NODE_GRANTS_STREAM)
-        assert await _until(lambda: seen == [b"one", b"two"])
+        assert await until(lambda: seen == [b"one", b"two"])
         assert watch.restarts == 0  # nats-py's own remake worked: no fallback needed
     finally:
         task.cancel()
@@ -71,13 +64,13 @@ async def test_a_fixed_name_is_kept_when_remade_and_records_keep_coming(nc):
     watch = LatestWatch(js, subjects.NODE_GRANTS_STREAM, [KEY], on_msg, name=name)
     task = asyncio.ensure_future(watch.run())
     try:
-        assert await _until(lambda: seen == [b"one"])
+        assert await until(lambda: seen == [b"one"])
         assert watch._sub._consumer == name
         jsi = watch._sub._sub._jsi
         first_inbox = jsi._ccreq.deliver_subject
         await jsi.reset_ordered_consumer(jsi._sseq + 1)  # what nats-py does on a gap
         await js.publish(KEY, b"two", stream=subjects.NODE_GRANTS_STREAM)
-        assert await _until(lambda: seen == [b"one", b"two"])
+        assert await until(lambda: seen == [b"one", b"two"])
         assert jsi._ccreq.deliver_subject != first_inbox and watch._sub._consumer == name
         assert [c.name for c in await js.consumers_info(subjects.NODE_GRANTS_STREAM)] == [name]
         assert watch.restarts == 0

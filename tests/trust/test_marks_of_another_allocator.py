@@ -26,14 +26,7 @@ from services.allocator.node_records import record_of
 from services.node_agent.binder import Binder
 from tests.service.helpers import h100_node, register_nodes
 from tests.service.helpers import test_settings as settings_for
-
-
-async def until(predicate, what: str) -> None:
-    for _ in range(500):
-        if predicate():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"never: {what}")
+from tests.waiting import until
 
 
 @pytest.fixture
@@ -48,7 +41,7 @@ async def allocated(fresh_client, fresh_nats):
         await allocator.caught_up.wait()  # c0 is heard live (one folded before: tested below)
         await log.append(subjects.claim("c0"), ev.ClaimSubmitted(
             claim=ClaimSpec(claim_id="c0", namespace="ns", gpus=1), at=1000.0))
-        await until(lambda: getattr(allocator.state.claims.get("c0"), "status", "") == "allocated", "allocated")
+        assert await until(lambda: getattr(allocator.state.claims.get("c0"), "status", "") == "allocated"), "allocated"
         assert "c0" not in listed(allocator) and "n0" in allocator.fences.unknown  # n0's fence: asked once
         assert await resolve_fences(log.js, allocator) == 1
         yield log, allocator
@@ -69,7 +62,7 @@ async def marked_by_the_other(log, allocator: Allocator) -> tuple[int, int]:
     fence = await log.last_subject_seq(subjects.DECISIONS)
     await mark_endings(log, [("c0", "AllocationExpired", "n0")], fence, at=1001.0)
     mark = await log.last_subject_seq(subjects.node_endings("n0"))
-    await until(lambda: allocator.state.last_seq >= mark, "the mark folded")
+    assert await until(lambda: allocator.state.last_seq >= mark), "the mark folded"
     return fence, mark
 
 
@@ -80,7 +73,7 @@ async def test_a_claim_another_allocator_is_ending_leaves_the_record_until_its_b
     assert "c0" not in listed(allocator), "a claim another allocator is ending was listed as bindable"
     await log.append(subjects.DECISIONS, ev.DecisionBatch(allocator="other", decisions=[
         ev.AllocationExpired(claim_id="c0", last_renewed=0.0, at=1001.0)]), expected_last_subject_seq=fence)
-    await until(lambda: "c0" not in allocator.state.claims, "the expiry folded")
+    assert await until(lambda: "c0" not in allocator.state.claims), "the expiry folded"
     assert listed(allocator) == {} and allocator.fences.ending == {}
 
 
@@ -94,7 +87,7 @@ async def test_a_mark_whose_batch_was_fenced_out_lets_the_claim_be_bound(allocat
     with pytest.raises(AppendConflict):
         await log.append(subjects.DECISIONS, ev.DecisionBatch(allocator="other", decisions=[
             ev.AllocationExpired(claim_id="c0", last_renewed=0.0, at=1001.0)]), expected_last_subject_seq=fence)
-    await until(lambda: "c0" in listed(allocator), "listed again once the fence moved on")
+    assert await until(lambda: "c0" in listed(allocator)), "listed again once the fence moved on"
     assert listed(allocator) == {"c0": mark}
     devices = {d.uuid: d for d in h100_node("n0", gpus=1, islands=1).devices}
     binder = Binder("n0", log, lambda: devices, clock=lambda: 1002.0)
@@ -120,7 +113,7 @@ async def test_an_allocator_started_after_the_mark_looks_it_up_and_respects_it(a
         assert late.fences.ending_nodes == {"n0": fence} and "c0" not in listed(late)
         await log.append(subjects.DECISIONS, ev.DecisionBatch(allocator="third", decisions=[]),
                          expected_last_subject_seq=fence)
-        await until(lambda: "c0" in listed(late), "listed again once the fence moved on")
+        assert await until(lambda: "c0" in listed(late)), "listed again once the fence moved on"
         assert listed(late) == {"c0": mark}
     finally:
         following.cancel()
@@ -134,10 +127,10 @@ async def test_a_renewal_leaves_the_fence_and_a_release_on_the_node_moves_it(all
     log, allocator = allocated
     before = listed(allocator)
     renewed = await log.append(subjects.claim("c0"), ev.LeaseRenewed(claim_id="c0", at=1000.5))
-    await until(lambda: allocator.state.last_seq >= renewed.seq, "the renewal folded")
+    assert await until(lambda: allocator.state.last_seq >= renewed.seq), "the renewal folded"
     assert listed(allocator) == before
     released = await log.append(subjects.node_releases("n0"), ev.ClaimReleased(claim_id="other", at=1000.6))
-    await until(lambda: allocator.state.last_seq >= released.seq, "the release folded")
+    assert await until(lambda: allocator.state.last_seq >= released.seq), "the release folded"
     assert listed(allocator) == {"c0": released.seq}
     assert allocator.nodes_of(["n0"]) == ["n0"]  # its node's record is written again
 
@@ -151,9 +144,9 @@ async def test_a_forged_mark_on_the_node_s_release_subject_is_dropped_yet_moves_
     before = listed(allocator)
     mark = ev.ClaimEnding(claim_id="c0", decision="ClaimEvicted", fence=0, node="n0", at=1000.5)
     forged = await log.append(subjects.claim("c0"), mark)
-    await until(lambda: allocator.state.last_seq >= forged.seq, "the forgery read")
+    assert await until(lambda: allocator.state.last_seq >= forged.seq), "the forgery read"
     assert allocator.fences.ending == {} and listed(allocator) == before
     forged = await log.append(subjects.node_releases("n0"), mark)
-    await until(lambda: allocator.state.last_seq >= forged.seq, "the forgery read")
+    assert await until(lambda: allocator.state.last_seq >= forged.seq), "the forgery read"
     assert allocator.fences.ending == {} and listed(allocator) == {"c0": forged.seq}
     assert allocator.follower.admission.refused >= 2

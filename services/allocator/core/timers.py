@@ -1,7 +1,21 @@
 """Timer decisions, made on the tick: leases not renewed expire, silent nodes are lost, allocations
-nothing runs on past the grace period are released, claims pending past the limit are rejected."""
+nothing runs on past the grace period are released, claims pending past the limit are rejected.
+
+Bounded per pass: a decision batch is one NATS message (1 MB by default), and a mass lease expiry
+or a lost node holding thousands of claims once put every decision in one batch, which no append
+could store (the allocator halves only what it places). So each timer emits at most half the
+pass's decision budget (`DecideContext.max_decisions`), the timers together at most the whole
+budget, and the lost nodes of a pass release at most `RELEASED_PER_DECISION` claims per unit of
+it; the rest waits for the next pass, oldest first (submit order for claims, registration order
+for nodes), so the fold and replay stay exact: each pass decides from the state the last one left.
+A node is lost once: its first `NodeLost` takes it out of placement and releases what the budget
+allows; each later pass releases more of its claims by another `NodeLost` of the lost node, until
+none is left. Each but the last is `partial`: the fold frees exactly the claims it names (a NodeLost
+without the flag frees all the node still holds: ledger/evolve.py)."""
 
 from __future__ import annotations
+
+from itertools import islice
 
 from schemas import events as ev
 from schemas.types import Reason
@@ -9,22 +23,62 @@ from schemas.types import Reason
 from ledger.state import State
 from services.allocator.core.decision_pass import Pass, emit
 
+# claim ids a lost node may list per decision of the pass's budget: an id is at most 128 bytes
+# (ClaimId), a decision with grants about 1 KB, so 4 ids per decision keep the batch's bytes of
+# the same order as a pass's placements (2,048 ids at the default budget: 270 KB at most)
+RELEASED_PER_DECISION = 4
+
+
+def timer_room(run: Pass, emitted: int) -> int:
+    """How many more decisions a timer that has emitted `emitted` in this pass may emit: half
+    the pass's budget per timer, the timers together the whole budget (at least one per pass)."""
+    budget = max(1, run.ctx.max_decisions)
+    return max(0, min(max(1, budget // 2) - emitted, budget - len(run.decisions)))
+
 
 def expire_leases(state: State, run: Pass) -> None:
     # sorted: a rolled-back pass re-inserts dictionary keys, so dict order is not stable
+    emitted = 0
     for claim in sorted((state.claims[c] for c in state.leased), key=lambda c: c.seq):
         claim_id = claim.claim_id
         if run.ctx.now > max(claim.last_renewed, run.ctx.heard_since) + claim.spec.lease_seconds:
+            if timer_room(run, emitted) <= 0:
+                return  # the next pass expires the rest
             emit(state, run, ev.AllocationExpired(claim_id=claim_id, last_renewed=claim.last_renewed,
                                                    at=run.ctx.now))
+            emitted += 1
 
 
 def lose_silent_nodes(state: State, run: Pass) -> None:
+    """Silent nodes are lost, in registration order; a node lost in an earlier pass with claims
+    left releases the next of them (allocation order)."""
+    emitted = 0
+    ids_left = RELEASED_PER_DECISION * max(1, run.ctx.max_decisions)
     for node in list(state.nodes.values()):
-        if not node.lost and run.ctx.now > max(node.last_heartbeat, run.ctx.heard_since) + run.ctx.node_timeout_s:
-            released = [c for c in node.claims if state.claims[c].holds_devices]
-            emit(state, run, ev.NodeLost(node=node.name, last_heartbeat=node.last_heartbeat,
-                                          released=released, at=run.ctx.now))
+        if node.lost:
+            if not node.claims:
+                continue
+            held = _holding(state, node)
+            if not held:
+                continue
+        elif run.ctx.now > max(node.last_heartbeat, run.ctx.heard_since) + run.ctx.node_timeout_s:
+            held = _holding(state, node)
+        else:
+            continue
+        if timer_room(run, emitted) <= 0:
+            return
+        if node.lost and ids_left <= 0:
+            continue  # its next claims wait for the next pass; a node found silent is still lost
+        released = list(islice(held, ids_left))  # a node found silent is lost even with no id left
+        ids_left -= len(released)
+        emit(state, run, ev.NodeLost(node=node.name, last_heartbeat=node.last_heartbeat,
+                                      released=released, partial=len(released) < len(held), at=run.ctx.now))
+        emitted += 1
+
+
+def _holding(state: State, node) -> list[str]:
+    claims = state.claims
+    return [c for c in node.claims if c in claims and claims[c].holds_devices]
 
 
 def release_unused(state: State, run: Pass) -> None:
@@ -35,15 +89,19 @@ def release_unused(state: State, run: Pass) -> None:
     grace = run.ctx.release_unused_after_s
     if grace <= 0 or not state.idle_watch:
         return
+    emitted = 0
     for claim_id in sorted(state.idle_watch, key=lambda c: state.claims[c].seq):
         claim = state.claims[claim_id]
         verdict = _unused_for(state, claim)
         if verdict is not None and verdict[1] - verdict[0] > grace:
+            if timer_room(run, emitted) <= 0:
+                return
             idle_since, seen = verdict
             reason = (f"no process on its devices from {idle_since:.0f} to {seen:.0f} "
                       f"({seen - idle_since:.0f}s, grace {grace:g}s)")
             emit(state, run, ev.AllocationUnused(claim_id=claim_id, idle_since=idle_since, observed_at=seen,
                                                  grace_s=grace, reason=reason, at=run.ctx.now))
+            emitted += 1
 
 
 def _unused_for(state: State, claim) -> tuple[float, float] | None:
@@ -65,7 +123,8 @@ def expire_pending(state: State, run: Pass) -> None:
     cutoff = run.ctx.now - limit
     claims = state.claims
     expired = [claims[c] for c in state.pending if claims[c].submitted_at < cutoff]
-    for claim in sorted(expired, key=lambda c: c.seq):  # pending's order is not stable (rollbacks)
+    expired.sort(key=lambda c: c.seq)  # pending's order is not stable (rollbacks)
+    for claim in expired[:timer_room(run, 0)]:
         waited = run.ctx.now - claim.submitted_at
         why = Reason("pending-expired", f"pending for {waited:.0f}s, longer than the limit of {limit:g}s")
         emit(state, run, ev.AllocationRejected(claim_id=claim.claim_id, code="pending-expired",
