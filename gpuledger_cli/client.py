@@ -94,14 +94,11 @@ async def connect_or_die(url: str, follow: bool = False):
         if "permissions violation" in str(err).lower():  # a refused call itself only times out
             REFUSED.append(str(err))
 
-    async def lost() -> None:
-        sys.stderr.write(f"gpuledger: lost NATS at {redacted(url)}; reconnecting\n")
-
-    async def back() -> None:
-        sys.stderr.write(f"gpuledger: reconnected to NATS at {redacted(url)}\n")
+    async def back() -> None:  # (not on a disconnect: nats-py calls that on our own close too)
+        sys.stderr.write(f"gpuledger: NATS at {redacted(url)} went away; reconnected to it\n")
 
     reconnecting = (dict(allow_reconnect=True, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
-                         disconnected_cb=lost, reconnected_cb=back) if follow
+                         reconnected_cb=back) if follow
                     else dict(max_reconnect_attempts=0, allow_reconnect=False))
     try:
         # nats-py keeps retrying an unreachable server whatever the options: bound the attempt
