@@ -8,6 +8,7 @@ from typing import Optional
 
 import msgspec
 import typer
+from rich.console import Console
 from rich.progress import Progress
 
 from gpuledger_cli.client import NatsUrl, nats_url, open_log_or_die
@@ -67,7 +68,10 @@ async def _replay(url: str, from_seq: int, until_seq: Optional[int], subject: Op
     end = until_seq or await log.last_seq()
     count = 0
     out = sys.stdout
-    with Progress(transient=True, disable=not progress or not sys.stderr.isatty()) as bar:
+    # on stderr, as its condition says: stdout shows other people's control characters as text
+    # (safe_output.py), which would break the bar's own cursor moves
+    with Progress(console=Console(stderr=True), transient=True, redirect_stdout=False,
+                  disable=not progress or not sys.stderr.isatty()) as bar:
         task = bar.add_task("replaying", total=max(end - from_seq + 1, 1))
         async for stored in log.read(from_seq, end, subject):
             out.write(_line(stored, as_json) + "\n")

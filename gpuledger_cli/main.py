@@ -33,8 +33,11 @@ commands_registry.register(app)
 
 @app.callback()
 def _root() -> None:
-    # A group needs a callback to exist before any area is loaded (they load lazily).
-    pass
+    # A group needs a callback to exist before any area is loaded (they load lazily). Every
+    # command's stdout shows other people's control characters as text (gpuledger_cli/safe_output.py).
+    from gpuledger_cli.safe_output import install
+
+    install()
 
 if __name__ == "__main__":
     app()

@@ -19,7 +19,8 @@ from shared import jetstream
 from shared.jetstream import JetStreamEventLog
 from tests.service.helpers import h100_node, register_nodes
 from tests.service.helpers import test_settings as settings_for
-from tests.speed.test_own_batch import fresh_fold, until
+from tests.speed.test_own_batch import fresh_fold
+from tests.waiting import until
 
 
 @pytest.fixture

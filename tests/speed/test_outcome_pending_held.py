@@ -16,7 +16,8 @@ from schemas.types import Grant, Reason
 from shared.jetstream import JetStreamEventLog
 from tests.quota.builders import claim, node
 from tests.service.helpers import running
-from tests.speed.test_outcome_coalesce import _drained, _until
+from tests.speed.test_outcome_coalesce import _drained
+from tests.waiting import until
 
 HOLD_S = 3600.0  # of the test's clock, which moves only when the test moves it
 
@@ -32,15 +33,15 @@ async def test_a_claim_allocated_within_the_hold_is_never_written_pending(fresh_
         submitted = await log.append(subjects.claim("ph-1"), claim("ph-1", at=1.0))
         await service.follower.wait_for_seq(submitted.seq)
         # built, found pending, held back (not explained by the allocator: until it is, or longer)
-        await _until(lambda: "ph-1" in writer.unexplained)
+        assert await until(lambda: "ph-1" in writer.unexplained)
         assert writer.safe_checkpoint() < submitted.seq  # its outcome is not stored yet
         allocated = await log.append(subjects.DECISIONS, _allocation("ph-1", at=2.0))
         await service.follower.wait_for_seq(allocated.seq)
-        await _until(lambda: seen and seen[-1].status == "allocated")
+        assert await until(lambda: seen and seen[-1].status == "allocated")
         assert "ph-1" not in writer.held and "ph-1" not in writer.unexplained
         released = await log.append(subjects.claim("ph-1"), ev.ClaimReleased(claim_id="ph-1", at=3.0))
         await service.follower.wait_for_seq(released.seq)
-        await _until(lambda: _drained(writer, released.seq) and seen[-1].final)
+        assert await until(lambda: _drained(writer, released.seq) and seen[-1].final)
         assert [o.status for o in seen] == ["allocated", "released"]
         writer._collect()  # a flush's own settling cannot count itself: the next one (or a stop) does
         assert writer.safe_checkpoint() >= released.seq
@@ -61,16 +62,16 @@ async def test_a_claim_still_pending_after_the_hold_is_written_with_its_reasons(
         waiting = await log.append(subjects.DECISIONS, ev.DecisionBatch(
             decisions=[ev.ClaimPending(claim_id="ph-2", reasons=why, at=2.0)], at=2.0))
         await service.follower.wait_for_seq(waiting.seq)
-        await _until(lambda: "ph-2" in writer.held and not writer.dirty)
+        assert await until(lambda: "ph-2" in writer.held and not writer.dirty)
         await asyncio.sleep(0.2)  # a flush or two later: still nothing written
         # the checkpoint stays below its latest change: a restart writes its outcome
         assert seen == [] and writer.safe_checkpoint() < waiting.seq
         now[0] += HOLD_S  # the hold has passed
         writer.wake.set()
-        await _until(lambda: len(seen) == 1)
+        assert await until(lambda: len(seen) == 1)
         assert seen[0].status == "pending" and [r.code for r in seen[0].reasons] == ["no-room"]
         assert seen[0].seq == waiting.seq and not writer.held
-        await _until(lambda: _drained(writer, waiting.seq))
+        assert await until(lambda: _drained(writer, waiting.seq))
         writer._collect()
         assert writer.safe_checkpoint() >= waiting.seq
         await nc.close()
@@ -102,20 +103,20 @@ async def test_a_pending_claims_reasons_are_written_at_most_once_per_hold(fresh_
         log = JetStreamEventLog(nc)
         submitted = await log.append(subjects.claim("ph-3"), claim("ph-3", at=1.0))
         await service.follower.wait_for_seq(submitted.seq)
-        await _until(lambda: "ph-3" in writer.unexplained)
+        assert await until(lambda: "ph-3" in writer.unexplained)
         now[0] += HOLD_S  # past the hold for claims with no reasons yet (shorter than HOLD_S) too
         writer.wake.set()
-        await _until(lambda: len(seen) == 1)  # pending, no reasons yet
+        assert await until(lambda: len(seen) == 1)  # pending, no reasons yet
         assert seen[0].status == "pending" and seen[0].reasons == []
         why = [Reason("no-room", "no node has 1 free GPU", count=3)]
         waiting = await log.append(subjects.DECISIONS, ev.DecisionBatch(
             decisions=[ev.ClaimPending(claim_id="ph-3", reasons=why, at=2.0)], at=2.0))
         await service.follower.wait_for_seq(waiting.seq)
-        await _until(lambda: "ph-3" in writer.held and not writer.dirty)
+        assert await until(lambda: "ph-3" in writer.held and not writer.dirty)
         await asyncio.sleep(0.2)
         assert len(seen) == 1  # within a hold of the last pending outcome: not yet
         now[0] += HOLD_S
         writer.wake.set()
-        await _until(lambda: len(seen) == 2)
+        assert await until(lambda: len(seen) == 2)
         assert seen[1].status == "pending" and [r.code for r in seen[1].reasons] == ["no-room"]
         await nc.close()

@@ -17,7 +17,8 @@ from schemas.types import Reason
 from shared.jetstream import JetStreamEventLog
 from tests.quota.builders import claim, node
 from tests.service.helpers import running
-from tests.speed.test_outcome_coalesce import _drained, _until
+from tests.speed.test_outcome_coalesce import _drained
+from tests.waiting import until
 from tests.speed.test_outcome_pending_held import _allocation
 
 HOLD_S = 3600.0  # of the test's clock, which moves only when the test moves it
@@ -52,14 +53,14 @@ async def test_pending_outcomes_past_the_budget_wait_their_turn_and_allocations_
         waiting = await log.append(subjects.DECISIONS, ev.DecisionBatch(
             decisions=[ev.ClaimPending(claim_id=c, reasons=why, at=2.0) for c in CLAIMS], at=2.0))
         await service.follower.wait_for_seq(waiting.seq)
-        await _until(lambda: len(writer.held) == len(CLAIMS) and not writer.dirty)
+        assert await until(lambda: len(writer.held) == len(CLAIMS) and not writer.dirty)
         assert seen == []
         order = list(writer.held)  # the order they were found waiting: the order of their turns
         allocated_first = order[-1]
 
         now[0] += HOLD_S  # every hold has passed: only the budget's worth goes out
         writer.wake.set()
-        await _until(lambda: len(seen) == BUDGET)
+        assert await until(lambda: len(seen) == BUDGET)
         await asyncio.sleep(0.3)  # flushes go on (20 ms apart): nothing more while the clock stands
         assert [o.claim_id for o in seen] == order[:BUDGET]
         assert all(o.status == "pending" and o.reasons for o in seen)
@@ -69,17 +70,17 @@ async def test_pending_outcomes_past_the_budget_wait_their_turn_and_allocations_
         # a claim allocated while it waits its turn: written allocated at once, never pending
         allocated = await log.append(subjects.DECISIONS, _allocation(allocated_first, at=3.0))
         await service.follower.wait_for_seq(allocated.seq)
-        await _until(lambda: seen[-1].claim_id == allocated_first)
+        assert await until(lambda: seen[-1].claim_id == allocated_first)
         assert seen[-1].status == "allocated" and allocated_first not in writer.held
 
         now[0] += 1.0  # a second later: the next ones, held longest first
         writer.wake.set()
-        await _until(lambda: len(seen) == 2 * BUDGET + 1)
+        assert await until(lambda: len(seen) == 2 * BUDGET + 1)
         assert [o.claim_id for o in seen[BUDGET + 1:]] == order[BUDGET:2 * BUDGET]
         now[0] += 1.0
         writer.wake.set()
-        await _until(lambda: not writer.held)
-        await _until(lambda: _drained(writer, allocated.seq))
+        assert await until(lambda: not writer.held)
+        assert await until(lambda: _drained(writer, allocated.seq))
         pending = [o.claim_id for o in seen if o.status == "pending"]
         assert pending == order[:-1]  # each once, in turn; the allocated one never
         writer._collect()
@@ -101,10 +102,10 @@ async def test_below_the_budget_every_pending_outcome_goes_out_when_due(fresh_na
         waiting = await log.append(subjects.DECISIONS, ev.DecisionBatch(
             decisions=[ev.ClaimPending(claim_id=c, reasons=why, at=2.0) for c in CLAIMS], at=2.0))
         await service.follower.wait_for_seq(waiting.seq)
-        await _until(lambda: len(writer.held) == len(CLAIMS))
+        assert await until(lambda: len(writer.held) == len(CLAIMS))
         now[0] += HOLD_S
         writer.wake.set()
-        await _until(lambda: len(seen) == len(CLAIMS))
+        assert await until(lambda: len(seen) == len(CLAIMS))
         assert sorted(o.claim_id for o in seen) == sorted(CLAIMS) and not writer.held
         await nc.close()
 
@@ -121,7 +122,7 @@ async def test_over_the_budget_the_earliest_due_goes_first_explained_or_not(fres
         log = JetStreamEventLog(nc)
         first = await log.append(subjects.claim("pb-old"), claim("pb-old", at=1.0))  # never explained
         await service.follower.wait_for_seq(first.seq)
-        await _until(lambda: "pb-old" in writer.unexplained)
+        assert await until(lambda: "pb-old" in writer.unexplained)
         now[0] += HOLD_S / 4  # the others come later: due later
         for claim_id in ("pb-a", "pb-b"):
             await log.append(subjects.claim(claim_id), claim(claim_id, at=1.0))
@@ -129,16 +130,16 @@ async def test_over_the_budget_the_earliest_due_goes_first_explained_or_not(fres
         waiting = await log.append(subjects.DECISIONS, ev.DecisionBatch(
             decisions=[ev.ClaimPending(claim_id=c, reasons=why, at=2.0) for c in ("pb-a", "pb-b")], at=2.0))
         await service.follower.wait_for_seq(waiting.seq)
-        await _until(lambda: set(writer.held) == {"pb-a", "pb-b"} and not writer.dirty)
+        assert await until(lambda: set(writer.held) == {"pb-a", "pb-b"} and not writer.dirty)
         assert writer.unexplained["pb-old"] < min(writer.held.values())
         now[0] += 2 * HOLD_S  # every hold has passed; the budget lets one out a second
         writer.wake.set()
-        await _until(lambda: len(seen) == 1)
+        assert await until(lambda: len(seen) == 1)
         await asyncio.sleep(0.2)
         assert [(o.claim_id, o.status, o.reasons) for o in seen] == [("pb-old", "pending", [])]
         for _second in range(2):
             now[0] += 1.0
             writer.wake.set()
-            await _until(lambda: len(seen) == 2 + _second)
+            assert await until(lambda: len(seen) == 2 + _second)
         assert sorted(o.claim_id for o in seen[1:]) == ["pb-a", "pb-b"]
         await nc.close()

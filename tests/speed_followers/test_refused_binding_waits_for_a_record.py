@@ -9,7 +9,8 @@ import asyncio
 from schemas import subjects
 from schemas.events import ClaimReleased
 from shared.eventlog import AppendConflict, InMemoryEventLog
-from tests.node_agent.test_binder import NODE, binder_on, claim, record, running, stored_bindings, until  # noqa: F401
+from tests.node_agent.test_binder import NODE, binder_on, claim, record, running, stored_bindings  # noqa: F401
+from tests.waiting import until
 
 
 class AllocatorBehind(InMemoryEventLog):

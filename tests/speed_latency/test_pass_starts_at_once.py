@@ -19,7 +19,7 @@ from services.allocator.loop import Allocator
 from shared.jetstream import JetStreamEventLog
 from tests.service.helpers import h100_node, register_nodes
 from tests.service.helpers import test_settings as settings_for
-from tests.speed.test_own_batch import until
+from tests.waiting import until
 
 
 @pytest.fixture
