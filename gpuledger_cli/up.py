@@ -10,6 +10,7 @@ Data and ports (DATA_DIR/ports.json) stay in the data folder for the next start.
 from __future__ import annotations
 
 import asyncio
+import errno
 import importlib.util
 import os
 import signal
@@ -257,8 +258,22 @@ def register(app: typer.Typer) -> None:
             systems = Settings(systems=parse_systems(system)).systems if system else Settings().systems
         except SystemsError as err:
             raise typer.BadParameter(str(err), param_hint="--system")
-        _run_up(demo, data_dir, nats_url, fleet, port or None, ready_timeout, dashboard, cluster, auth,
-                agent_node, systems)
+        try:
+            _run_up(demo, data_dir, nats_url, fleet, port or None, ready_timeout, dashboard, cluster, auth,
+                    agent_node, systems)
+        except OSError as err:
+            inside = bool(err.filename) and str(err.filename).startswith(str(data_dir.resolve()))
+            if err.errno not in UNWRITABLE and not inside:
+                raise
+            # a full disk or a read-only one, or a file in the data folder it cannot write (session
+            # 30: `up` on a full tmpfs ended in a traceback from its lock file's first write)
+            where = f": {err.filename}" if err.filename else ""
+            _say(f"--data-dir {data_dir}: cannot write there ({err.strerror}{where}); give it room, or "
+                 "choose another folder with --data-dir")
+            raise typer.Exit(1)
+
+
+UNWRITABLE = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
 
 
 def _expected_nodes(fleet: str) -> int:
@@ -320,42 +335,48 @@ def _run_up(demo: bool, data_dir: Path, nats_url: str | None, fleet: str, port: 
         _say(str(err))
         raise typer.Exit(1)
     server = holder = None
-    book = PortBook(data_dir)
-    urls: dict[str, str] = {}
-    replicas = {}
-    users = (up_auth.prepare(data_dir, fleet if demo else None, agent_nodes, systems)
-             if auth and nats_url is None else None)
-    if nats_url is None and cluster:
-        server, nats_url = _start_cluster(data_dir, cluster, book.take("nats", port), users, folder)
-        replicas = {"GPULEDGER_STREAM_REPLICAS": str(min(cluster, 3))}
-        urls = _user_urls(users, [node.port for node in server.nodes])
-        holder = ServerHolder(server, lambda: server)
-    elif nats_url is None:
-        server = _start_server(data_dir, book, port, users, folder)
-        holder = ServerHolder(server, lambda: _start_server(data_dir, book, server.port, users, folder))
-        nats_url = server.url
-        urls = _user_urls(users, [server.port])
-    nats_url = urls.get(nats_auth.OPS, nats_url)
-    env = dict(os.environ, GPULEDGER_NATS_URL=nats_url, GPULEDGER_DATA_DIR=str(data_dir),
-               PYTHONUNBUFFERED="1", **replicas)
-    if systems:  # the claim service checks each system's namespaces and claims
-        env["GPULEDGER_SYSTEMS"] = spec_of(systems)
-    if demo and not os.environ.get("GPULEDGER_MODELS"):  # slots to try: `gpuledger slot acquire llama3-8b`
-        env["GPULEDGER_MODELS"] = str(DEMO_MODELS)
-    services = _available_services()
-    children = _children(services, env, log_dir, fleet if demo else None, book, dashboard, urls)
-    for child in children:
-        child.folder = folder
-    book.save()
-    for change in book.changed:
-        _say(change)
-    stop = {"now": False}
+    try:  # a failure before the supervised run (a full disk) must not leave nats-server running
+        book = PortBook(data_dir)
+        urls: dict[str, str] = {}
+        replicas = {}
+        users = (up_auth.prepare(data_dir, fleet if demo else None, agent_nodes, systems)
+                 if auth and nats_url is None else None)
+        if nats_url is None and cluster:
+            server, nats_url = _start_cluster(data_dir, cluster, book.take("nats", port), users, folder)
+            replicas = {"GPULEDGER_STREAM_REPLICAS": str(min(cluster, 3))}
+            urls = _user_urls(users, [node.port for node in server.nodes])
+            holder = ServerHolder(server, lambda: server)
+        elif nats_url is None:
+            server = _start_server(data_dir, book, port, users, folder)
+            holder = ServerHolder(server, lambda: _start_server(data_dir, book, server.port, users, folder))
+            nats_url = server.url
+            urls = _user_urls(users, [server.port])
+        nats_url = urls.get(nats_auth.OPS, nats_url)
+        env = dict(os.environ, GPULEDGER_NATS_URL=nats_url, GPULEDGER_DATA_DIR=str(data_dir),
+                   PYTHONUNBUFFERED="1", **replicas)
+        if systems:  # the claim service checks each system's namespaces and claims
+            env["GPULEDGER_SYSTEMS"] = spec_of(systems)
+        if demo and not os.environ.get("GPULEDGER_MODELS"):  # slots to try: `gpuledger slot acquire llama3-8b`
+            env["GPULEDGER_MODELS"] = str(DEMO_MODELS)
+        services = _available_services()
+        children = _children(services, env, log_dir, fleet if demo else None, book, dashboard, urls)
+        for child in children:
+            child.folder = folder
+        book.save()
+        for change in book.changed:
+            _say(change)
+        stop = {"now": False}
 
-    def on_signal(signum, frame) -> None:
-        stop["now"] = True
+        def on_signal(signum, frame) -> None:
+            stop["now"] = True
 
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        signal.signal(signal.SIGTERM, on_signal)
+    except BaseException:
+        running = holder or server
+        if running is not None:
+            running.stop()
+        raise
     try:
         _say(f"starting {', '.join(c.name for c in children)}; logs in {log_dir}")
         want = _expected_nodes(fleet) if demo else 0

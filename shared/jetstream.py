@@ -18,6 +18,7 @@ from schemas import subjects
 from schemas.events import Event, decode_event, encode_event
 from shared.natscluster import connect_args
 from shared import nats_headers
+from shared.direct_sub import subscribe_direct
 from shared import jsreply
 from shared.fastread import RangeReadError, open_range_reader
 from shared.paced import PacedTail
@@ -148,7 +149,8 @@ class AckInbox:
     async def publish(self, subject: str, payload: bytes, headers: dict[str, str] | None) -> tuple[int, bool]:
         if self._sub is None:
             prefix = self.nc.new_inbox()
-            self._sub = await self.nc.subscribe(prefix + ".*", cb=self._on_reply)
+            # replies handed over as they are parsed: no Msg, queue or task each (shared.direct_sub)
+            self._sub = await subscribe_direct(self.nc, prefix + ".*", self._on_reply)
             self.prefix = prefix  # nats-py subscribes again by itself after a reconnect
         number = next(self._numbers)
         loop = asyncio.get_running_loop()
@@ -156,25 +158,25 @@ class AckInbox:
         timer = loop.call_later(self.timeout_s, _time_out, reply)
         try:
             await self.nc.publish(subject, payload, reply=f"{self.prefix}.{number}", headers=headers)
-            msg = await reply
+            data, reply_headers = await reply
         finally:
             timer.cancel()
             self.pending.pop(number, None)
-        if not msg.data and msg.headers and msg.headers.get("Status") == "503":
+        if not data and reply_headers and reply_headers.get("Status") == "503":
             raise NoStreamResponseError  # no stream listens there now (a leader being elected)
-        answer = json.loads(msg.data)
+        answer = json.loads(data)
         error = answer.get("error")
         if error is not None:
             raise APIError.from_error(error)
         return answer["seq"], bool(answer.get("duplicate", False))
 
-    async def _on_reply(self, msg) -> None:
+    def _on_reply(self, _sid: int, subject: bytes, _reply: bytes, data: bytes, headers) -> None:
         try:
-            reply = self.pending.get(int(msg.subject.rsplit(".", 1)[1]))
+            reply = self.pending.get(int(subject.rsplit(b".", 1)[1]))
         except ValueError:
             return
         if reply is not None and not reply.done():
-            reply.set_result(msg)
+            reply.set_result((data, headers))
 
 
 def _time_out(reply: asyncio.Future) -> None:

@@ -3,6 +3,11 @@
 The stack is the process tree under `gpuledger up`: nats-server, one process per service, the
 simulated node agents, and `up` itself. The tree is sampled now and then, so a process that is
 restarted (by `up`'s supervision) is counted from its start, and the restarts are counted too.
+
+Beside the CPU each process used, the time its threads were ready to run and waited for a CPU
+(`/proc/<pid>/task/<tid>/schedstat`, the run queue delay; 0 where the kernel keeps no schedstat):
+on a machine whose cores the stack and the benchmark share, a claim's latency is largely such
+waits of the processes on its path (nats-server, claim, allocator), not work of their own.
 """
 
 from __future__ import annotations
@@ -22,6 +27,22 @@ def _stat(pid: int) -> tuple[int, float] | None:
         return None
     fields = raw[raw.rfind(b")") + 2:].split()  # the name may hold spaces: cut after it
     return int(fields[1]), (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def run_delay(pid: int) -> float:
+    """Seconds the threads of `pid` that are alive now have waited on a run queue, ready to run."""
+    total = 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0.0
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
+                total += int(f.read().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    return total / 1e9
 
 
 def role(pid: int) -> str:
@@ -69,9 +90,12 @@ class CpuMeter:
     last: dict[int, float] = field(default_factory=dict)
     roles: dict[int, str] = field(default_factory=dict)
     baseline_pids: dict[str, set[int]] = field(default_factory=dict)
+    first_wait: dict[int, float] = field(default_factory=dict)  # pid -> run queue delay at start
+    last_wait: dict[int, float] = field(default_factory=dict)
 
     def start(self) -> None:
         self.first, self.last, self.roles = {}, {}, {}
+        self.first_wait, self.last_wait = {}, {}
         self._visit(started=True)
         self.baseline_pids = {}
         for pid, name in self.roles.items():
@@ -85,10 +109,13 @@ class CpuMeter:
             stat = _stat(pid)
             if stat is None:
                 continue
+            waited = run_delay(pid)
             if pid not in self.roles:
                 self.roles[pid] = role(pid)
                 self.first[pid] = stat[1] if started else 0.0
+                self.first_wait[pid] = waited if started else 0.0
             self.last[pid] = stat[1]
+            self.last_wait[pid] = max(waited, self.last_wait.get(pid, 0.0))  # a thread gone takes its part
 
     def seconds_by_role(self) -> dict[str, float]:
         used: dict[str, float] = {}
@@ -96,6 +123,14 @@ class CpuMeter:
             name = self.roles[pid]
             used[name] = used.get(name, 0.0) + cpu - self.first.get(pid, 0.0)
         return used
+
+    def waits_by_role(self) -> dict[str, float]:
+        """Seconds each role's processes waited for a CPU, ready to run (see the module's docstring)."""
+        waited: dict[str, float] = {}
+        for pid, last in self.last_wait.items():
+            name = self.roles[pid]
+            waited[name] = waited.get(name, 0.0) + max(0.0, last - self.first_wait.get(pid, 0.0))
+        return waited
 
     def restarts(self) -> dict[str, int]:
         """Processes of a role that appeared after `start()` (a role seen then: a restart)."""

@@ -39,7 +39,7 @@ def _ms(seconds: float | None) -> float | None:
 
 def figures(options, rate: float | None, follower: Follower, publisher: Publisher, checker: Checker,
             meter: CpuMeter, idle: dict[str, float], client_cpu_s: float, publish_s: float,
-            wall_s: float) -> dict:
+            wall_s: float, client_wait_s: float = 0.0) -> dict:
     found = checker.counted.figures()
     published = publisher.acked
     times = [follower.claims[c] for c in published]
@@ -48,6 +48,8 @@ def figures(options, rate: float | None, follower: Follower, publisher: Publishe
     per_claim = 1000 / max(len(published), 1)
     cpu = {name: round(used * per_claim, 3) for name, used in sorted(meter.seconds_by_role().items())}
     cpu = {"total": round(sum(cpu.values()), 3), **cpu}
+    waits = {name: round(w * per_claim, 3) for name, w in sorted(meter.waits_by_role().items())}
+    waits = {"total": round(sum(waits.values()), 3), **waits}
     restarts = meter.restarts()
     return {
         "claims": len(times), "rate": rate, "nodes": options.nodes,
@@ -64,6 +66,9 @@ def figures(options, rate: float | None, follower: Follower, publisher: Publishe
         "bound_after_end_reallocated": found["bound_after_end_reallocated"], "bound_foreign": found["bound_foreign"],
         "bound_twice": found["bound_twice"], "leftover_workloads": checker.leftover_workloads(),
         "cpu_ms_per_claim": cpu,
+        # time the stack's processes were ready to run and waited for a CPU (bench/e2e/cpu.py)
+        "cpu_wait_ms_per_claim": waits,
+        "client_cpu_wait_ms_per_claim": round(client_wait_s * per_claim, 3),
         "messages_per_claim": _messages(checker, len(published)),
         "idle_cpu_ms_per_s": {name: round(1000 * v, 1) for name, v in sorted(idle.items())},
         "agent_restarts": restarts.pop("node-agents", 0), "service_restarts": restarts,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import tempfile
 import time
 import uuid
@@ -17,7 +18,7 @@ from schemas import subjects
 from shared.jetstream import JetStreamEventLog
 from shared.natscluster import url_inbox_prefix
 from bench.e2e.check import Checker
-from bench.e2e.cpu import CpuMeter
+from bench.e2e.cpu import CpuMeter, run_delay
 from bench.e2e.follow import Follower
 from bench.e2e.hops import HopTimes, stored_times
 from bench.e2e.load import Publisher, claim_mix
@@ -76,7 +77,7 @@ async def one_run(stack, ops, publisher_nc, options: Options, rate: float | None
     idle = await _idle_cpu(meter, options.idle_s)
     meter.start()
     sampler = asyncio.ensure_future(_sample_forever(meter))
-    client_cpu, began = time.process_time(), time.monotonic()
+    client_cpu, began, client_wait = time.process_time(), time.monotonic(), run_delay(os.getpid())
     try:
         await publisher.publish_all(claim_mix(run_id, count), rate)
         published_at = time.monotonic()
@@ -85,6 +86,7 @@ async def one_run(stack, ops, publisher_nc, options: Options, rate: float | None
         meter.sample()
         ended = time.monotonic()
         client_cpu = time.process_time() - client_cpu
+        client_wait = run_delay(os.getpid()) - client_wait
     finally:
         for task in (*tasks, sampler):
             task.cancel()
@@ -93,7 +95,7 @@ async def one_run(stack, ops, publisher_nc, options: Options, rate: float | None
     hops = HopTimes(run_id + "-")
     checker = await _check(log, start_seq, hops)
     result = figures(options, rate, follower, publisher, checker, meter, idle, client_cpu_s=client_cpu,
-                     publish_s=published_at - began, wall_s=ended - began)
+                     publish_s=published_at - began, wall_s=ended - began, client_wait_s=client_wait)
     sent, seen = _client_times(follower, publisher.acked)
     result["hops_ms"] = hops.hops_ms(sent, seen)
     result["hops_stored_ms"] = hops.stored_hops_ms(sent, seen, await _stored_times(ops, start_seq))
