@@ -281,7 +281,7 @@ class _Visit:
                 return None
             if self._same_room(bucket):  # no eviction or reclaim since
                 return self._alike(bucket, pos, claim)
-        elif settled and not self.timers and nothing_new_for(state, claim, bucket.epoch):
+        elif settled and not self.timers and nothing_new_for(state, claim, bucket.epoch) and not _joined(bucket, gang):
             return self._gang_passed_over(claim) if gang else self._alike(bucket, pos, claim, told=False)
         if gang:
             key = (claim.spec.namespace, gang)  # gang ids are per namespace
@@ -313,7 +313,7 @@ class _Visit:
         gang = claim.spec.gang_id
         if bucket.failed_pass == self.index.passes and (gang or self._same_room(bucket)):
             return None
-        if settled and not self.timers and nothing_new_for(self.state, claim, bucket.epoch):
+        if settled and not self.timers and nothing_new_for(self.state, claim, bucket.epoch) and not _joined(bucket, gang):
             return self._gang_passed_over(claim) if gang else self._alike(bucket, pos, claim, told=False)
         if gang:
             key = (claim.spec.namespace, gang)
@@ -376,6 +376,14 @@ class _Visit:
         if len(run.held) > held:
             return pos + 1
         return bucket.after_settled(pos)
+
+
+def _joined(bucket: Bucket, gang: str) -> bool:
+    """A gang's bucket holds a member never decided: one that arrived since the gang last failed
+    (its last member may complete it), so the gang is tried in this pass rather than passed over
+    until the next timer pass, as nothing new in the fleet could help it (members alike share a
+    bucket; a member of another shape is tried from its own, never decided, bucket anyway)."""
+    return bool(gang) and bucket.ords[-1] > bucket.settled_upto
 
 
 def _told_already(bucket: Bucket, pos: int, last: int) -> bool:
