@@ -326,7 +326,7 @@ class JetStreamEventLog:
                 yield StoredEvent(seq, subj, decode_event(data), headers)
 
     async def follow_raw(self, from_seq: int = 1, subject: str | None = None,
-                         stop_at: int | None = None, linger_s: float = 0.0):
+                         stop_at: int | None = None, linger_s: float = 0.0, headers: bool = True):
         """Batches of (seq, subject, payload, headers) as they arrive, with no decoding.
 
         What is stored when the call starts is read with `shared.fastread` (a pull consumer over a
@@ -335,11 +335,14 @@ class JetStreamEventLog:
         reads a stream (DESIGN.md), batching whatever arrived between two wake-ups. With
         `linger_s` (and no `stop_at`), the live tail comes in bursts instead, a pull every
         `linger_s` (`shared.paced`): for followers that need not see each event at once.
+        `headers=False`, for readers that never look at headers: the stored range's are left unread
+        (empty dicts; every message a service appends has some, and parsing them cost more than
+        the rest of reading the frame).
         """
         end = await self.last_seq() if stop_at is None else stop_at
         if end - from_seq + 1 >= FAST_READ_MIN:
             position = [from_seq]  # where the ordered consumer takes over
-            async for batch in self._read_range(from_seq, end, subject, position):
+            async for batch in self._read_range(from_seq, end, subject, position, headers):
                 yield batch
             from_seq = position[0]
             if stop_at is not None and from_seq > stop_at:
@@ -351,11 +354,12 @@ class JetStreamEventLog:
         async for batch in self._follow_ordered(from_seq, subject, stop_at):
             yield batch
 
-    async def _read_range(self, from_seq: int, end: int, subject: str | None, position: list[int]):
+    async def _read_range(self, from_seq: int, end: int, subject: str | None, position: list[int],
+                          headers: bool = True):
         """Yield [from_seq, end] through `shared.fastread`; `position[0]` ends as the first sequence
         not covered (from_seq when it could not be used, end + 1 when it read everything)."""
         try:
-            reader = await open_range_reader(self.nc, self.stream, from_seq, end, subject)
+            reader = await open_range_reader(self.nc, self.stream, from_seq, end, subject, headers)
             if reader is None:
                 return
             async for batch in reader.batches():

@@ -19,6 +19,7 @@ from shared.commands import DomainError, batched_command, command
 from shared.service import ServiceContext
 from shared.telemetry import inject_headers
 
+from ledger.cohorts import quota_of
 from ledger.follower import Follower
 from services.claim.intake import SYSTEMS_DURABLE, consume_intake, wait_intake_drained
 from services.claim.listing import page
@@ -337,7 +338,8 @@ class ClaimService:
     def explain(self, claim_id: str) -> dict:
         if claim_id in self.rejected and claim_id not in self.state.claims:
             return self.view(claim_id)
-        view = explain_view(self._claim(claim_id), self.state.units)
+        claim = self._claim(claim_id)
+        view = explain_view(claim, self.state.units, quota_of(self.state, claim.spec.namespace))
         return view | {"system": self.owners[claim_id]} if claim_id in self.owners else view
 
     def list(self, namespace: str, status: str, limit: int, cursor: str = "") -> tuple[list[dict], str]:
