@@ -19,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from schemas import subjects
 from schemas.events import encode_event
 from shared.jetstream import JetStreamEventLog, connect, ensure_streams
 from shared.natsserver import start_nats_server
@@ -53,10 +54,10 @@ class Writer:
             self.errors.append(msg.data[:200].decode(errors="replace"))
         self.inflight.release()
 
-    async def publish(self, subject: str, payload: bytes) -> None:
+    async def publish(self, subject: str, payload: bytes, headers: dict[str, str] | None = None) -> None:
         await self.inflight.acquire()
         self.bytes += len(payload)
-        await self.nc.publish(subject, payload, reply=f"{self.inbox}.a")
+        await self.nc.publish(subject, payload, reply=f"{self.inbox}.a", headers=headers)
 
     async def drain(self) -> None:
         for _ in range(WINDOW):
@@ -68,14 +69,30 @@ class Writer:
             raise RuntimeError(f"{len(self.errors)} publishes failed, first: {self.errors[0]}")
 
 
-async def write(nc, source, until_events: int) -> dict:
-    """Publish messages from `source` until `until_events` events are written."""
+def service_headers(subject: str, number: int) -> dict[str, str]:
+    """The headers a service's append stores with a message like this one (`JetStreamEventLog.
+    append_raw`): `Nats-Expected-Stream` on every one, a message id on the claim service's and the
+    node agents' (their conditional headers are left out: a synthetic log cannot know the
+    sequences they would name)."""
+    headers = {"Nats-Expected-Stream": "GPULEDGER"}
+    if subject == subjects.INTAKE_BATCHES or subject.startswith(_WITH_MSG_ID) or subject.endswith(".bound"):
+        headers["Nats-Msg-Id"] = f"bench-{number}"
+    return headers
+
+
+_WITH_MSG_ID = subjects.claim("c").removesuffix("c")  # gpu.evt.claim.<token>
+
+
+async def write(nc, source, until_events: int, headers: bool = False, numbered: int = 0) -> dict:
+    """Publish messages from `source` until `until_events` events are written; with `headers`, each
+    stored with what a service's append stores (`service_headers`; message ids from `numbered` on)."""
     writer, events, messages = Writer(nc), 0, 0
     await writer.start()
     start, gc_on = time.perf_counter(), pause_gc()
     try:
         for subject, event, count in source:
-            await writer.publish(subject, encode_event(event))
+            await writer.publish(subject, encode_event(event),
+                                 service_headers(subject, numbered + messages) if headers else None)
             events, messages = events + count, messages + 1
             if events >= until_events:
                 break
@@ -120,10 +137,11 @@ async def rebuild_in_child(nats_url: str) -> dict:
 
 
 async def read_only(log, end: int) -> tuple[list, float]:
-    """Read the stream back with no decoding: the transport's share. Returns the batches as read."""
+    """Read the stream back with no decoding: the transport's share (headers left unread, as the
+    catch-up reads). Returns the batches as read."""
     start, batches, gc_on = time.perf_counter(), [], pause_gc()  # as the allocator's catch-up
     try:
-        async for batch in log.follow_raw(1, stop_at=end):
+        async for batch in log.follow_raw(1, stop_at=end, headers=False):
             batches.append(batch)
     finally:
         resume_gc(gc_on)
@@ -211,7 +229,7 @@ def _fold_eager(batches: list) -> float:
 
 
 async def measure(nats_url: str, events: int, nodes: int, batched: bool, tail_fraction: float,
-                  compare: bool) -> dict:
+                  compare: bool, headers: bool = False) -> dict:
     nc = await connect(nats_url, name="bench-replay")
     try:
         js = nc.jetstream()
@@ -222,7 +240,7 @@ async def measure(nats_url: str, events: int, nodes: int, batched: bool, tail_fr
                              "server or leave it out (an embedded one is started)")
         synthetic = SyntheticLog(nodes, batched=batched)
         source = synthetic.messages()
-        wrote = await write(nc, source, events)
+        wrote = await write(nc, source, events, headers)
         end = await log.last_seq()
         settings = Settings(nats_url=nats_url)
 
@@ -243,7 +261,7 @@ async def measure(nats_url: str, events: int, nodes: int, batched: bool, tail_fr
         start = time.perf_counter()
         snapshot_bytes = await save_snapshot(js, state)
         save_s = time.perf_counter() - start
-        tail = await write(nc, source, max(int(events * tail_fraction), 1))
+        tail = await write(nc, source, max(int(events * tail_fraction), 1), headers, wrote["messages"])
         start = time.perf_counter()
         restored = await load_snapshot(js)
         load_s = time.perf_counter() - start
@@ -253,6 +271,7 @@ async def measure(nats_url: str, events: int, nodes: int, batched: bool, tail_fr
         await nc.close()
     figures = _figures(wrote, tail, end, full_s, read_s, folded, snapshot_bytes, save_s, load_s,
                        tail_s, nodes, batched)
+    figures["service_headers"] = headers
     figures["dropped_claims_freed_after_seconds"] = round(freed_s, 2)
     figures["catch_up_without_read_seconds"] = round(no_read_s, 2)
     # the rebuild's process: its peak, and what it held before reading an event (the interpreter)
@@ -298,18 +317,19 @@ def _figures(wrote, tail, end, full_s, read_s, folded, snapshot_bytes, save_s, l
 
 
 def run(events: int, nodes: int, nats_url: str | None = None, batched: bool = True,
-        tail_fraction: float = 0.01, compare: bool = False) -> dict:
+        tail_fraction: float = 0.01, compare: bool = False, headers: bool = False) -> dict:
     """Write a log of `events` events for `nodes` nodes, rebuild and restart from it; the figures.
-    `compare` also times the paths this work replaced (nats-py's reader, the eager index)."""
+    `compare` also times the paths this work replaced (nats-py's reader, the eager index);
+    `headers` stores each message with the headers a service's append gives it."""
     if events < 1:
         raise SystemExit("--events must be at least 1")
     if nodes < 1:
         raise SystemExit("--nodes must be at least 1")
     if nats_url:
-        return asyncio.run(measure(nats_url, events, nodes, batched, tail_fraction, compare))
+        return asyncio.run(measure(nats_url, events, nodes, batched, tail_fraction, compare, headers))
     with tempfile.TemporaryDirectory(prefix="gpuledger-bench-") as folder:
         server = start_nats_server(folder)
         try:
-            return asyncio.run(measure(server.url, events, nodes, batched, tail_fraction, compare))
+            return asyncio.run(measure(server.url, events, nodes, batched, tail_fraction, compare, headers))
         finally:
             server.stop()

@@ -48,11 +48,14 @@ def replay(events: int = typer.Option(1_000_000, "--events", min=1, help="events
                                        help="write every event as its own message (no EventBatch)"),
            compare: bool = typer.Option(False, "--compare", help="also time nats-py's reader and "
                                         "the eager placement index (the paths replaced)"),
+           headers: bool = typer.Option(False, "--service-headers",
+                                        help="store every message with the headers a service's append "
+                                        "gives it (Nats-Expected-Stream, message ids), as a real log holds"),
            as_json: bool = typer.Option(False, "--json", help="print the figures as one JSON line")) -> None:
     """Rebuild the allocator's state from a log of N events, and from a snapshot of it."""
     from bench.replay import run
 
-    _emit(run(events, nodes, nats_url or None, batched=not single, compare=compare), as_json)
+    _emit(run(events, nodes, nats_url or None, batched=not single, compare=compare, headers=headers), as_json)
 
 
 def _rates(raw: str) -> list[float | None]:

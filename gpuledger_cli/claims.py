@@ -45,7 +45,7 @@ def submit(
     cuda: list[str] = typer.Option([], "--cuda", help="allowed CUDA version, e.g. 12.4 (repeat)"),
     pool: str = typer.Option("", help="GPU pool"),
     selector: list[str] = typer.Option([], "--selector", help="node selector KEY=VALUE (repeat)"),
-    priority: int = typer.Option(0, min=-MAX_PRIORITY, max=MAX_PRIORITY, help="higher goes first and may preempt lower"),
+    priority: int = typer.Option(0, min=-MAX_PRIORITY, max=MAX_PRIORITY, help="higher goes first and may preempt lower, within its namespace only (unless its quota sets preempt_other_namespaces)"),
     gang: str = typer.Option("", "--gang", help="gang id: members are placed all-or-nothing"),
     gang_size: int = typer.Option(0, "--gang-size", min=0, help="members the gang needs"),
     lease: float = typer.Option(0.0, "--lease", min=0, help="seconds; the claim expires unless renewed"),
@@ -116,6 +116,8 @@ def explain(claim_id: str = ClaimId, as_json: bool = AsJson, url: Optional[str] 
         print_json(data)
         return
     _show(data, False)
+    if data.get("priority_scope"):
+        typer.echo(f"  priority {data.get('priority', 0)}: {data['priority_scope']}")
     if data.get("hint"):
         typer.echo(f"  note: {data['hint']}")
     for line in data.get("placement", []):

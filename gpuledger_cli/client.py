@@ -82,7 +82,10 @@ def die(message: str, code: int = 1) -> None:
 REFUSED: list[str] = []  # the server's permission refusals nats-py handed the error callback
 
 
-async def connect_or_die(url: str):
+async def connect_or_die(url: str, follow: bool = False):
+    """A nats-py connection, or exit naming the problem. `follow` (a command that runs until
+    stopped: `events tail`): reconnect for ever and say so on stderr; without it a NATS restart
+    closed the connection, and `events tail` waited in silence for good (session 30)."""
     import nats
 
     from shared.natscluster import connect_args
@@ -91,18 +94,24 @@ async def connect_or_die(url: str):
         if "permissions violation" in str(err).lower():  # a refused call itself only times out
             REFUSED.append(str(err))
 
+    async def back() -> None:  # (not on a disconnect: nats-py calls that on our own close too)
+        sys.stderr.write(f"gpuledger: NATS at {redacted(url)} went away; reconnected to it\n")
+
+    reconnecting = (dict(allow_reconnect=True, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
+                         reconnected_cb=back) if follow
+                    else dict(max_reconnect_attempts=0, allow_reconnect=False))
     try:
         # nats-py keeps retrying an unreachable server whatever the options: bound the attempt
         return await asyncio.wait_for(
-            nats.connect(**(connect_args(url) | {"inbox_prefix": inbox_prefix(url)}), connect_timeout=2, max_reconnect_attempts=0, allow_reconnect=False,
-                         error_cb=quiet), timeout=5)
+            nats.connect(**(connect_args(url) | {"inbox_prefix": inbox_prefix(url)}), connect_timeout=2,
+                         error_cb=quiet, **reconnecting), timeout=5)
     except (Exception, asyncio.TimeoutError) as err:
         why = "no answer within 5s" if isinstance(err, asyncio.TimeoutError) else f"{type(err).__name__}: {err}"
         die(f"cannot reach NATS at {redacted(url)} ({why}). Is `gpuledger up` running? "
             "Set --nats-url or GPULEDGER_NATS_URL.")
 
 
-async def open_log_or_die(url: str):
+async def open_log_or_die(url: str, follow: bool = False):
     """(connection, the log) for the commands that read the log, once the stream is known to be
     there: on a NATS server where gpuledger never ran, nats-py's `stream not found` was a
     traceback."""
@@ -110,7 +119,7 @@ async def open_log_or_die(url: str):
 
     from shared.jetstream import JetStreamEventLog
 
-    nc = await connect_or_die(url)
+    nc = await connect_or_die(url, follow)
     log = JetStreamEventLog(nc)
     try:
         await log.last_seq()

@@ -83,7 +83,7 @@ async def _replay(url: str, from_seq: int, until_seq: Optional[int], subject: Op
 
 
 async def _tail(url: str, from_seq: Optional[int], last: int, subject: Optional[str], as_json: bool) -> None:
-    nc, log = await open_log_or_die(url)
+    nc, log = await open_log_or_die(url, follow=True)  # rides out a NATS restart
     start = from_seq if from_seq is not None else max(await log.last_seq() - last + 1, 1)
     try:
         async for stored in log.follow(start, subject):

@@ -184,6 +184,10 @@ class QuotaSpec(msgspec.Struct, gc=False, frozen=True, omit_defaults=True):
     borrowing_limit: Resources = Resources(tflops=0.0, vram_mib=0)  # how much it may borrow
     lending_limit: Resources = Resources()  # how much of its unused quota others may use (None: all)
     fair_sharing_weight: Annotated[float, msgspec.Meta(ge=0, le=1e6)] = 1.0  # Kueue fairSharing.weight
+    # a claim's priority is its publisher's word: it orders and preempts within its namespace only,
+    # unless an admin sets this (its claims may then evict lower-priority claims of any namespace
+    # and use nodes held for them): services/allocator/core/priority_scope.py
+    preempt_other_namespaces: bool = False
 
 
 # A pool's lists and their entries (session 25: a 100,000-character inventory id and 20,000

@@ -13,10 +13,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
+from nats.aio.msg import Msg
 
 from schemas.commands import Reply, fail
 from schemas.strict_json import DuplicateKeyError, check_no_duplicate_keys
 from schemas.wording import in_words, whole_payload_words
+from shared.direct_sub import subscribe_direct
 from shared.natscluster import ANSWERED_PREFIX
 from shared.telemetry import extract_context, tracer
 
@@ -187,8 +189,9 @@ async def batched_command(nc, subject: str, command_type: type,
     decoder = _Strict(msgspec.json.Decoder(command_type).decode)
     queue: asyncio.Queue = asyncio.Queue()
 
-    async def arrived(msg) -> None:
-        queue.put_nowait(msg)
+    def arrived(sid: int, subject: bytes, reply: bytes, data: bytes, headers) -> None:
+        queue.put_nowait(Msg(_client=nc, subject=subject.decode(), reply=reply.decode(), data=data,
+                             headers=headers, _sid=sid))
 
     async def work() -> None:
         while True:
@@ -219,7 +222,9 @@ async def batched_command(nc, subject: str, command_type: type,
             await _respond(msg, encode_reply(reply))
 
     spawn(work(), f"batched {subject}")
-    return await nc.subscribe(subject, cb=arrived)
+    # requests handed over as they are parsed, straight to the batch's queue: not through the
+    # subscription's own queue and task first (shared.direct_sub; one request per claim released)
+    return await subscribe_direct(nc, subject, arrived)
 
 
 async def _respond(msg, data: bytes) -> None:

@@ -18,6 +18,7 @@ from schemas import subjects
 from schemas.events import Event, decode_event, encode_event
 from shared.natscluster import connect_args
 from shared import nats_headers
+from shared.direct_sub import subscribe_direct
 from shared import jsreply
 from shared.fastread import RangeReadError, open_range_reader
 from shared.paced import PacedTail
@@ -148,7 +149,8 @@ class AckInbox:
     async def publish(self, subject: str, payload: bytes, headers: dict[str, str] | None) -> tuple[int, bool]:
         if self._sub is None:
             prefix = self.nc.new_inbox()
-            self._sub = await self.nc.subscribe(prefix + ".*", cb=self._on_reply)
+            # replies handed over as they are parsed: no Msg, queue or task each (shared.direct_sub)
+            self._sub = await subscribe_direct(self.nc, prefix + ".*", self._on_reply)
             self.prefix = prefix  # nats-py subscribes again by itself after a reconnect
         number = next(self._numbers)
         loop = asyncio.get_running_loop()
@@ -156,25 +158,25 @@ class AckInbox:
         timer = loop.call_later(self.timeout_s, _time_out, reply)
         try:
             await self.nc.publish(subject, payload, reply=f"{self.prefix}.{number}", headers=headers)
-            msg = await reply
+            data, reply_headers = await reply
         finally:
             timer.cancel()
             self.pending.pop(number, None)
-        if not msg.data and msg.headers and msg.headers.get("Status") == "503":
+        if not data and reply_headers and reply_headers.get("Status") == "503":
             raise NoStreamResponseError  # no stream listens there now (a leader being elected)
-        answer = json.loads(msg.data)
+        answer = json.loads(data)
         error = answer.get("error")
         if error is not None:
             raise APIError.from_error(error)
         return answer["seq"], bool(answer.get("duplicate", False))
 
-    async def _on_reply(self, msg) -> None:
+    def _on_reply(self, _sid: int, subject: bytes, _reply: bytes, data: bytes, headers) -> None:
         try:
-            reply = self.pending.get(int(msg.subject.rsplit(".", 1)[1]))
+            reply = self.pending.get(int(subject.rsplit(b".", 1)[1]))
         except ValueError:
             return
         if reply is not None and not reply.done():
-            reply.set_result(msg)
+            reply.set_result((data, headers))
 
 
 def _time_out(reply: asyncio.Future) -> None:
@@ -324,7 +326,7 @@ class JetStreamEventLog:
                 yield StoredEvent(seq, subj, decode_event(data), headers)
 
     async def follow_raw(self, from_seq: int = 1, subject: str | None = None,
-                         stop_at: int | None = None, linger_s: float = 0.0):
+                         stop_at: int | None = None, linger_s: float = 0.0, headers: bool = True):
         """Batches of (seq, subject, payload, headers) as they arrive, with no decoding.
 
         What is stored when the call starts is read with `shared.fastread` (a pull consumer over a
@@ -333,11 +335,14 @@ class JetStreamEventLog:
         reads a stream (DESIGN.md), batching whatever arrived between two wake-ups. With
         `linger_s` (and no `stop_at`), the live tail comes in bursts instead, a pull every
         `linger_s` (`shared.paced`): for followers that need not see each event at once.
+        `headers=False`, for readers that never look at headers: the stored range's are left unread
+        (empty dicts; every message a service appends has some, and parsing them cost more than
+        the rest of reading the frame).
         """
         end = await self.last_seq() if stop_at is None else stop_at
         if end - from_seq + 1 >= FAST_READ_MIN:
             position = [from_seq]  # where the ordered consumer takes over
-            async for batch in self._read_range(from_seq, end, subject, position):
+            async for batch in self._read_range(from_seq, end, subject, position, headers):
                 yield batch
             from_seq = position[0]
             if stop_at is not None and from_seq > stop_at:
@@ -349,11 +354,12 @@ class JetStreamEventLog:
         async for batch in self._follow_ordered(from_seq, subject, stop_at):
             yield batch
 
-    async def _read_range(self, from_seq: int, end: int, subject: str | None, position: list[int]):
+    async def _read_range(self, from_seq: int, end: int, subject: str | None, position: list[int],
+                          headers: bool = True):
         """Yield [from_seq, end] through `shared.fastread`; `position[0]` ends as the first sequence
         not covered (from_seq when it could not be used, end + 1 when it read everything)."""
         try:
-            reader = await open_range_reader(self.nc, self.stream, from_seq, end, subject)
+            reader = await open_range_reader(self.nc, self.stream, from_seq, end, subject, headers)
             if reader is None:
                 return
             async for batch in reader.batches():

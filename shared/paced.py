@@ -19,9 +19,11 @@ import asyncio
 import json
 import logging
 
+from nats.aio.msg import Msg
 from nats.js import api
 
 from shared import jsreply
+from shared.direct_sub import subscribe_direct
 from shared.retry import Backoff, TRANSIENT
 
 log = logging.getLogger("gpuledger")
@@ -84,7 +86,8 @@ class PacedTail:
                                     mem_storage=True, num_replicas=1, max_waiting=4)
         info = await self.js.add_consumer(self.stream, config=config)
         self.inbox = self.nc.new_inbox()
-        self._sub = await self.nc.subscribe(self.inbox, cb=self._on_msg)
+        # deliveries handed over as they are parsed: no queue or task per message (shared.direct_sub)
+        self._sub = await subscribe_direct(self.nc, self.inbox, self._on_parts)
         self.consumer, self._lost = info.name, False
         self.renewals += 1
 
@@ -119,7 +122,14 @@ class PacedTail:
             return None
         return self._got
 
+    def _on_parts(self, sid: int, subject: bytes, reply: bytes, data: bytes, headers) -> None:
+        self._take(Msg(_client=self.nc, subject=subject.decode(), reply=reply.decode(), data=data,
+                       headers=headers, _sid=sid))
+
     async def _on_msg(self, msg) -> None:
+        self._take(msg)
+
+    def _take(self, msg) -> None:
         status = (msg.headers or {}).get("Status") if msg.headers else None
         if status:  # the pull is over: nothing (more) stored, it expired, or the consumer is gone
             self._lost = self._lost or status in _LOST

@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from shared.direct_sub import subscribe_direct
+
 # (stream sequence or 0, JetStream err_code or 0, description) -> None
 OnAck = Callable[[int, int, str], None]
 NO_ANSWER = -1  # err_code for an acknowledgement that did not come in time
@@ -31,7 +33,8 @@ class PipelinedPublisher:
 
     async def start(self) -> None:
         self._inbox = self.nc.new_inbox()
-        self._sub = await self.nc.subscribe(self._inbox + ".*", cb=self._on_reply)
+        # acks handed over as they are parsed: no Msg, queue or task per ack (shared.direct_sub)
+        self._sub = await subscribe_direct(self.nc, self._inbox + ".*", self._on_reply)
 
     async def stop(self) -> None:
         if self._sub is not None:
@@ -57,10 +60,10 @@ class PipelinedPublisher:
                 del self._waiting[token]
                 waiting.on_ack(0, NO_ANSWER, "no acknowledgement")
 
-    async def _on_reply(self, msg) -> None:
-        waiting = self._waiting.pop(msg.subject.rsplit(".", 1)[-1], None)
+    def _on_reply(self, _sid: int, subject: bytes, _reply: bytes, data: bytes, headers) -> None:
+        waiting = self._waiting.pop(subject.rsplit(b".", 1)[-1].decode(), None)
         if waiting is not None:
-            waiting.on_ack(*parse_ack(msg.data, msg.headers))
+            waiting.on_ack(*parse_ack(data, headers))
 
 
 def parse_ack(data: bytes, headers: dict | None = None) -> tuple[int, int, str]:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 
+from shared.direct_sub import subscribe_direct
+
 _ACKED = b'{"stream"'
 
 
@@ -47,7 +49,8 @@ class AckWindow:
     async def publish(self, flight: Flight, index: int, subject: str, data: bytes) -> None:
         """Send as message `index` of `flight` (raises when it could not be sent: not counted)."""
         if self._sub is None:
-            self._sub = await self.nc.subscribe(self.prefix + ".*", cb=self._on_ack)
+            # acks handed over as they are parsed: no Msg, queue or task per ack (shared.direct_sub)
+            self._sub = await subscribe_direct(self.nc, self.prefix + ".*", self._on_ack)
         while len(self.pending) >= self.size:
             self._room.clear()
             await self._room.wait()
@@ -67,11 +70,11 @@ class AckWindow:
         flight.sealed = True
         flight._settle_if_over()
 
-    async def _on_ack(self, msg) -> None:
-        entry = self.pending.pop(int(msg.subject.rsplit(".", 1)[1]), None)
+    def _on_ack(self, _sid: int, subject: bytes, _reply: bytes, data: bytes, _headers) -> None:
+        entry = self.pending.pop(int(subject.rsplit(b".", 1)[1]), None)
         if entry is not None:
             flight, index = entry
-            if not msg.data.startswith(_ACKED):
+            if not data.startswith(_ACKED):
                 flight.failed.append(index)
             flight.left -= 1
             flight._settle_if_over()

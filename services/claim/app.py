@@ -19,6 +19,7 @@ from shared.commands import DomainError, batched_command, command
 from shared.service import ServiceContext
 from shared.telemetry import inject_headers
 
+from ledger.cohorts import quota_of
 from ledger.follower import Follower
 from services.claim.intake import SYSTEMS_DURABLE, consume_intake, wait_intake_drained
 from services.claim.listing import page
@@ -72,14 +73,22 @@ class ClaimService:
         self.follower = Follower(event_log, places=False, collect_old=False)
         self.releases = ReleaseAppender(event_log, self.follower, clock)
         self.rejected: dict[str, ev.ClaimRejected] = {}  # intake refusals, by claim id
-        self.follower.listeners.append(self._remember_rejections)
         self.by_token: dict[str, str] = {}  # subject token -> claim id, for ids a token rewrites
-        self.follower.listeners.append(self._remember_token)
-        self.follower.listeners.append(self._remember_owner)
+        # one listener for the three notes below (refusals, subject tokens, owners): a listener is
+        # called for every event folded, four or five per claim
+        self.follower.listeners.append(self._remember)
         self.intake_drained = None  # async () -> None: set where the durable intake is consumed
         self.on_intake_batch = None  # (size) -> None: the intake batch size histogram, when served
         self._submitting = asyncio.Lock()  # submit requests' checks and appends, one at a time
         self.waiting = 0  # submit requests waiting for their outcome now
+
+    def _remember(self, seq: int, subject: str, event: ev.Event) -> None:
+        kind = type(event)
+        if kind is ev.ClaimSubmitted:
+            self._remember_token(seq, subject, event)
+            self._remember_owner(seq, subject, event)
+        elif kind is ev.ClaimRejected:
+            self._remember_rejections(seq, subject, event)
 
     def _remember_rejections(self, seq: int, subject: str, event: ev.Event) -> None:
         if isinstance(event, ev.ClaimRejected) and event.claim_id:
@@ -329,7 +338,8 @@ class ClaimService:
     def explain(self, claim_id: str) -> dict:
         if claim_id in self.rejected and claim_id not in self.state.claims:
             return self.view(claim_id)
-        view = explain_view(self._claim(claim_id), self.state.units)
+        claim = self._claim(claim_id)
+        view = explain_view(claim, self.state.units, quota_of(self.state, claim.spec.namespace))
         return view | {"system": self.owners[claim_id]} if claim_id in self.owners else view
 
     def list(self, namespace: str, status: str, limit: int, cursor: str = "") -> tuple[list[dict], str]:

@@ -156,6 +156,11 @@ class Endpoint:
     last_scaled: ev.EndpointScaled | None = None
 
 
+# the events `EndpointBook.apply` reads off other subjects than the endpoints' own
+_BOOK_EVENTS = frozenset((ev.EndpointCreated, ev.EndpointUpdated, ev.EndpointDeleted, ev.EndpointLoadReported,
+                          ev.EndpointScaled, ev.ClaimSubmitted))
+
+
 @dataclass
 class EndpointBook:
     """Endpoints and their workers, folded from endpoint events and worker claim submissions."""
@@ -176,6 +181,8 @@ class EndpointBook:
     def apply(self, seq: int, subject: str, event: ev.Event) -> None:
         if subject.startswith("gpu.evt.endpoint."):
             self.subject_seqs[subject] = seq
+        elif type(event) not in _BOOK_EVENTS:  # most of the log (decisions, releases): one look
+            return
         if isinstance(event, ev.EndpointCreated):
             self.endpoints[event.endpoint.name] = Endpoint(event.endpoint)
         elif isinstance(event, ev.EndpointUpdated) and event.endpoint.name in self.endpoints:

@@ -23,6 +23,9 @@ import asyncio
 import json
 import logging
 
+from nats.aio.msg import Msg
+
+from shared.direct_sub import subscribe_direct
 from shared.retry import Backoff
 
 log = logging.getLogger("gpuledger.claim")
@@ -54,7 +57,8 @@ class StandingPull:
         """Make (or bind) the durable consumer, then keep a request standing, forever."""
         await self._bind()
         self._inbox = self.nc.new_inbox()
-        self._inbox_sub = await self.nc.subscribe(self._inbox, cb=self._on_msg)
+        # deliveries handed over as they are parsed: no queue or task per message (shared.direct_sub)
+        self._inbox_sub = await subscribe_direct(self.nc, self._inbox, self._on_parts)
         self._pump = asyncio.ensure_future(self._keep_requesting())
 
     async def _bind(self) -> None:
@@ -131,7 +135,14 @@ class StandingPull:
             except asyncio.TimeoutError:
                 pass
 
+    def _on_parts(self, sid: int, subject: bytes, reply: bytes, data: bytes, headers) -> None:
+        self._take_msg(Msg(_client=self.nc, subject=subject.decode(), reply=reply.decode(), data=data,
+                           headers=headers, _sid=sid))
+
     async def _on_msg(self, msg) -> None:
+        self._take_msg(msg)
+
+    def _take_msg(self, msg) -> None:
         status = msg.headers.get("Status") if msg.headers else None
         if status and not msg.data and msg.reply in (None, ""):
             if status == "100":  # a heartbeat (none asked for): not the end of the request

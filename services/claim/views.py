@@ -65,11 +65,13 @@ def _device(grant: Grant, units: Mapping[str, Unit] | None) -> dict[str, Any]:
     return device
 
 
-def explain_view(claim: Claim, units: Mapping[str, Unit] | None = None) -> dict[str, Any]:
-    """The claim, why it is placed where it is (score, island), and its timeline. `history` keeps
-    the old preformatted lines (epoch seconds) for existing readers; `timeline` has the times as
-    numbers for clients to show in local time."""
+def explain_view(claim: Claim, units: Mapping[str, Unit] | None = None, quota=None) -> dict[str, Any]:
+    """The claim, why it is placed where it is (score, island), how far its priority reaches (its
+    namespace's quota, `quota`, may let it preempt across namespaces), and its timeline. `history`
+    keeps the old preformatted lines (epoch seconds) for existing readers; `timeline` has the times
+    as numbers for clients to show in local time."""
     view = claim_view(claim, units)
+    view["priority_scope"] = priority_scope_text(claim.spec.namespace, quota)
     hint = pool_hint(claim, units or {})
     if hint:
         view["hint"] = hint
@@ -78,6 +80,15 @@ def explain_view(claim: Claim, units: Mapping[str, Unit] | None = None) -> dict[
     if claim.placement:
         view["placement"] = claim.placement
     return view
+
+
+def priority_scope_text(namespace: str, quota) -> str:
+    """A claim's priority is its publisher's word: it orders and preempts within its namespace
+    only, unless the namespace's quota sets `preempt_other_namespaces` (the allocator's rule:
+    services/allocator/core/priority_scope.py)."""
+    if quota is not None and quota.preempt_other_namespaces:
+        return "orders and preempts across namespaces (quota preempt_other_namespaces)"
+    return f"orders and preempts within namespace {namespace} only"
 
 
 def pool_hint(claim: Claim, units: Mapping[str, Unit]) -> str:

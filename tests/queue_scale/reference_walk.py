@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ledger.state import State
 from services.allocator.core.decision_pass import Pass
-from services.allocator.core.gangs import hold_if_starving, place_gang
+from services.allocator.core.gangs import gang_members, hold_if_starving, place_gang
 from services.allocator.core.queue import forget_ended, nothing_new_for, place_one, queue_order
 from services.allocator.core.starvation import hold_node_if_starving
 
@@ -24,7 +24,8 @@ def reference_walk(failed_at: dict | None):
             if claim.status != "pending":
                 continue
             key = claim.spec.gang_id or claim.claim_id
-            if skip and key in failed_at and nothing_new_for(state, claim, failed_at[key]):
+            if skip and key in failed_at and nothing_new_for(state, claim, failed_at[key]) \
+                    and not _joined(state, claim):
                 if not claim.spec.gang_id:
                     hold_node_if_starving(state, run, claim)
                 elif (claim.spec.namespace, claim.spec.gang_id) not in held_gangs:  # (session 29)
@@ -41,3 +42,11 @@ def reference_walk(failed_at: dict | None):
                 failed_at[key] = epoch
 
     return walk_queue
+
+
+def _joined(state: State, claim) -> bool:
+    """(Session 30) a gang with a member never decided (never told why it waits: it arrived since
+    the gang last failed) is tried, not passed over: its last member may complete it."""
+    if not claim.spec.gang_id:
+        return False
+    return any(not m.reasons for m in gang_members(state, claim.spec.gang_id, claim.spec.namespace))

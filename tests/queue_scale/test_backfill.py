@@ -40,12 +40,13 @@ def test_without_the_backfill_it_waits_for_the_flood_to_be_told():
 
 
 def _behind_a_flood(*ahead) -> Allocator:
-    """One H100 node with 4 cards taken by claims of priority 0, its A100 card taken by a claim of
-    priority 9; then 600 claims of priority 5 that wait on that card (more than a pass tells),
-    `ahead` (priority 5, behind the flood) and `low` (priority 0, one H100: it fits free room)."""
+    """One H100 node with 4 cards taken by claims of priority 0 (of namespace `high`: priority
+    preempts within a namespace only), its A100 card taken by a claim of priority 9; then 600
+    claims of priority 5 that wait on that card (more than a pass tells), `ahead` (priority 5,
+    behind the flood) and `low` (priority 0, one H100: it fits free room)."""
     ledger = Ledger()
     ledger.append(h100_node("h0"), a100_mig_node("a0"))
-    ledger.append(*[claim(f"old-{i}", namespace="low", gpus=1, models=["H100"]) for i in range(4)],
+    ledger.append(*[claim(f"old-{i}", namespace="high", gpus=1, models=["H100"]) for i in range(4)],
                   claim("top", namespace="top", gpus=1, models=["A100"], priority=9))
     allocator = Allocator(ledger)
     assert len(_allocated(allocator.decide(1.0))) == 5

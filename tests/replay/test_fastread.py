@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -106,5 +107,85 @@ async def test_follow_goes_on_from_the_fast_read_into_the_live_tail(fresh_nats):
         await log.append(subjects.node("late"), ev.NodeHeartbeat(node="late"))
         await asyncio.wait_for(task, 10)
         assert seen == list(range(1, 403))
+    finally:
+        await log.nc.close()
+
+
+header_lines = st.lists(st.one_of(
+    st.sampled_from(["Nats-Msg-Id: m1", "Nats-Expected-Stream: GPULEDGER", "traceparent: 00-ab-cd-01",
+                     "X:  spaced  ", "no colon here", "a:b:c", "Dup: 1", "Dup: 2", "", " : ", "é: ü"]),
+    st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n"), max_size=12)), max_size=5)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["NATS/1.0", "NATS/1.0 ", "NATS/1.0 100 Idle", "NATS/1.1"]), header_lines,
+                          st.binary(max_size=3)), min_size=1, max_size=8),
+       st.lists(st.integers(1, 97), max_size=12))
+def test_frames_with_headers_read_as_the_general_path_reads_them(frames_, cuts):
+    """HMSG deliveries (as services append: every message carries headers) read with the consumer's
+    own pattern give what the general path gives, whatever the header block holds."""
+    out = []
+    for seq, (first, lines, junk) in enumerate(frames_, 1):
+        head = ("\r\n".join([first, *lines]) + "\r\n\r\n").encode() + junk.replace(b"\r", b"")
+        payload = b'{"n":%d}' % seq
+        reply = ACK % (seq, seq, len(frames_) - seq)
+        out.append(b"HMSG gpu.evt.node.n%d 1 %s %d %d\r\n%s%s\r\n"
+                   % (seq, reply, len(head), len(head) + len(payload), head, payload))
+    data = b"".join(out)
+    own, general = FrameParser(delivery_pattern("GPULEDGER", "c1")), FrameParser(delivery_pattern("GPULEDGER", "x"))
+    assert read_all(own, data, cuts, 1000) == read_all(general, data, cuts, 1000)
+    assert own.error == general.error
+
+
+def read_all(parser: FrameParser, data: bytes, cuts: list[int], until_seq: int) -> tuple[list, bool]:
+    got, pos, done = [], 0, False
+    for cut in cuts + [len(data)]:
+        chunk, pos = data[pos:pos + cut], pos + cut
+        batch, done = parser.feed(chunk, until_seq)
+        got += batch
+        if done or pos >= len(data):
+            break
+    return got, done
+
+
+def test_a_delivery_with_headers_is_read_with_its_own_pattern(monkeypatch):
+    """Not through the general path (`_ack_position` is only called there)."""
+    import shared.fastread as fastread
+
+    monkeypatch.setattr(fastread, "_ack_position", lambda reply: pytest.fail("read by the general path"))
+    head = b"NATS/1.0\r\nNats-Msg-Id: m7\r\nNats-Expected-Stream: GPULEDGER\r\n\r\n"
+    frame = b"HMSG gpu.evt.node.n7 1 %s %d %d\r\n%s{}\r\n" % (ACK % (7, 1, 0), len(head), len(head) + 2, head)
+    batch, done = FrameParser(delivery_pattern("GPULEDGER", "c1")).feed(frame, until_seq=100)
+    assert done and batch == [(7, "gpu.evt.node.n7", b"{}",
+                               {"Nats-Msg-Id": "m7", "Nats-Expected-Stream": "GPULEDGER"})]
+
+
+def test_a_reader_that_asks_for_no_headers_gets_the_same_messages_without_parsing_any(monkeypatch):
+    """`headers=False` (a follower's catch-up): every delivery as before with an empty dict for its
+    headers, no delivery's header block parsed; pull requests' statuses (in `frames`) still read."""
+    import shared.fastread as fastread
+
+    data = frames(20)
+    wanted, _ = FrameParser(delivery_pattern("GPULEDGER", "c1")).feed(data, until_seq=1000)
+    general = fastread._headers
+
+    def statuses_only(block: bytes):
+        assert not block.startswith(b"NATS/1.0\r\n"), f"parsed {block!r}"
+        return general(block)
+
+    monkeypatch.setattr(fastread, "_headers", statuses_only)
+    parser = FrameParser(delivery_pattern("GPULEDGER", "c1"), headers=False)
+    got, done = parser.feed(data, until_seq=1000)
+    assert done and got == [(seq, subject, payload, {}) for seq, subject, payload, _ in wanted]
+    assert any(headers for *_, headers in wanted) and not parser.error
+
+
+async def test_the_stored_range_read_without_headers(fresh_nats):
+    log = await _filled_log(fresh_nats.url, 700)
+    try:
+        with_headers = await _collect(log.follow_raw(1, stop_at=700))
+        without = await _collect(log.follow_raw(1, stop_at=700, headers=False))
+        assert without == [(seq, subject, payload, {}) for seq, subject, payload, _ in with_headers]
+        assert all(headers for *_, headers in with_headers)  # Nats-Expected-Stream on every append
     finally:
         await log.nc.close()

@@ -62,7 +62,8 @@ class Pass:
     ctx: DecideContext
     journal: Journal = field(default_factory=Journal)
     decisions: list = field(default_factory=list)
-    held: dict[str, int] = field(default_factory=dict)  # node -> priority of the claim holding it
+    # node -> (priority, namespace) of the starving claim holding it (priority_scope.held_against)
+    held: dict[str, tuple[int, str]] = field(default_factory=dict)
     # need shape -> its reasons, or None when it failed unexplained (place._try_need)
     failed: dict[tuple, list[Reason] | None] = field(default_factory=dict)
     failed_gen: int = 0  # moves when a shape noted unexplained in `failed` gets its reasons

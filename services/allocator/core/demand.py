@@ -28,6 +28,9 @@ class Need(NamedTuple):
     pool: str
     models: frozenset[str] | None  # None: any model
     label: str  # how explain names this option, e.g. "2 x H100"
+    # tensor-parallel: its GPUs talk over NVLink, so they come from one island wherever the node
+    # has an island that large (rules.py `not-contiguous`, picks.pick_best_fit_in_island)
+    island: bool = False
 
     @property
     def whole(self) -> bool:
@@ -96,7 +99,7 @@ def _tensor_parallel_needs(spec: ClaimSpec, options) -> list[Need]:
                 continue
             label = "/".join(sorted(models)) if models else "GPU"
             needs.append(Need(size, milli, "", spec.cpu_milli, spec.memory_mib, spec.pool, models,
-                              f"{size} x {spec.model_memory_gib / size:g}Gi of {label}"))
+                              f"{size} x {spec.model_memory_gib / size:g}Gi of {label}", size > 1))
     return needs
 
 

@@ -1,4 +1,5 @@
-"""Eviction: stale or lower-priority allocations on one node, only when evicting them makes the
+"""Eviction: stale allocations, or lower-priority ones of the claim's own namespace (of any
+namespace where its quota allows: core/priority_scope.py), on one node, only when evicting them makes the
 claim fit there, and only those the placement needs (the fewest found: one victim alone if one
 suffices, else the greedy set with every victim the placement can do without put back); each
 ClaimEvicted names victim, beneficiary and rule. Tentative evictions are rolled back."""
@@ -10,6 +11,7 @@ from schemas import events as ev
 from ledger.state import Claim, State
 from services.allocator.core.decision_pass import Pass, emit
 from services.allocator.core.place import try_place
+from services.allocator.core.priority_scope import crosses_namespaces
 
 
 def _victim_pool(state: State, run: Pass) -> list[tuple[tuple, bool, Claim]]:
@@ -44,12 +46,15 @@ def _victims(state: State, run: Pass, claim: Claim) -> list[tuple[str, Claim]]:
     if not (timers and run.any_stale) and run.lowest_priority >= priority:
         return []
     found = []
+    namespace, crosses = claim.spec.namespace, crosses_namespaces(state, claim.spec.namespace)
     for _, stale, other in pool:
         if not other.holds_devices:
             continue
-        if timers and stale and other.spec.priority <= priority:
+        # another namespace's priority is not comparable with this one's (priority_scope.py)
+        comparable = crosses or other.spec.namespace == namespace
+        if timers and stale and (other.spec.priority <= priority or not comparable):
             found.append(("stale", other))
-        elif other.spec.priority < priority:
+        elif comparable and other.spec.priority < priority:
             found.append(("priority", other))
     return found
 
@@ -106,6 +111,8 @@ class _Trial:
         run, claim = self.run, self.claim
         detail = (f"no activity for {run.ctx.now - victim.last_activity:.0f}s" if rule == "stale"
                   else f"priority {victim.spec.priority} < {claim.spec.priority}")
+        if rule == "priority" and victim.spec.namespace != claim.spec.namespace:
+            detail += f" (namespace {claim.spec.namespace} may preempt across namespaces: its quota)"
         emit(self.state, run, ev.ClaimEvicted(claim_id=victim.claim_id, rule=rule,
                                                beneficiary=claim.claim_id, detail=detail, at=run.ctx.now))
         run.failed.clear()

@@ -63,15 +63,50 @@ def pick_spread_first(view: NodeView, need: Need) -> tuple[int, ...] | None:
     return tuple(sorted(fits[: need.count]))
 
 
-def one_island_fits(view: NodeView, need: Need, contiguous: bool) -> bool:
-    """Seed 001's `policy: contiguous`: every GPU of the claim from one NVLink island."""
+def one_island_fits(view: NodeView, need: Need, contiguous) -> bool:
+    """Seed 001's `policy: contiguous` (`contiguous` True): every GPU of the claim from one NVLink
+    island. A tensor-parallel need (`need.island`) too, on a node with an island of that many GPUs
+    of its kind, free or not (one island could hold it later); on a node without one its GPUs may
+    span islands, as no wait would help there."""
     if need.count <= 1:
+        return True
+    if contiguous is not True and not (need.island and _largest_island(view, need) >= need.count):
         return True
     per_island: dict[int, int] = {}
     for i in fitting_units(view, need):
         island = view.units[i].island
         per_island[island] = per_island.get(island, 0) + 1
     return max(per_island.values(), default=0) >= need.count
+
+
+def _largest_island(view: NodeView, need: Need) -> int:
+    sizes: dict[int, int] = {}
+    for unit in view.units:
+        if eligible(unit, need):
+            sizes[unit.island] = sizes.get(unit.island, 0) + 1
+    return max(sizes.values(), default=0)
+
+
+def pick_best_fit_in_island(view: NodeView, need: Need) -> tuple[int, ...] | None:
+    """Shares of a tensor-parallel need: best fit within one island (the island whose picked
+    units leave the least room, lowest index on ties); best fit across islands only where no
+    island has enough (the `not-contiguous` rule lets such a node pass only when none could)."""
+    fits = fitting_units(view, need)
+    if len(fits) < need.count:
+        return None
+    by_island: dict[int, list[int]] = {}
+    for i in sorted(fits, key=lambda i: (view.units[i].milli_free, i)):
+        by_island.setdefault(view.units[i].island, []).append(i)
+    best = None
+    for ids in by_island.values():
+        if len(ids) >= need.count:
+            chosen = ids[:need.count]
+            key = (sum(view.units[i].milli_free for i in chosen), min(chosen))
+            if best is None or key < best[0]:
+                best = (key, chosen)
+    if best is None:
+        return pick_best_fit(view, need)
+    return tuple(sorted(best[1]))
 
 
 def default_pick(view: NodeView, need: Need) -> tuple[int, ...] | None:
@@ -82,4 +117,6 @@ def default_pick(view: NodeView, need: Need) -> tuple[int, ...] | None:
         return ()
     if need.milli >= FREE:
         return pick_contiguous(view, need)
+    if need.island:
+        return pick_best_fit_in_island(view, need)
     return pick_best_fit(view, need)

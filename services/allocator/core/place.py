@@ -19,6 +19,7 @@ from services.allocator.core.place_quota import limits, models_within_quota, nev
 from services.allocator.core.explain import never_reason, rank_reasons, reasons_for
 from services.allocator.core.model_scarcity import fleet_cards, model_prices
 from services.allocator.core.placement import Choice, PlacementContext, choose, choose_on
+from services.allocator.core.priority_scope import crosses_namespaces, held_against
 from services.allocator.core.rules import rule_args
 from services.allocator.core.scorers import get_policy
 
@@ -95,7 +96,7 @@ def _verdict_key(state: State, run: Pass, claim: Claim, needs: list[Need], args:
     of claims alike waiting on a full fleet are not each tried need by need. None: not kept."""
     if run.only_node or claim.spec.pool or quota_of(state, claim.spec.namespace) is not None:
         return None
-    return (_VERDICT, tuple(needs), claim.spec.priority, tuple(run.held.items()), args, run.explain)
+    return (_VERDICT, tuple(needs), claim.spec.priority, _held_scope(run, claim), args, run.explain)
 
 
 _VERDICT = object()  # marks a verdict's key in `run.failed`, beside the shapes'
@@ -154,7 +155,7 @@ def _try_need(state, run, claim, need: Need, args: tuple, pctx: PlacementContext
         return None
     if models is not None:
         need = need._replace(models=frozenset(models))
-    shape = (need, claim.spec.priority, tuple(sorted(run.held)), args)
+    shape = (need, claim.spec.priority, claim.spec.namespace if run.held else "", tuple(sorted(run.held)), args)
     if shape in run.failed:  # the same need, held nodes and rule arguments failed in this pass
         found = run.failed[shape]
         if found is not None:
@@ -273,11 +274,12 @@ def _placement_context(state: State, run: Pass, claim: Claim, args: tuple) -> Pl
     mix = run.ctx.typical_shapes or state.typical_bound
     prices = model_prices(mix, fleet_cards(state), run.frag)
     priority = claim.spec.priority
-    key = (args, priority, tuple(run.held.items()))
+    key = (args, priority, _held_scope(run, claim))
     found = run.contexts.get(key)
     if found is not None and found.typical_shapes is shapes and found.model_prices is prices:
         return found
-    excluded = {n for n, prio in run.held.items() if prio >= priority}
+    namespace = claim.spec.namespace
+    excluded = held_against(run.held, priority, namespace, bool(run.held) and crosses_namespaces(state, namespace))
     found = run.contexts[key] = PlacementContext(
         args=args, typical_shapes=shapes, rng=run.ctx.rng, excluded=excluded, memo=run.ctx.memo,
         frag=run.frag, model_prices=prices)
@@ -289,3 +291,11 @@ def _typical_shapes(state: State, run: Pass) -> tuple:
     if run.ctx.typical_shapes:
         return run.ctx.typical_shapes
     return state.typical
+
+
+def _held_scope(run: Pass, claim: Claim) -> tuple:
+    """What the pass's held nodes mean for this claim: they and, while any is held, its namespace
+    (a node held for another namespace's claim is closed to it whatever its priority)."""
+    if not run.held:
+        return ()
+    return (claim.spec.namespace, tuple(run.held.items()))

@@ -130,8 +130,8 @@ def _scored_need(need: Need) -> Need:
     # Host memory only decides feasibility, never a score: memoise without it (fewer distinct
     # needs, more hits) and check it per view. (Built directly: `_replace` costs a few times more,
     # and this runs for every choice.)
-    count, milli, mig_profile, cpu, _mem, pool, models, _label = need
-    return Need(count, milli, mig_profile, cpu, 0, pool, models, "")
+    count, milli, mig_profile, cpu, _mem, pool, models, _label, island = need
+    return Need(count, milli, mig_profile, cpu, 0, pool, models, "", island)
 
 
 def _memos(state: State, need: Need, policy: Policy, ctx: PlacementContext, scored: Need | None = None) -> tuple:
@@ -144,8 +144,8 @@ def _memos(state: State, need: Need, policy: Policy, ctx: PlacementContext, scor
     margin = policy.cpu_margin
     if memo is None or margin is None:
         return memo, None, 0
-    count, milli, mig_profile, _cpu, mem, pool, models, label = scored
-    blind = Need(count, milli, mig_profile, -1, mem, pool, models, label)
+    count, milli, mig_profile, _cpu, mem, pool, models, label, island = scored
+    blind = Need(count, milli, mig_profile, -1, mem, pool, models, label, island)
     return memo, _memo_for(state, blind, policy, ctx), margin(ctx)
 
 

@@ -1,4 +1,4 @@
-"""The queue: pending claims by priority then age, with backfill (a claim that does not fit does
+"""The queue: pending claims by fair share and age (priority orders within a namespace), with backfill (a claim that does not fit does
 not block the ones behind it) and a skip for claims nothing new could help since they failed."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from services.allocator.core.decision_pass import Pass, emit, pend
 from services.allocator.core.eviction import evict_for
 from services.allocator.core.gangs import hold_if_starving, place_gang
 from services.allocator.core.place import try_place
+from services.allocator.core.priority_scope import queue_slots
 from services.allocator.core.reclaim import reclaim_for
 from services.allocator.core.starvation import hold_node_if_starving
 from services.allocator.core.waiting import Bucket, WaitingIndex, use_stamp
@@ -25,21 +26,24 @@ from services.allocator.core.waiting_limit import over_waiting_limit
 
 
 def queue_order(state: State) -> list[Claim]:
-    """Pending claims by priority (high first), then fair share (namespaces of a cohort that borrow
-    least first; 0 outside cohorts), then age. Shares are taken once, as the pass starts. Claims
-    parked until the fleet changes (every reason fleet-bound: `State.parked`) are not visited."""
+    """Pending claims by fair share (namespaces of a cohort that borrow least first; 0 outside
+    cohorts), then age, where a namespace's claims take its own places in its priority order (high
+    first): priority orders claims within their namespace only (core/priority_scope.py). Shares
+    are taken once, as the pass starts. Claims parked until the fleet changes (every reason
+    fleet-bound: `State.parked`) are not visited."""
     claims = list(map(state.claims.__getitem__, state.queue))
+    claims.sort(key=_SEQ)  # age (stable: claims of one stored batch in queue order)
     in_cohorts = claims and tree_of(state).parent  # no tree: no shares, nothing to compute
     shares = namespace_shares(state, {c.spec.namespace for c in claims}) if in_cohorts else {}
-    if shares:
-        claims.sort(key=lambda c: (-c.spec.priority, shares.get(c.spec.namespace, 0.0), c.seq))
-    else:  # by (-priority, seq) in two stable sorts with C key getters (the queue holds thousands
-        claims.sort(key=_SEQ)  # under load; `reverse` keeps equal priorities in seq order)
-        claims.sort(key=_PRIORITY, reverse=True)
-    return claims
+    slots = queue_slots([(c.spec.namespace, c.spec.priority, age, age) for age, c in enumerate(claims)])
+    if not shares and not slots:
+        return claims
+    places = [slots.get(age, age) for age in range(len(claims))]
+    order = sorted(range(len(claims)), key=lambda i: (shares.get(claims[i].spec.namespace, 0.0), places[i]))
+    return [claims[i] for i in order]
 
 
-_SEQ, _PRIORITY = attrgetter("seq"), attrgetter("spec.priority")
+_SEQ = attrgetter("seq")
 
 
 def walk_queue(state: State, run: Pass, epoch: int) -> None:
@@ -53,7 +57,7 @@ def walk_queue(state: State, run: Pass, epoch: int) -> None:
     if run.ctx.needs_memo is not None and timers:
         forget_ended(state, run.ctx.needs_memo)
     fronts = list(index.fronts())
-    shares = _shares(state, {b.members[pos].spec.namespace for b, pos in fronts})
+    shares = _Keys(_shares(state, {b.members[pos].spec.namespace for b, pos in fronts}), _slots(state, fronts))
     # (order, bucket, position, end): the bucket's members from `position` up to `end` are visited
     heap = [(_order(b, pos, shares), b, pos, len(b.members)) for b, pos in fronts]
     heapify(heap)
@@ -77,7 +81,7 @@ def walk_queue(state: State, run: Pass, epoch: int) -> None:
             heapreplace(heap, (_order(bucket, after, shares), bucket, after, end))
         else:
             heappop(heap)
-        if passed.entries:  # (none outside quotas and pools: no call)
+        if passed.entries or passed.alike:
             for item in passed.reopened(key, shares):
                 heappush(heap, item)
 
@@ -94,6 +98,12 @@ class _PassedOver:
         self.state, self.run = state, run
         self.entries: list[tuple[Bucket, int, int, tuple]] = []
         self.seen: tuple | None = None
+        # members alike outside quotas and pools passed over as the one before them failed (or
+        # nothing new could help them): tried after all once room changes later in the pass (an
+        # eviction or a free by a claim between them in queue order: since priority orders within
+        # a namespace only, other namespaces' claims come between a bucket's members)
+        self.alike: list[tuple[Bucket, int, int, tuple]] = []
+        self.alike_seen: tuple | None = None
 
     def _moved(self) -> tuple:
         return (self.state.usage_version, self.run.room_changes, self.state.capacity_epoch, self.run.failed_gen)
@@ -106,13 +116,18 @@ class _PassedOver:
         if start >= end or bucket.members[start].spec.gang_id:  # (a gang is decided whole)
             return
         if use_stamp(self.state, self.run, bucket.members[start]) == ():
-            return  # claims alike outside quotas and pools: they would fail alike (waiting.py)
+            # claims alike outside quotas and pools: they would fail alike (waiting.py) while the room is as it was
+            self.alike.append((bucket, start, end, self._room()))
+            return
         self.entries.append((bucket, start, end, self._as_of(bucket, start)))
+
+    def _room(self) -> tuple:
+        return (self.run.room_changes, self.state.capacity_epoch)
 
     def stamped(self, bucket: Bucket, pos: int) -> bool:
         return use_stamp(self.state, self.run, bucket.members[pos]) != ()
 
-    def unreached(self, visited: tuple, shares: dict[str, float]) -> list[tuple[Bucket, int, int]]:
+    def unreached(self, visited: tuple, shares: "_Keys") -> list[tuple[Bucket, int, int]]:
         """(bucket, position, end) of the members passed over whose turn had not come."""
         found = []
         for bucket, start, end, _ in self.entries:
@@ -121,16 +136,17 @@ class _PassedOver:
                 found.append((bucket, pos, end))
         return found
 
-    def reopened(self, visited: tuple, shares: dict[str, float]) -> list:
+    def reopened(self, visited: tuple, shares: "_Keys") -> list:
         """Heap items for the members passed over whose turn (after `visited`) is still to come,
         of buckets for which something changed since."""
+        items = self._alike_reopened(visited, shares) if self.alike else []
         if not self.entries:
-            return []
+            return items
         moved = self._moved()
         if moved == self.seen:
-            return []
+            return items
         self.seen = moved
-        items, kept = [], []
+        kept = []
         for entry in self.entries:
             bucket, start, end, as_of = entry
             if self._as_of(bucket, start) == as_of:
@@ -142,8 +158,25 @@ class _PassedOver:
         self.entries = kept
         return items
 
+    def _alike_reopened(self, visited: tuple, shares: "_Keys") -> list:
+        room = self._room()
+        if room == self.alike_seen:
+            return []
+        self.alike_seen = room
+        items, kept = [], []
+        for entry in self.alike:
+            bucket, start, end, as_of = entry
+            if as_of == room:
+                kept.append(entry)
+                continue
+            pos = start + bisect_right(range(start, end), visited, key=lambda p: _order(bucket, p, shares))
+            if pos < end:
+                items.append((_order(bucket, pos, shares), bucket, pos, end))
+        self.alike = kept
+        return items
 
-def _cut(index: WaitingIndex, heap: list, passed: _PassedOver, visited: tuple, shares: dict[str, float]) -> None:
+
+def _cut(index: WaitingIndex, heap: list, passed: _PassedOver, visited: tuple, shares: "_Keys") -> None:
     """The pass stopped at its decision limit: members of a bucket that failed in it, decided
     before but not reached, keep the older epoch they failed at (they were not retried). Claims
     alike outside quotas and pools: the whole bucket does (the next pass would tell them nothing
@@ -166,14 +199,57 @@ def _shares(state: State, namespaces: set[str]) -> dict[str, float]:
     return namespace_shares(state, namespaces) if tree_of(state).parent else {}
 
 
-def _order(bucket: Bucket, pos: int, shares: dict[str, float]) -> tuple:
-    """`queue_order`'s key: priority (high first), fair share, age. Age is the index's ordinal
-    (submit order, claims of one stored batch in batch order: they share a seq), unique, so the
-    heap never compares two buckets."""
-    spec = bucket.members[pos].spec
-    if shares:
-        return (-spec.priority, shares.get(spec.namespace, 0.0), bucket.ords[pos])
-    return (-spec.priority, bucket.ords[pos])
+class _Keys:
+    """What a pass orders the waiting claims by: the namespaces' fair shares, and the places of
+    the claims of namespaces whose waiting claims differ in priority (`_slots`)."""
+
+    __slots__ = ("shares", "slots")
+
+    def __init__(self, shares: dict[str, float], slots: dict) -> None:
+        self.shares, self.slots = shares, slots
+
+
+def _slots(state: State, fronts: list) -> dict:
+    """bucket -> each member's place (by position) for the buckets of namespaces whose waiting
+    claims have different priorities (a bucket's members share one): those claims take the
+    namespace's places in its priority order (priority_scope.queue_slots). Members that no longer
+    wait (skipped by the walk) sit just before the next waiting member of their bucket, so places
+    rise along a bucket and stay unique. Nothing is computed for a namespace of one priority."""
+    priorities: dict[str, set[int]] = {}
+    for bucket, pos in fronts:
+        spec = bucket.members[pos].spec
+        priorities.setdefault(spec.namespace, set()).add(spec.priority)
+    mixed = {ns for ns, found in priorities.items() if len(found) > 1}
+    if not mixed:
+        return {}
+    queue, entries = state.queue, []
+    buckets = [b for b, pos in fronts if b.members[pos].spec.namespace in mixed]
+    for bucket in buckets:
+        spec, ords = bucket.members[bucket.start].spec, bucket.ords
+        entries += [(spec.namespace, spec.priority, ords[p], (bucket, p))
+                    for p in range(bucket.start, len(bucket.members)) if bucket.members[p].claim_id in queue]
+    places = queue_slots(entries)
+    out = {}
+    for bucket in buckets:
+        keys: list = [None] * len(bucket.members)
+        after = (float("inf"), 0, 0)
+        for p in range(len(bucket.members) - 1, bucket.start - 1, -1):
+            place = places.get((bucket, p))
+            keys[p] = after = (place, 0, 0) if place is not None else (after[0], -1, bucket.ords[p])
+        out[bucket] = keys
+    return out
+
+
+def _order(bucket: Bucket, pos: int, keys: _Keys) -> tuple:
+    """`queue_order`'s key: fair share, then the claim's place (its age, or the place its
+    namespace's priority order gives it: `_slots`). Age is the index's ordinal (submit order,
+    claims of one stored batch in batch order: they share a seq), unique, so the heap never
+    compares two buckets."""
+    slots = keys.slots.get(bucket) if keys.slots else None
+    place = (bucket.ords[pos], 0, 0) if slots is None else slots[pos]
+    if keys.shares:
+        return (keys.shares.get(bucket.members[pos].spec.namespace, 0.0), *place)
+    return place
 
 
 class _Visit:
@@ -205,7 +281,7 @@ class _Visit:
                 return None
             if self._same_room(bucket):  # no eviction or reclaim since
                 return self._alike(bucket, pos, claim)
-        elif settled and not self.timers and nothing_new_for(state, claim, bucket.epoch):
+        elif settled and not self.timers and nothing_new_for(state, claim, bucket.epoch) and not _joined(bucket, gang):
             return self._gang_passed_over(claim) if gang else self._alike(bucket, pos, claim, told=False)
         if gang:
             key = (claim.spec.namespace, gang)  # gang ids are per namespace
@@ -237,7 +313,7 @@ class _Visit:
         gang = claim.spec.gang_id
         if bucket.failed_pass == self.index.passes and (gang or self._same_room(bucket)):
             return None
-        if settled and not self.timers and nothing_new_for(self.state, claim, bucket.epoch):
+        if settled and not self.timers and nothing_new_for(self.state, claim, bucket.epoch) and not _joined(bucket, gang):
             return self._gang_passed_over(claim) if gang else self._alike(bucket, pos, claim, told=False)
         if gang:
             key = (claim.spec.namespace, gang)
@@ -300,6 +376,14 @@ class _Visit:
         if len(run.held) > held:
             return pos + 1
         return bucket.after_settled(pos)
+
+
+def _joined(bucket: Bucket, gang: str) -> bool:
+    """A gang's bucket holds a member never decided: one that arrived since the gang last failed
+    (its last member may complete it), so the gang is tried in this pass rather than passed over
+    until the next timer pass, as nothing new in the fleet could help it (members alike share a
+    bucket; a member of another shape is tried from its own, never decided, bucket anyway)."""
+    return bool(gang) and bucket.ords[-1] > bucket.settled_upto
 
 
 def _told_already(bucket: Bucket, pos: int, last: int) -> bool:

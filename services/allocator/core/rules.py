@@ -131,9 +131,12 @@ RULES: tuple[Rule, ...] = (
          lambda n, need, _: f"{n} {n.lack} {_wanted(need)}{_in_pool(need)}",
          decided_by_pick=True, explain_rank=1),
     # seed 001: a `contiguous` claim waits for one NVLink island with room rather than spanning two
+    # and so does a tensor-parallel claim, on nodes with an island that large (picks.one_island_fits)
     Rule("not-contiguous", one_island_fits,
-         lambda n, need, _: f"{n} {n.lack} {need.count} free GPUs in one NVLink island (policy contiguous)",
-         argument=lambda spec, state: spec.policy == "contiguous", explain_rank=1),
+         lambda n, need, arg: f"{n} {n.lack} {need.count} free GPUs in one NVLink island "
+         f"({'policy contiguous' if arg is True else 'tensor-parallel'})",
+         argument=lambda spec, state: True if spec.policy == "contiguous" else (
+             "tensor-parallel" if spec.model_memory_gib > 0 else False), explain_rank=1),
 )
 
 # Not rules of a node view, but reasons placement gives: every rule passes on a node a starving

@@ -1,5 +1,6 @@
 """Starvation: a claim waiting past the threshold holds the node where it would fit soonest, so
-claims of equal or lower priority may not use it and a large claim gets its node when it drains.
+claims of equal or lower priority, and claims of other namespaces (priority counts only within
+one: core/priority_scope.py), may not use it and a large claim gets its node when it drains.
 A gang does too, as its members would one by one (each takes room of its kind on a node held for
 the gang, or holds the next node), counted from its last member's arrival: before that it could
 not start anyway. Without it a gang of large claims waited for ever behind a flow of small ones
@@ -62,5 +63,5 @@ def _hold(state: State, run: Pass, claim: Claim) -> int | None:
             best = ((free_units, -first[0]), first[1], room)
     if best is None:
         return None
-    run.held[best[1]] = claim.spec.priority
+    run.held[best[1]] = (claim.spec.priority, claim.spec.namespace)  # core/priority_scope.held_against
     return best[2]
