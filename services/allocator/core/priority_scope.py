@@ -22,11 +22,6 @@ def crosses_namespaces(state: State, namespace: str) -> bool:
     return quota is not None and quota.preempt_other_namespaces
 
 
-def may_preempt(state: State, namespace: str, victim_namespace: str) -> bool:
-    """A claim of `namespace` may evict a lower-priority allocation of `victim_namespace`."""
-    return victim_namespace == namespace or crosses_namespaces(state, namespace)
-
-
 def held_against(held: dict, priority: int, namespace: str, crosses: bool) -> set[str]:
     """Nodes held for starving claims that a claim of this priority and namespace may not use:
     held by a claim of equal or higher priority, or of another namespace (unless `crosses`)."""
