@@ -131,7 +131,7 @@ class _PassedOver:
         """(bucket, position, end) of the members passed over whose turn had not come."""
         found = []
         for bucket, start, end, _ in self.entries:
-            pos = start + bisect_right(range(start, end), visited, key=lambda p: _order(bucket, p, shares))
+            pos = _turn_after(bucket, start, end, visited, shares)
             if pos < end:
                 found.append((bucket, pos, end))
         return found
@@ -146,34 +146,37 @@ class _PassedOver:
         if moved == self.seen:
             return items
         self.seen = moved
-        kept = []
-        for entry in self.entries:
-            bucket, start, end, as_of = entry
-            if self._as_of(bucket, start) == as_of:
-                kept.append(entry)
-                continue
-            pos = start + bisect_right(range(start, end), visited, key=lambda p: _order(bucket, p, shares))
-            if pos < end:
-                items.append((_order(bucket, pos, shares), bucket, pos, end))
-        self.entries = kept
-        return items
+        reopened, self.entries = _reopen(self.entries, lambda bucket, start: self._as_of(bucket, start),
+                                         visited, shares)
+        return items + reopened
 
     def _alike_reopened(self, visited: tuple, shares: "_Keys") -> list:
         room = self._room()
         if room == self.alike_seen:
             return []
         self.alike_seen = room
-        items, kept = [], []
-        for entry in self.alike:
-            bucket, start, end, as_of = entry
-            if as_of == room:
-                kept.append(entry)
-                continue
-            pos = start + bisect_right(range(start, end), visited, key=lambda p: _order(bucket, p, shares))
-            if pos < end:
-                items.append((_order(bucket, pos, shares), bucket, pos, end))
-        self.alike = kept
+        items, self.alike = _reopen(self.alike, lambda bucket, start: room, visited, shares)
         return items
+
+
+def _turn_after(bucket: Bucket, start: int, end: int, visited: tuple, shares: "_Keys") -> int:
+    """The first member of bucket[start:end] whose turn comes after `visited` (`end` if none)."""
+    return start + bisect_right(range(start, end), visited, key=lambda p: _order(bucket, p, shares))
+
+
+def _reopen(entries: list, now_as_of, visited: tuple, shares: "_Keys") -> tuple[list, list]:
+    """Heap items for the entries whose room changed since they were passed over (from their
+    first member whose turn is still to come), and the entries kept as they were."""
+    items, kept = [], []
+    for entry in entries:
+        bucket, start, end, as_of = entry
+        if now_as_of(bucket, start) == as_of:
+            kept.append(entry)
+            continue
+        pos = _turn_after(bucket, start, end, visited, shares)
+        if pos < end:
+            items.append((_order(bucket, pos, shares), bucket, pos, end))
+    return items, kept
 
 
 def _cut(index: WaitingIndex, heap: list, passed: _PassedOver, visited: tuple, shares: "_Keys") -> None:
