@@ -49,6 +49,10 @@ def set_quota(
     lending_limit_vram: Optional[str] = _opt("most of its unused VRAM others may use, e.g. 16Gi (default: all)"),
     fair_sharing_weight: float = typer.Option(1.0, min=0, help="fair sharing weight among siblings (Kueue's "
                                                         "fairSharing.weight; 0: borrows last)"),
+    preempt_other_namespaces: bool = typer.Option(
+        False, "--preempt-other-namespaces",
+        help="its claims' priority may evict other namespaces' lower-priority claims (default: priority "
+             "orders and preempts within the namespace only)"),
     as_json: bool = JsonOpt,
     url: Optional[str] = NatsUrl,
 ) -> None:
@@ -56,7 +60,7 @@ def set_quota(
     body = {"namespace": namespace, **_quantities(locals()), "parent": parent,
             "borrowing_limit_tflops": borrowing_limit_tflops, "borrowing_limit_vram": borrowing_limit_vram,
             "lending_limit_tflops": lending_limit_tflops, "lending_limit_vram": lending_limit_vram,
-            "fair_sharing_weight": fair_sharing_weight}
+            "fair_sharing_weight": fair_sharing_weight, "preempt_other_namespaces": preempt_other_namespaces}
     data = run(request(nats_url(url), subjects.command("quota.set"),
                        {k: v for k, v in body.items() if v is not None}))
     if as_json:

@@ -74,6 +74,8 @@ class SetQuota(Command):
     lending_limit_tflops: str | float | None = None  # None: all of its unused quota may be lent
     lending_limit_vram: str | None = None
     fair_sharing_weight: float = 1.0  # a larger weight gets a larger share of what siblings borrow
+    # its claims' priority may evict other namespaces' claims (default: priority counts within it only)
+    preempt_other_namespaces: bool = False
 
 
 class ApplyQuotas(Command):

@@ -46,6 +46,7 @@ _PATHS = {
     "borrowing_limit_tflops": "borrowingLimit.tflops", "borrowing_limit_vram": "borrowingLimit.vram",
     "lending_limit_tflops": "lendingLimit.tflops", "lending_limit_vram": "lendingLimit.vram",
     "fair_sharing_weight": "fairSharing.weight",
+    "preempt_other_namespaces": "preemptOtherNamespaces",
 }
 
 
@@ -81,7 +82,8 @@ def quota_from_document(doc: Any, namespace: str = "") -> tuple[SetQuota, str]:
 
 
 def _fields(spec: dict, parent_key: str) -> dict:
-    allowed = {"total", "single", parent_key, "borrowingLimit", "lendingLimit", "fairSharing"}
+    allowed = {"total", "single", parent_key, "borrowingLimit", "lendingLimit", "fairSharing",
+               "preemptOtherNamespaces"}
     _refuse_unknown(spec, allowed, "spec.")
     total = _mapping(spec.get("total"), "spec.total")
     single = _mapping(spec.get("single"), "spec.single")

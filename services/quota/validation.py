@@ -62,7 +62,8 @@ def spec_from_command(cmd: SetQuota, quotas: Mapping[str, QuotaSpec]) -> QuotaSp
     )
     spec = QuotaSpec(total=total, single=single, parent=cmd.parent,
                      borrowing_limit=_borrowing_limit(cmd), lending_limit=_lending_limit(cmd),
-                     fair_sharing_weight=_weight(cmd.fair_sharing_weight, "fair_sharing_weight"))
+                     fair_sharing_weight=_weight(cmd.fair_sharing_weight, "fair_sharing_weight"),
+                     preempt_other_namespaces=_flag(cmd.preempt_other_namespaces, "preempt_other_namespaces"))
     check_consistent(spec)
     check_hierarchy(cmd.namespace, spec, quotas)
     return spec
@@ -144,6 +145,12 @@ def _weight(value: float, field: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1e6:
         raise QuantityError(field, f"must be a number from 0 to 1000000, got {value!r}")
     return float(value)
+
+
+def _flag(value: object, field: str) -> bool:
+    if not isinstance(value, bool):  # a manifest's "yes" or 1 is refused, not taken as true
+        raise QuantityError(field, f"must be true or false, got {value!r}")
+    return value
 
 
 def _is_zero(value: object) -> bool:

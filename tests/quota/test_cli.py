@@ -47,6 +47,16 @@ async def test_set_get_list_delete_from_the_command_line(url):
                           "quota is set, so it is unlimited (field namespace)") in out
 
 
+async def test_an_admin_lets_a_namespace_preempt_across_namespaces_from_the_command_line(url):
+    code, out = await gl(url, "set", "team-a", "--preempt-other-namespaces")
+    assert code == 0, out
+    code, out = await gl(url, "get", "team-a", "--json")
+    assert code == 0 and json.loads(out)["spec"]["preempt_other_namespaces"] is True
+    code, out = await gl(url, "set", "team-a")  # set replaces the quota: back to its own namespace only
+    code, out = await gl(url, "get", "team-a", "--json")
+    assert code == 0 and "preempt_other_namespaces" not in json.loads(out)["spec"]
+
+
 async def test_bad_input_prints_the_field_and_the_problem(url):
     code, out = await gl(url, "set", "team-a", "--requests-vram", "300Gi", "--limits-vram", "200Gi")
     assert code == 1

@@ -114,3 +114,11 @@ async def test_dry_run_validates_against_the_log_and_stores_nothing(url, fresh_n
     stored = [s.event async for s in JetStreamEventLog(nc).read() if isinstance(s.event, ev.QuotaSet)]
     await nc.close()
     assert stored == []
+
+
+def test_a_manifest_may_let_a_namespace_preempt_across_namespaces():
+    doc = {"apiVersion": "gpuledger.io/v1", "kind": "GPUResourceQuota",
+           "metadata": {"namespace": "team-a"}, "spec": {"preemptOtherNamespaces": True}}
+    quota, _ = quota_from_document(doc)
+    assert quota.preempt_other_namespaces is True
+    assert quota_from_document({**doc, "spec": {}})[0].preempt_other_namespaces is False

@@ -108,3 +108,11 @@ def test_a_lending_limit_is_kept_and_unset_means_everything_may_be_lent():
     assert spec.lending_limit.vram_mib == 16 * 1024 and spec.lending_limit.tflops is None
     assert spec.fair_sharing_weight == 2.0
     assert spec_from_command(SetQuota(namespace="team-b", parent="x"), {}).lending_limit.vram_mib is None
+
+
+def test_an_admin_may_let_a_namespace_preempt_across_namespaces_and_only_with_a_boolean():
+    assert spec_from_command(SetQuota(namespace="ns"), {}).preempt_other_namespaces is False
+    assert spec_from_command(SetQuota(namespace="ns", preempt_other_namespaces=True), {}).preempt_other_namespaces
+    with pytest.raises(QuantityError) as refused:  # a manifest's "yes" is not taken for true
+        spec_from_command(SetQuota(namespace="ns", preempt_other_namespaces="yes"), {})
+    assert refused.value.field == "preempt_other_namespaces" and "true or false" in str(refused.value)
