@@ -206,25 +206,16 @@ class FrameParser:
                 if m is not None:
                     first, second, plain_first = second, first, not plain_first
             if m is not None:
+                start = m.end()
                 if plain_first:  # MSG: (subject, seq, pending, length)
                     subject, seq, pending, length = m.groups()
-                    start = m.end()
-                    end = start + int(length)
-                    if end + 2 > size:
-                        break
-                    seq = int(seq)
-                    if seq > until_seq:
-                        done = True
-                        break
-                    append((seq, subject.decode(), buf[start:end], {}))
-                    pos = end + 2
-                    if seq >= until_seq or pending == b"0":
-                        done = True
-                    continue
-                start = m.end()
-                if startswith(_NO_STATUS, start):  # HMSG, a delivery's block holds no status
+                    body = start
+                elif startswith(_NO_STATUS, start):  # HMSG whose block holds no status
                     subject, seq, pending, hdr_len, length = m.groups()
                     body = start + int(hdr_len)
+                else:  # a status block (a pull ended, a heartbeat): the general path below
+                    body = -1
+                if body >= 0:
                     end = start + int(length)
                     if end + 2 > size:
                         break
@@ -232,7 +223,8 @@ class FrameParser:
                     if seq > until_seq:
                         done = True
                         break
-                    append((seq, subject.decode(), buf[body:end], _headers(buf[start:body])[0] if parse else {}))
+                    headers = _headers(buf[start:body])[0] if parse and body > start else {}
+                    append((seq, subject.decode(), buf[body:end], headers))
                     pos = end + 2
                     if seq >= until_seq or pending == b"0":
                         done = True
