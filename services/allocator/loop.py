@@ -164,7 +164,10 @@ class Allocator:
             self._traces.pop(member.claim_id, None)
         if isinstance(member, _TRIGGERS):
             self.dirty.set()
-        self.heard.hear(member, self.clock())
+        if type(member) is ev.UsageObserved:
+            self.heard.usage(member, self.state.units, self.clock())
+        else:
+            self.heard.hear(member, self.clock())
         moved = self.fences.heard(seq, subject, member)
         if isinstance(member, ev.ClaimSubmitted):
             self.fences.prune(self.state.claims)

@@ -95,8 +95,12 @@ def _holding(state: State, node) -> list[str]:
 def release_unused(state: State, run: Pass) -> None:
     """An allocation whose devices its node agent has reported without a process (or utilisation)
     for longer than the grace period is released: quota use rebuilt from what runs (seed 003).
-    Judged in the agent's own observation times, so the verdict is a function of the log; a device
-    the agent does not report is never judged (no evidence), nor a claim holding no device."""
+    Judged in the agent's own observation times only, so the verdict is a function of the log and
+    no host's clock skew counts: idle since the agent's first report after the allocation or its
+    last report of a process, whichever is later (before session 31 since the allocation, the
+    allocator's time: an agent an hour ahead had every new allocation released at its first idle
+    report). A device the agent does not report is never judged (no evidence), nor a claim
+    holding no device, nor one with no report since its allocation."""
     grace = run.ctx.release_unused_after_s
     if grace <= 0 or not state.idle_watch:
         return
@@ -118,9 +122,10 @@ def release_unused(state: State, run: Pass) -> None:
 def _unused_for(state: State, claim) -> tuple[float, float] | None:
     """(idle since, last seen idle) for a claim all of whose devices were reported, else None."""
     units = [state.units.get(g.uuid) for g in claim.grants]
-    if not claim.holds_devices or not units or any(u is None or u.observed_at <= 0 for u in units):
+    if not claim.holds_devices or not units or claim.reported_at <= 0 \
+            or any(u is None or u.observed_at <= 0 for u in units):
         return None
-    idle_since = max([claim.allocated_at] + [u.busy_at for u in units])
+    idle_since = max([claim.reported_at] + [u.busy_at for u in units])
     return idle_since, min(u.observed_at for u in units)
 
 
