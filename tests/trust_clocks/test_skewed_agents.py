@@ -18,8 +18,8 @@ from tests.trust_clocks.live import allocator_running, decisions
 from tests.waiting import until
 
 HOUR = 3600.0
-TIMEOUT_S = 1.0  # the node timeout: the agents beat 5 times in it
-BEAT_S = 0.2
+TIMEOUT_S = 3.0  # the node timeout: the agents beat 12 times in it (a loaded machine stalls a while)
+BEAT_S = 0.25
 
 
 def _agent(log, name: str, skew_s: float, index: int) -> NodeAgent:
@@ -41,14 +41,14 @@ async def test_agents_an_hour_behind_and_ahead_keep_their_nodes_and_a_silent_one
             await agent.register()
         beating = {name: asyncio.ensure_future(agent.heartbeat_loop()) for name, agent in agents.items()}
         try:
-            # 4 node timeouts' worth of beats from each (counted, not timed): many timer passes
-            enough = int(4 * TIMEOUT_S / BEAT_S)
-            assert await until(lambda: _all_beat(log, agents, enough), timeout=60)
+            # 3 node timeouts' worth of beats from each (counted, not timed): many timer passes
+            enough = int(3 * TIMEOUT_S / BEAT_S)
+            assert await until(lambda: _all_beat(log, agents, enough), timeout=60, poll_s=0.25)
             assert await decisions(log, ev.NodeLost) == []
             assert not any(node.lost for node in allocator.state.nodes.values())
             # the agent an hour ahead stops: its node is lost a timeout later, not an hour later
             beating.pop("ahead").cancel()
-            assert await until(lambda: decisions(log, ev.NodeLost), timeout=30)
+            assert await until(lambda: decisions(log, ev.NodeLost), timeout=30, poll_s=0.1)
             [lost] = await decisions(log, ev.NodeLost)
             assert lost.node == "ahead" and allocator.state.nodes["ahead"].lost
             # both times are recorded: the agent's own, and the allocator's time of hearing it

@@ -19,7 +19,7 @@ from tests.trust_clocks.live import allocator_running, decisions
 from tests.waiting import until
 
 HOUR = 3600.0
-LEASE_S = 1
+LEASE_S = 3  # renewed every 0.3 s (a tenth of it): a loaded machine may stall a while
 
 
 async def _allocated(log, allocator, claim_id: str) -> None:
@@ -53,8 +53,8 @@ async def test_renewals_from_a_claim_service_an_hour_behind_keep_the_lease(fresh
     try:
         async with allocator_running(log, fresh_nats.url, tick_s=0.1) as allocator:
             await _allocated(log, allocator, "held")
-            # renewals stored over 4 leases' length (counted, not timed): many timer passes
-            assert await _renew_until_stored(service, log, "held", int(4 * 10))
+            # renewals stored over 3 leases' length (counted, not timed): many timer passes
+            assert await _renew_until_stored(service, log, "held", 3 * 10)
             assert await decisions(log, ev.AllocationExpired) == []
             assert allocator.state.claims["held"].status == "allocated"
     finally:
@@ -72,7 +72,7 @@ async def test_a_claim_service_an_hour_ahead_does_not_keep_a_lease_alive(fresh_c
             await _allocated(log, allocator, "dropped")
             assert await _renew_until_stored(service, log, "dropped", 3)
             # the holder stops renewing: the lease runs out a lease after the last renewal was heard
-            assert await until(lambda: decisions(log, ev.AllocationExpired), timeout=30)
+            assert await until(lambda: decisions(log, ev.AllocationExpired), timeout=30, poll_s=0.1)
             [expired] = await decisions(log, ev.AllocationExpired)
             assert expired.claim_id == "dropped" and "dropped" not in allocator.state.claims
             # both times are recorded: the claim service's, and the allocator's time of hearing it
