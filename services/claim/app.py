@@ -233,6 +233,10 @@ class ClaimService:
         queued behind it, while the fleet stayed full (`bench chaos`, "stalled")."""
         if self._all_known(claim_ids):
             return
+        # a start's catch-up first, however long (a big log's is longer than the 5 s below): before
+        # it ends, a claim it has not read yet was answered "no claim", and a workload renewing
+        # its lease heard that its claim was gone (session 31's outsider)
+        await self.follower.caught_up.wait()
         await self.follower.wait_for_seq(await self.log.last_seq(), timeout=5.0)
         if self.intake_drained is None or self._all_known(claim_ids):
             return

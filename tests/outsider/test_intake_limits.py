@@ -87,3 +87,23 @@ async def test_a_stack_made_before_the_limits_gets_them_from_up(fresh_nats):
         INTAKE_MAX_MSGS, INTAKE_MAX_BYTES, api.DiscardPolicy.NEW)
     assert info.state.messages == 1  # what it held is still there
     await nc.close()
+
+
+async def test_a_node_publisher_is_told_which_limit(fresh_nats):
+    """docs/contract.md says what nats.js shows: a NatsError "503" (as for no responders), with the
+    JetStream API's answer in `api_error` naming the limit."""
+    import asyncio
+    import json
+
+    from tests.contract.node import require_node, run_node
+
+    require_node()
+    nc = await nats.connect(fresh_nats.url)
+    await ensure_streams(nc.jetstream(), intake_max_msgs=2)
+    claims = [{"claim_id": f"n-{n}", "namespace": "team-a", "gpus": 0, "cpu_milli": 1} for n in range(3)]
+    answers = await asyncio.to_thread(run_node, "full_intake.mjs", json.dumps(claims),
+                                      env={"GPULEDGER_PUBLISHER_URL": fresh_nats.url})
+    assert answers[:2] == [{"stored": 1}, {"stored": 2}]
+    assert answers[2] == {"error": "503", "code": "503", "api_error": {
+        "code": 503, "err_code": 10077, "description": "maximum messages exceeded"}}
+    await nc.close()
