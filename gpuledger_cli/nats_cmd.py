@@ -35,8 +35,8 @@ def config(data_dir: Path = DataDir,
            env_passwords: bool = typer.Option(False, "--env-passwords", help="passwords as environment "
                                               "variables nats-server reads ($GPULEDGER_NATS_<USER>_"
                                               "PASSWORD), not secrets from DATA_DIR: for deploy/nats"),
-           users_only: bool = typer.Option(False, "--users-only", help="only the authorization block "
-                                           "(deploy/nats/gpuledger-users.conf is this with "
+           users_only: bool = typer.Option(False, "--users-only", help="only the accounts block (users, "
+                                           "imports, exports; deploy/nats/gpuledger-users.conf is this with "
                                            "--env-passwords)"),
            demo_fleet: str = typer.Option("", "--demo-fleet", help="add the `node-agents` user of a "
                                           "simulated fleet run in one process (a fleet spec, as "

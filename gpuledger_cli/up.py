@@ -290,6 +290,8 @@ def _expected_nodes(fleet: str) -> int:
 
 def _start_server(data_dir: Path, book: PortBook, port: int | None, users: up_auth.StackUsers | None,
                   folder: FolderLock | None = None):
+    if nats_auth.move_store_account(data_dir / "nats", accounts=users is not None):
+        _say(f"moved the streams in {data_dir / 'nats'} to the account of this run's users")
     try:
         server = start_nats_server(data_dir / "nats", port=book.take("nats", port),
                                    config_file=users.config_file if users else None,

@@ -43,7 +43,11 @@ class DomainError(Exception):
 # over that claim's outcome, the latest per subject). Every client gpuledger knows replies on an
 # inbox (`_INBOX.`, nats-py's, nats.js' and Go's default, or `_INBOX_<user>.`); a request naming
 # any other reply subject is handled (a submit is still taken) but not answered, and counted.
+# A request from the publishers' account (PUBLIC, shared.nats_auth) arrives through a service
+# import with nats-server's own reply subject `_R_.<token>`, which carries the answer back to the
+# asker's inbox in PUBLIC: nothing in the ledger's account listens there.
 REPLY_PREFIX = ANSWERED_PREFIX  # "_INBOX": the one prefix a client may set (shared.natscluster)
+IMPORT_REPLY_PREFIX = "_R_."
 LOUD_FIRST, LOUD_EVERY = 20, 1000
 unanswered = 0  # requests not answered because of their reply subject (this process)
 
@@ -51,7 +55,7 @@ unanswered = 0  # requests not answered because of their reply subject (this pro
 def answerable(reply: str, subject: str) -> bool:
     """Whether a reply may go to `reply` (a request that arrived on `subject`); says why not."""
     global unanswered
-    if not reply or reply.startswith(REPLY_PREFIX):
+    if not reply or reply.startswith((REPLY_PREFIX, IMPORT_REPLY_PREFIX)):
         return True
     unanswered += 1
     if unanswered <= LOUD_FIRST or unanswered % LOUD_EVERY == 0:

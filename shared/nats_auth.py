@@ -7,6 +7,15 @@ claims and read their outcomes, and each declared publishing system (`system-<na
 schemas/systems.py) may submit, release and renew on the subjects carrying its own name. `gpuledger up`, `gpuledger nats config` and deploy/nats all build
 their nats-server configuration from `roles()` here, so the three cannot drift apart.
 
+Two NATS accounts (session 31): the ledger's (`LEDGER`: the streams, services, ops and node
+agents) and the publishers' (`PUBLIC`: `publisher` and every `system-<name>`). nats-server sends a
+JetStream publish's acknowledgement to whatever reply subject the publisher names, checked against
+no permission; inside one account that put the server's own message on any ledger or outcome
+subject, where the streams stored it. PUBLIC reaches the ledger only through imports: what its
+users may publish as service imports (the acknowledgement or reply goes back through the import's
+response mapping, to the reply subject in PUBLIC, where no stream listens), what they may
+subscribe to as stream imports (`public_imports`).
+
 JetStream is driven through request subjects (`$JS.API.<verb>.<stream>...`): a user gets the verbs
 it needs on the streams it needs. No role but ops may delete, purge or update a stream (the
 allocator purges only the chunks of its own snapshot bucket, which the object store requires).
@@ -32,6 +41,7 @@ DEMO_AGENTS = "node-agents"  # the simulated fleet of `up --demo`: one process f
 SECRETS_FILE = "nats-users.json"
 NKEYS_FILE = "nats-nkeys.json"  # each user's nkey seed (private: mode 0600)
 NKEY_SEED_ENV = "GPULEDGER_NATS_NKEY_SEED_FILE"  # a client's seed file (shared.natscluster)
+LEDGER_ACCOUNT, PUBLIC_ACCOUNT = "LEDGER", "PUBLIC"  # nats-server accounts (module docstring)
 READY = "gpu.sys.ready"  # shared.service.READY_SUBJECT (kept here: shared.service imports faststream)
 
 
@@ -45,6 +55,7 @@ class Role:
     subscribe: tuple[str, ...]
     allow_responses: bool = True
     notes: str = field(default="", compare=False)
+    account: str = LEDGER_ACCOUNT
 
 
 def _info() -> list[str]:
@@ -172,7 +183,7 @@ def publisher_role() -> Role:
     (a system of its own may release and renew its claims: `system_role`)."""
     pub = [subjects.INTAKE_CLAIMS, subjects.command("claim.submit"), *_outcome_reads()]
     return Role(PUBLISHER, tuple(pub), (PLAIN_OUTCOMES, "_INBOX.>"), allow_responses=False,
-                notes="submit claims, read outcomes")
+                notes="submit claims, read outcomes", account=PUBLIC_ACCOUNT)
 
 
 def _outcome_reads() -> list[str]:
@@ -201,7 +212,8 @@ def system_role(system: sysmod.System) -> Role:
     pub = [sysmod.intake(system.name), *(sysmod.command(verb, system.name) for verb in sysmod.VERBS), *reads]
     return Role(system.user, tuple(pub), (own_outcomes, f"{user_inbox(system.user)}.>"),
                 allow_responses=False,
-                notes=f"system {system.name}: its own claims, in {', '.join(system.namespaces)}")
+                notes=f"system {system.name}: its own claims, in {', '.join(system.namespaces)}",
+                account=PUBLIC_ACCOUNT)
 
 
 def ops_role() -> Role:
@@ -218,6 +230,17 @@ def roles(agent_nodes: list[str] = (), demo_fleet: list[str] = (),
     if demo_fleet:
         out.append(node_role(DEMO_AGENTS, list(demo_fleet), simulated=True))
     return out
+
+
+def public_imports(all_roles: list[Role]) -> tuple[list[str], list[str]]:
+    """What PUBLIC imports from LEDGER (and LEDGER exports to PUBLIC only): each subject a PUBLIC
+    user may publish, as a service (its reply comes back through the import, never onto a ledger
+    subject), and each it may subscribe to but its inboxes, as a stream. Nothing else of the
+    ledger's account is visible from PUBLIC; its users' permissions narrow it further."""
+    public = [r for r in all_roles if r.account == PUBLIC_ACCOUNT]
+    services = dict.fromkeys(s for r in public for s in r.publish)
+    streams = dict.fromkeys(s for r in public for s in r.subscribe if not s.startswith("_INBOX"))
+    return list(services), list(streams)
 
 
 def matches(pattern: str, subject: str) -> bool:
@@ -299,6 +322,25 @@ def user_url(user: str, password: str, host: str, port: int) -> str:
     return f"nats://{user}:{password}@{host}:{port}"
 
 
+# --- a store made before the accounts ---------------------------------------------------------
+
+
+GLOBAL_ACCOUNT = "$G"  # nats-server's account when no accounts are configured (--no-auth)
+
+
+def move_store_account(store_dir: Path, accounts: bool) -> bool:
+    """A single server keeps each account's streams in `<store>/jetstream/<account>`: a store
+    written before the accounts (session 31) or by `--no-auth` holds them under `$G`, one written
+    with them under LEDGER. Move the one to the other when only it exists, so the ledger keeps its
+    streams either way (True when moved). A cluster's stores are not moved (docs/security.md)."""
+    root = Path(store_dir) / "jetstream"
+    want, other = (LEDGER_ACCOUNT, GLOBAL_ACCOUNT) if accounts else (GLOBAL_ACCOUNT, LEDGER_ACCOUNT)
+    if (root / other).is_dir() and not (root / want).exists():
+        (root / other).rename(root / want)
+        return True
+    return False
+
+
 # --- nats-server configuration ----------------------------------------------------------------
 
 
@@ -309,25 +351,46 @@ def env_password(user: str) -> str:
 
 def users_block(all_roles: list[Role], passwords: dict[str, str] | None = None,
                 public_keys: dict[str, str] | None = None) -> str:
-    """The `authorization { users = [...] }` block; without `passwords` each password is the
-    environment variable `env_password(user)` (how deploy/nats keeps secrets out of the file).
+    """The `accounts { LEDGER {...} PUBLIC {...} }` block: each account's users, LEDGER's exports
+    to PUBLIC and PUBLIC's imports of them (`public_imports`). Without `passwords` each password is
+    the environment variable `env_password(user)` (how deploy/nats keeps secrets out of the file).
     With `public_keys` (user -> `U...` public nkey) the users are nkey users instead: the
     configuration then holds no secret at all (production: `gpuledger nats config --nkeys`)."""
-    lines = ["authorization {", "  users = ["]
-    for role in all_roles:
-        lines.append(f"    # {role.user}: {role.notes}" if role.notes else f"    # {role.user}")
-        if public_keys is not None:
-            lines.append(f"    {{nkey: {json.dumps(public_keys[role.user])}, permissions: {{")
-        else:
-            secret = json.dumps(passwords[role.user]) if passwords else "$" + env_password(role.user)
-            lines.append(f"    {{user: {json.dumps(role.user)}, password: {secret}, permissions: {{")
-        lines.append(f"      publish: {{allow: {_subject_list(role.publish)}}}")
-        lines.append(f"      subscribe: {{allow: {_subject_list(role.subscribe)}}}")
-        if role.allow_responses:
-            lines.append("      allow_responses: true")
-        lines.append("    }}")
-    lines += ["  ]", "}"]
+    services, streams = public_imports(all_roles)
+    to_public = f"accounts: [{json.dumps(PUBLIC_ACCOUNT)}]"
+    exports = ([f"{{service: {json.dumps(s)}, {to_public}}}" for s in services]
+               + [f"{{stream: {json.dumps(s)}, {to_public}}}" for s in streams])
+    source = f"account: {json.dumps(LEDGER_ACCOUNT)}"
+    imports = ([f"{{service: {{{source}, subject: {json.dumps(s)}}}}}" for s in services]
+               + [f"{{stream: {{{source}, subject: {json.dumps(s)}}}}}" for s in streams])
+    lines = ["accounts {"]
+    for account, extra in ((LEDGER_ACCOUNT, ["jetstream: enabled"]), (PUBLIC_ACCOUNT, [])):
+        lines += [f"  {account} {{", *(f"    {x}" for x in extra), "    users = ["]
+        for role in (r for r in all_roles if r.account == account):
+            lines += _user_lines(role, passwords, public_keys)
+        lines.append("    ]")
+        listed = exports if account == LEDGER_ACCOUNT else imports
+        if listed:
+            lines += [f"    {'exports' if account == LEDGER_ACCOUNT else 'imports'} = [",
+                      *(f"      {x}" for x in listed), "    ]"]
+        lines.append("  }")
+    lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def _user_lines(role: Role, passwords: dict[str, str] | None, public_keys: dict[str, str] | None) -> list[str]:
+    lines = [f"      # {role.user}: {role.notes}" if role.notes else f"      # {role.user}"]
+    if public_keys is not None:
+        lines.append(f"      {{nkey: {json.dumps(public_keys[role.user])}, permissions: {{")
+    else:
+        secret = json.dumps(passwords[role.user]) if passwords else "$" + env_password(role.user)
+        lines.append(f"      {{user: {json.dumps(role.user)}, password: {secret}, permissions: {{")
+    lines.append(f"        publish: {{allow: {_subject_list(role.publish)}}}")
+    lines.append(f"        subscribe: {{allow: {_subject_list(role.subscribe)}}}")
+    if role.allow_responses:
+        lines.append("        allow_responses: true")
+    lines.append("      }}")
+    return lines
 
 
 def _subject_list(items: tuple[str, ...]) -> str:
