@@ -92,3 +92,18 @@ def table(results: list[dict]) -> str:
         row = dict(result, cpu_total=result["cpu_ms_per_claim"]["total"], rate=result["rate"] or "max")
         lines.append("| " + " | ".join(str(row.get(key)) for key, _ in COLUMNS) + " |")
     return "\n".join(lines)
+
+
+def path_table(path: dict[str, dict]) -> str:
+    """A markdown table of a run's `hop_path_ms`: each hop's p50, p90, p99 and mean, and its share
+    of the summed means."""
+    total = sum(hop.get("mean", 0.0) for hop in path.values()) or 1.0
+    lines = ["| hop | claims | p50 ms | p90 ms | p99 ms | mean ms | share |", "|" + " --- |" * 7]
+    for name, hop in path.items():
+        if not hop.get("claims"):
+            lines.append(f"| {name} | 0 | | | | | |")
+            continue
+        lines.append(f"| {name} | {hop['claims']} | {hop['p50']} | {hop['p90']} | {hop['p99']} | "
+                     f"{hop['mean']} | {100 * hop['mean'] / total:.0f} % |")
+    lines.append(f"| total (sum of means) | | | | | {round(total, 3)} | |")
+    return "\n".join(lines)
