@@ -50,6 +50,8 @@ def figures(options, rate: float | None, follower: Follower, publisher: Publishe
     cpu = {"total": round(sum(cpu.values()), 3), **cpu}
     waits = {name: round(w * per_claim, 3) for name, w in sorted(meter.waits_by_role().items())}
     waits = {"total": round(sum(waits.values()), 3), **waits}
+    slices = {name: round(n / max(len(published), 1), 2) for name, n in sorted(meter.slices_by_role().items())}
+    slices = {"total": round(sum(slices.values()), 2), **slices}
     restarts = meter.restarts()
     return {
         "claims": len(times), "rate": rate, "nodes": options.nodes,
@@ -69,6 +71,8 @@ def figures(options, rate: float | None, follower: Follower, publisher: Publishe
         # time the stack's processes were ready to run and waited for a CPU (bench/e2e/cpu.py)
         "cpu_wait_ms_per_claim": waits,
         "client_cpu_wait_ms_per_claim": round(client_wait_s * per_claim, 3),
+        # times each process was put on a CPU per claim: its wake-ups, mostly (bench/e2e/cpu.py)
+        "cpu_slices_per_claim": slices,
         "messages_per_claim": _messages(checker, len(published)),
         "idle_cpu_ms_per_s": {name: round(1000 * v, 1) for name, v in sorted(idle.items())},
         "agent_restarts": restarts.pop("node-agents", 0), "service_restarts": restarts,
