@@ -104,7 +104,7 @@ def e2e(claims: int = typer.Option(20_000, "--claims", min=1, help="claims publi
     import asyncio
 
     from bench.e2e.report import path_table, table
-    from bench.e2e.run import Options, run_on_new_stack
+    from bench.e2e.run import Options, run_loop, run_on_new_stack
 
     options = Options(claims=claims, rate=rate or None, nodes=nodes, hold_s=hold_ms / 1000,
                       drain_s=drain_s, settle_s=settle_s, data_dir=data_dir, hops=hops)
@@ -112,12 +112,12 @@ def e2e(claims: int = typer.Option(20_000, "--claims", min=1, help="claims publi
     if sweep:
         chosen = _rates(rates)
         runs = [(r, min(claims, int(r * sweep_s)) if r else claims) for r in chosen]
-        results = asyncio.run(run_on_new_stack(options, runs, say))
+        results = run_loop(run_on_new_stack(options, runs, say))
         if not as_json:
             typer.echo(table(results))
         typer.echo(json.dumps(results))
         return
-    (result,) = asyncio.run(run_on_new_stack(options, [(options.rate, claims)], say))
+    (result,) = run_loop(run_on_new_stack(options, [(options.rate, claims)], say))
     if hops and not as_json:
         typer.echo(path_table(result.get("hop_path_ms", {})), err=True)
     _emit(result, as_json)

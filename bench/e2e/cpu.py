@@ -75,7 +75,42 @@ def role(pid: int) -> str:
 
 
 def descendants(root: int) -> list[int]:
-    """`root` and every process below it."""
+    """`root` and every process below it: from each process's own list of children where the kernel
+    keeps one (a few small reads, where a scan of every process of a busy machine cost this
+    benchmark 5 % of its CPU, sampled twice a second), else from a scan of /proc."""
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found = _children(pid)
+        if found is None:
+            return _descendants_by_scan(root)
+        out.append(pid)
+        todo.extend(found)
+    return out
+
+
+def _children(pid: int) -> list[int] | None:
+    """The children of `pid` (of all its threads); [] once it is gone; None where the kernel keeps
+    no such list."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    found: list[int] = []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                found.extend(int(child) for child in f.read().split())
+        except FileNotFoundError:
+            if os.path.exists(f"/proc/{pid}/task/{tid}"):
+                return None  # the thread is there and its list is not: the kernel keeps none
+            continue  # the thread ended meanwhile
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _descendants_by_scan(root: int) -> list[int]:
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():

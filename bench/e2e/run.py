@@ -42,6 +42,17 @@ class Options:
     hops: bool = False  # the services stamp their appends: each claim's path in ten hops (hops.py)
 
 
+def run_loop(main):
+    """Run `main` on uvloop where it is installed, as the services and `simulate --live` do: this
+    process shares the machine's cores with the stack it measures, and its own CPU per message is
+    CPU the stack does not get."""
+    try:
+        from uvloop import run
+    except ImportError:
+        run = asyncio.run
+    return run(main)
+
+
 async def run_on_new_stack(options: Options, runs: list[tuple[float | None, int]],
                            say=lambda _line: None) -> list[dict]:
     """Start the stack, do each run of (rate, claims) on it in turn, stop the stack."""

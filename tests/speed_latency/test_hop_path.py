@@ -120,3 +120,17 @@ async def test_the_allocator_stamps_its_decision_batch_when_told(fresh_client, f
         for task in (deciding, following):
             task.cancel()
         await asyncio.gather(deciding, following, return_exceptions=True)
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(300)
+async def test_bench_e2e_hops_splits_every_claim_in_ten():
+    from bench.e2e.run import Options, run_on_new_stack
+
+    options = Options(claims=200, rate=200.0, nodes=4, drain_s=120.0, idle_s=0.0, settle_s=1.0, hops=True)
+    (result,) = await run_on_new_stack(options, [(options.rate, options.claims)])
+    assert result["lost"] == 0 and result["allocated"] == 200 and result["release_errors"] == 0, result
+    path = result["hop_path_ms"]
+    assert list(path) == [f"{a}_to_{b}" for a, b in zip(PATH_STAMPS, PATH_STAMPS[1:])]
+    assert all(hop["claims"] == 200 for hop in path.values()), path
+    assert result["cpu_slices_per_claim"]["nats-server"] > 0, result["cpu_slices_per_claim"]
