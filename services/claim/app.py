@@ -81,6 +81,9 @@ class ClaimService:
         self.on_intake_batch = None  # (size) -> None: the intake batch size histogram, when served
         self._submitting = asyncio.Lock()  # submit requests' checks and appends, one at a time
         self.waiting = 0  # submit requests waiting for their outcome now
+        # (kind, claim id) -> this service's clock when it last appended a renewal or activity
+        # report: the throttles below compare times of this one clock (see `_recent`)
+        self._appended: dict[tuple[str, str], float] = {}
 
     def _remember(self, seq: int, subject: str, event: ev.Event) -> None:
         kind = type(event)
@@ -193,6 +196,10 @@ class ClaimService:
 
     async def submit(self, spec: ClaimSpec, wait_seconds: float = 0.0, trace: dict | None = None,
                      system: str = "", internal: bool = False) -> dict:
+        # checked against the whole log: before the fold has caught up (a restart), an id it has not
+        # read yet looks free, and a claim reusing it (another system's, a different spec, an id
+        # sharing its subject) was appended instead of refused (tests/outsider/test_intake_while_catching_up.py)
+        await self.follower.caught_up.wait()
         async with self._submitting:  # checked against every submit before it, as it is appended
             event = self.prepare(spec, trace, system=system, internal=internal)
             existing = event is None
@@ -226,6 +233,10 @@ class ClaimService:
         queued behind it, while the fleet stayed full (`bench chaos`, "stalled")."""
         if self._all_known(claim_ids):
             return
+        # a start's catch-up first, however long (a big log's is longer than the 5 s below): before
+        # it ends, a claim it has not read yet was answered "no claim", and a workload renewing
+        # its lease heard that its claim was gone (session 31's outsider)
+        await self.follower.caught_up.wait()
         await self.follower.wait_for_seq(await self.log.last_seq(), timeout=5.0)
         if self.intake_drained is None or self._all_known(claim_ids):
             return
@@ -284,8 +295,10 @@ class ClaimService:
         # A renewal this soon after the last moves the lease's end by less than a tenth of it (a
         # second at most): answered, not appended, as activity reports, so a client renewing in a
         # loop does not grow the log (never purged, folded by every service) by one event a request
-        if now - claim.last_renewed >= (min(RENEW_EVERY_S, lease / 10) if lease else RENEW_EVERY_S):
+        every = min(RENEW_EVERY_S, lease / 10) if lease else RENEW_EVERY_S
+        if not self._recent("renew", claim_id, claim.last_renewed, now, every):
             appended = await self.log.append(subjects.claim(claim_id), ev.LeaseRenewed(claim_id=claim_id, at=now))
+            self._appended[("renew", claim_id)] = now
             await self.follower.wait_for_seq(appended.seq)
         return self.view(claim_id)
 
@@ -299,10 +312,26 @@ class ClaimService:
         now = self.clock()
         # Reports closer together than ACTIVITY_EVERY_S say nothing more for staleness (minutes):
         # answered, not appended, so a workload reporting in a loop does not grow the log with it
-        if now - claim.last_activity >= ACTIVITY_EVERY_S:
+        if not self._recent("activity", claim_id, claim.last_activity, now, ACTIVITY_EVERY_S):
             appended = await self.log.append(subjects.claim(claim_id), ev.ClaimActivity(claim_id=claim_id, at=now))
+            self._appended[("activity", claim_id)] = now
             await self.follower.wait_for_seq(appended.seq)  # the next report sees it (as renew does)
         return {"claim_id": claim_id}
+
+    def _recent(self, kind: str, claim_id: str, logged: float, now: float, every: float) -> bool:
+        """Whether a renewal (activity report) was stored less than `every` ago, so this one need not
+        be: by the claim's time in the log when it is in this clock's recent past, or by this
+        service's own last append. The log's time may be another host's (an allocation's is the
+        allocator's): a claim service whose clock is behind the allocator's found every renewal
+        'recent' and appended none, and the lease ran out while its holder renewed on time."""
+        if 0.0 <= now - logged < every:
+            return True
+        appended = self._appended
+        if len(appended) > 2 * len(self.state.claims) + 1024:  # forget ended claims now and then
+            claims = self.state.claims
+            self._appended = appended = {k: t for k, t in appended.items() if k[1] in claims}
+        last = appended.get((kind, claim_id))
+        return last is not None and 0.0 <= now - last < every
 
     # --- queries -------------------------------------------------------------------------------
 
@@ -409,9 +438,22 @@ async def _summary(service: ClaimService):
     by_status: dict[str, int] = {}
     for claim in s.claims.values():
         by_status[claim.status] = by_status.get(claim.status, 0) + 1
-    return cmd.ok({"last_seq": s.last_seq, "nodes": len(s.nodes),
+    return cmd.ok({"last_seq": s.last_seq, "caught_up": service.follower.caught_up.is_set(), "nodes": len(s.nodes),
                    "nodes_ready": sum(1 for n in s.nodes.values() if n.schedulable),
                    "devices": len(s.units), "claims": by_status, "pending": len(s.pending)})
+
+
+async def _once_caught_up(service: ClaimService, consume) -> None:
+    """The intake is taken once the fold has read the log as it was at start: a claim is checked
+    against every claim before it, and a refusal lands on a claim's subject only when no claim has
+    that id. Taken before, a malformed payload naming a pending claim's id (another namespace's)
+    was refused on that claim's subject, which ended the claim (session 31's outsider)."""
+    try:
+        await service.follower.caught_up.wait()
+    except BaseException:
+        consume.close()
+        raise
+    await consume
 
 
 async def build(ctx: ServiceContext) -> None:
@@ -437,11 +479,11 @@ async def build(ctx: ServiceContext) -> None:
     ctx.on_stop.append(writer.stop)
     js = ctx.nc.jetstream()
     service.intake_drained = lambda: wait_intake_drained(js)
-    ctx.spawn(consume_intake(js, service), "claim-intake")
+    ctx.spawn(_once_caught_up(service, consume_intake(js, service)), "claim-intake")
     # the systems' own intake subjects (gpu.intake.claim.<system>): a consumer of their own, as a
     # work-queue stream's consumers may not overlap (and one of several filters needs nats 2.10)
-    ctx.spawn(consume_intake(js, service, subject=f"{subjects.INTAKE_CLAIMS}.*", durable=SYSTEMS_DURABLE),
-              "claim-intake-systems")
+    ctx.spawn(_once_caught_up(service, consume_intake(js, service, subject=f"{subjects.INTAKE_CLAIMS}.*",
+                                                      durable=SYSTEMS_DURABLE)), "claim-intake-systems")
     if ctx.settings.kube_controller:  # GpuClaim objects on a cluster (off by default)
         from services.claim.kube_loop import run as run_kube
 
