@@ -86,6 +86,7 @@ async def one_run(stack, ops, publisher_nc, options: Options, rate: float | None
     await publisher.start()
     start_seq = await log.last_seq() + 1
     outcomes_before = await _outcome_writes(ops)
+    records_before = await _outcome_writes(ops, subjects.NODE_GRANTS_STREAM)
     tasks = [asyncio.ensure_future(follower.follow(start_seq)), asyncio.ensure_future(follower.release_forever())]
     meter = CpuMeter(stack.pid)
     idle = await _idle_cpu(meter, options.idle_s)
@@ -122,14 +123,17 @@ async def one_run(stack, ops, publisher_nc, options: Options, rate: float | None
     written = await _outcome_writes(ops)
     if written is not None and outcomes_before is not None:
         result["outcome_writes_per_claim"] = round((written - outcomes_before) / max(count, 1), 3)
+    written = await _outcome_writes(ops, subjects.NODE_GRANTS_STREAM)
+    if written is not None and records_before is not None:  # the allocator's node records (node_writer.py)
+        result["node_record_writes_per_claim"] = round((written - records_before) / max(count, 1), 3)
     return result
 
 
-async def _outcome_writes(ops) -> int | None:
+async def _outcome_writes(ops, stream: str = subjects.OUTCOMES_STREAM) -> int | None:
     """Messages ever stored on the outcome stream (its last sequence): the claim service's outcome
-    writes, and its checkpoints (one a second at most)."""
+    writes, and its checkpoints (one a second at most); or on another `stream`."""
     try:
-        return (await ops.jetstream().stream_info(subjects.OUTCOMES_STREAM)).state.last_seq
+        return (await ops.jetstream().stream_info(stream)).state.last_seq
     except Exception:  # a figure, not the run
         return None
 

@@ -134,3 +134,4 @@ async def test_bench_e2e_hops_splits_every_claim_in_ten():
     assert list(path) == [f"{a}_to_{b}" for a, b in zip(PATH_STAMPS, PATH_STAMPS[1:])]
     assert all(hop["claims"] == 200 for hop in path.values()), path
     assert result["cpu_slices_per_claim"]["nats-server"] > 0, result["cpu_slices_per_claim"]
+    assert result["node_record_writes_per_claim"] > 0, result  # each allocation changes a node's record
