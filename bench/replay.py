@@ -275,6 +275,10 @@ async def measure(nats_url: str, events: int, nodes: int, batched: bool, tail_fr
     figures["dropped_claims_freed_after_seconds"] = round(freed_s, 2)
     figures["catch_up_without_read_seconds"] = round(no_read_s, 2)
     # the rebuild's process: its peak, and what it held before reading an event (the interpreter)
+    # CPU seconds of the full rebuild: its own process's, and its read-ahead helper's (the read of
+    # all but the first messages, in a process of its own: shared.readahead)
+    figures["rebuild_cpu_seconds"] = child["cpu_s"]
+    figures["read_ahead_helper_cpu_seconds"] = child["helper_cpu_s"]
     figures["peak_rss_mb"] = child["peak_rss_mb"]
     figures["rebuild_rss_before_mb"] = child["rss_before_mb"]
     figures["claims_held_after_rebuild"] = child["claims_held"]
