@@ -94,7 +94,8 @@ def _refused(why: str) -> bool:
 
 def _service(name: str, data: Any) -> dict:
     if name == "claim":
-        return {"up": True, "last_seq": data.get("last_seq"), "nodes": data.get("nodes"),
+        return {"up": True, "last_seq": data.get("last_seq"), "caught_up": data.get("caught_up", True),
+                "nodes": data.get("nodes"),
                 "nodes_ready": data.get("nodes_ready"), "claims": data.get("claims", {}),
                 "pending": data.get("pending")}
     if name == "allocator":
@@ -131,6 +132,8 @@ def _print(report: dict) -> None:
         line = f"  {name:16} up"
         if s.get("last_seq") is not None and last is not None:
             line += f"  read to seq {s['last_seq']} ({max(0, last - s['last_seq'])} behind)"
+        if name == "claim" and not s.get("caught_up", True):
+            line += "  CATCHING UP: reading the log from the start; claims wait in the intake until it has"
         if name == "claim":
             claims = ", ".join(f"{k} {v}" for k, v in sorted(s["claims"].items())) or "none"
             line += f"  nodes {s['nodes_ready']}/{s['nodes']} ready  claims: {claims}"

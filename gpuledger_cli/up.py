@@ -161,8 +161,11 @@ async def _start_and_wait(children: list[Child], url: str, names: list[str], wan
     await nc.flush()
     # the streams first, as ops: a node agent may not create them, and would race the services
     # (a cluster still forming refuses R3 streams until its servers joined: waited out)
-    await asyncio.wait_for(until_done(lambda: ensure_streams(nc.jetstream(), replicas), "create the streams"),
-                           timeout)
+    # and the intake's limits set, also on a stream an older version made without them
+    settings = Settings()
+    await asyncio.wait_for(until_done(lambda: ensure_streams(nc.jetstream(), replicas, settings.intake_max_msgs,
+                                                             settings.intake_max_bytes, update_limits=True),
+                                      "create the streams"), timeout)
     for child in children:
         child.start()
     deadline = asyncio.get_running_loop().time() + timeout

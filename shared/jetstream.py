@@ -65,8 +65,20 @@ def stream_config(replicas: int = 1, duplicate_window_s: float = 120.0) -> api.S
     )
 
 
-def intake_stream_config(replicas: int = 1, duplicate_window_s: float = 120.0) -> api.StreamConfig:
+# What the intake holds at most (GPULEDGER_INTAKE_MAX_MSGS, _MAX_BYTES): past either, nats-server
+# refuses a publish with 503 "maximum messages exceeded" / "maximum bytes exceeded" (err_code 10077)
+# and keeps everything it acknowledged. Without them a publisher, or a backlog while the claim
+# service was down, could fill nats-server's disk, which stops the whole stack (session 31).
+INTAKE_MAX_MSGS = 1_000_000  # about 7 minutes of the whole stack's rate: a long outage's backlog
+INTAKE_MAX_BYTES = 1 << 30
+INTAKE_LIMITS = ("max_msgs", "max_bytes", "discard")
+
+
+def intake_stream_config(replicas: int = 1, duplicate_window_s: float = 120.0, max_msgs: int = INTAKE_MAX_MSGS,
+                         max_bytes: int = INTAKE_MAX_BYTES) -> api.StreamConfig:
     # A work queue: each raw claim is removed once the claim service has turned it into an event.
+    # Bounded, refusing new messages when full (never dropping one it took); one message is at most
+    # nats-server's max_payload (1 MiB by default: a valid claim fits however it is encoded).
     return api.StreamConfig(
         name=subjects.INTAKE_STREAM,
         subjects=["gpu.intake.>"],
@@ -74,6 +86,9 @@ def intake_stream_config(replicas: int = 1, duplicate_window_s: float = 120.0) -
         retention=api.RetentionPolicy.WORK_QUEUE,
         num_replicas=replicas,
         duplicate_window=duplicate_window_s,
+        max_msgs=max_msgs,
+        max_bytes=max_bytes,
+        discard=api.DiscardPolicy.NEW,
     )
 
 
@@ -112,14 +127,20 @@ def outcomes_stream_config(replicas: int = 1) -> api.StreamConfig:
 NO_PEERS_YET = 10005  # "no suitable peers for placement": a cluster whose servers have not all joined
 
 
-async def ensure_streams(js: JetStreamContext, replicas: int = 1) -> None:
+async def ensure_streams(js: JetStreamContext, replicas: int = 1, intake_max_msgs: int = INTAKE_MAX_MSGS,
+                         intake_max_bytes: int = INTAKE_MAX_BYTES, update_limits: bool = False) -> None:
     """Create the streams if missing; leave an existing stream's data alone. A cluster still
     forming refuses a replicated stream until enough servers joined: that refusal is raised as
-    unavailable, which `shared.retry.until_done` waits out."""
-    for config in (stream_config(replicas), intake_stream_config(replicas), outcomes_stream_config(replicas),
+    unavailable, which `shared.retry.until_done` waits out. `update_limits` (`gpuledger up`, as
+    ops: a service's user may only create streams) sets an existing intake's limits to these,
+    such as one made before it had any."""
+    intake = intake_stream_config(replicas, max_msgs=intake_max_msgs, max_bytes=intake_max_bytes)
+    for config in (stream_config(replicas), intake, outcomes_stream_config(replicas),
                    node_grants_config(replicas)):
         try:
-            await js.stream_info(config.name)
+            info = await js.stream_info(config.name)
+            if update_limits and config is intake and _limits_differ(info.config, intake):
+                await js.update_stream(_with_limits(info.config, intake))
         except NotFoundError:
             try:
                 await js.add_stream(config)
@@ -128,6 +149,18 @@ async def ensure_streams(js: JetStreamContext, replicas: int = 1) -> None:
                     raise ServiceUnavailableError(code=503, description=f"{config.name}: {err.description}",
                                                   err_code=err.err_code) from err
                 raise
+
+
+def _limits_differ(have: api.StreamConfig, want: api.StreamConfig) -> bool:
+    return any(getattr(have, name) != getattr(want, name) for name in INTAKE_LIMITS)
+
+
+def _with_limits(have: api.StreamConfig, want: api.StreamConfig) -> api.StreamConfig:
+    """The stream's own configuration (its replicas, its window) with `want`'s limits: lowering
+    them below what it holds refuses new messages until it has drained, and drops none."""
+    for name in INTAKE_LIMITS:
+        setattr(have, name, getattr(want, name))
+    return have
 
 
 PUBLISH_TIMEOUT_S = 5.0  # as nats-py's JetStream publish: an ack not back by then is a timeout

@@ -68,7 +68,8 @@ async def start_service(name: str, settings: Settings, build: Builder) -> Servic
     await broker.connect()
     ctx.nc = broker.connection
     # a start during an outage or a cluster's election waits it out instead of exiting
-    await until_done(lambda: ensure_streams(ctx.nc.jetstream(), settings.stream_replicas),
+    await until_done(lambda: ensure_streams(ctx.nc.jetstream(), settings.stream_replicas, settings.intake_max_msgs,
+                                            settings.intake_max_bytes),
                      f"{name}: checking the streams")
     ctx.log = JetStreamEventLog(ctx.nc)
     await build(ctx)

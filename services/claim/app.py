@@ -193,6 +193,10 @@ class ClaimService:
 
     async def submit(self, spec: ClaimSpec, wait_seconds: float = 0.0, trace: dict | None = None,
                      system: str = "", internal: bool = False) -> dict:
+        # checked against the whole log: before the fold has caught up (a restart), an id it has not
+        # read yet looks free, and a claim reusing it (another system's, a different spec, an id
+        # sharing its subject) was appended instead of refused (tests/outsider/test_intake_while_catching_up.py)
+        await self.follower.caught_up.wait()
         async with self._submitting:  # checked against every submit before it, as it is appended
             event = self.prepare(spec, trace, system=system, internal=internal)
             existing = event is None
@@ -409,9 +413,22 @@ async def _summary(service: ClaimService):
     by_status: dict[str, int] = {}
     for claim in s.claims.values():
         by_status[claim.status] = by_status.get(claim.status, 0) + 1
-    return cmd.ok({"last_seq": s.last_seq, "nodes": len(s.nodes),
+    return cmd.ok({"last_seq": s.last_seq, "caught_up": service.follower.caught_up.is_set(), "nodes": len(s.nodes),
                    "nodes_ready": sum(1 for n in s.nodes.values() if n.schedulable),
                    "devices": len(s.units), "claims": by_status, "pending": len(s.pending)})
+
+
+async def _once_caught_up(service: ClaimService, consume) -> None:
+    """The intake is taken once the fold has read the log as it was at start: a claim is checked
+    against every claim before it, and a refusal lands on a claim's subject only when no claim has
+    that id. Taken before, a malformed payload naming a pending claim's id (another namespace's)
+    was refused on that claim's subject, which ended the claim (session 31's outsider)."""
+    try:
+        await service.follower.caught_up.wait()
+    except BaseException:
+        consume.close()
+        raise
+    await consume
 
 
 async def build(ctx: ServiceContext) -> None:
@@ -437,11 +454,11 @@ async def build(ctx: ServiceContext) -> None:
     ctx.on_stop.append(writer.stop)
     js = ctx.nc.jetstream()
     service.intake_drained = lambda: wait_intake_drained(js)
-    ctx.spawn(consume_intake(js, service), "claim-intake")
+    ctx.spawn(_once_caught_up(service, consume_intake(js, service)), "claim-intake")
     # the systems' own intake subjects (gpu.intake.claim.<system>): a consumer of their own, as a
     # work-queue stream's consumers may not overlap (and one of several filters needs nats 2.10)
-    ctx.spawn(consume_intake(js, service, subject=f"{subjects.INTAKE_CLAIMS}.*", durable=SYSTEMS_DURABLE),
-              "claim-intake-systems")
+    ctx.spawn(_once_caught_up(service, consume_intake(js, service, subject=f"{subjects.INTAKE_CLAIMS}.*",
+                                                      durable=SYSTEMS_DURABLE)), "claim-intake-systems")
     if ctx.settings.kube_controller:  # GpuClaim objects on a cluster (off by default)
         from services.claim.kube_loop import run as run_kube
 

@@ -18,7 +18,8 @@ BAD = [("GPULEDGER_HEARTBEAT_S", "0", "> 0"), ("GPULEDGER_TICK_S", "-1", "> 0"),
        ("GPULEDGER_PENDING_EXPIRE_S", "-inf", ">= 0"), ("GPULEDGER_STREAM_REPLICAS", "inf", ">= 1"),
        ("GPULEDGER_STREAM_REPLICAS", "1.5", "whole number from 1 to 5"),
        ("GPULEDGER_STREAM_REPLICAS", "0", ">= 1"), ("GPULEDGER_METRICS_PORT", "70000", "from 0 to 65535"),
-       ("GPULEDGER_SNAPSHOT_EVERY", "0", ">= 1"), ("GPULEDGER_TICK_S", "fast", "must be a number")]
+       ("GPULEDGER_SNAPSHOT_EVERY", "0", ">= 1"), ("GPULEDGER_INTAKE_MAX_MSGS", "0", ">= 1"),
+       ("GPULEDGER_INTAKE_MAX_BYTES", "0", ">= 1"), ("GPULEDGER_TICK_S", "fast", "must be a number")]
 
 
 @pytest.mark.parametrize("name, value, words", BAD)

@@ -1,0 +1,90 @@
+"""A claim service that has not yet read the log takes nothing (session 31's outsider).
+
+The claim service announced itself ready and took the intake, and submit requests, while its fold
+was still reading the log (a restart: a million events take it 10-16 s). Every check of a claim
+against the claims before it was made against the part read so far:
+- a malformed payload naming a pending claim's id (another namespace's: ids are shared) was
+  refused on that claim's subject, since no claim had that id yet as far as the service knew, and
+  the fold then ended the pending claim as `rejected`;
+- a different claim with a used id was taken (`ok`, the other claim's view) instead of `conflict`.
+Now the intake and submits wait until the fold has read the log as it was at start; `status` says
+"catching up" meanwhile.
+
+The fold is held back here (the claim service's follower waits on a gate) so that the window is
+as long as a big log's, not as short as an empty one's."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import msgspec
+import nats
+import pytest
+
+from ledger.follower import Follower
+from schemas import events as ev
+from schemas import subjects
+from schemas.types import ClaimSpec
+from services.claim.intake import wait_intake_drained
+from shared.jetstream import JetStreamEventLog, ensure_streams
+from tests.service.helpers import request, running
+
+pytestmark = pytest.mark.timeout(120)
+VICTIM = "victim-1"
+
+
+@pytest.fixture
+def held_fold(monkeypatch):
+    """The followers started from now on wait for the gate before they read anything."""
+    gate = asyncio.Event()
+    run = Follower.run
+
+    async def held(self, until=None):
+        await gate.wait()
+        await run(self, until)
+
+    monkeypatch.setattr(Follower, "run", held)
+    return gate
+
+
+async def _victim_pending(nc) -> None:
+    await ensure_streams(nc.jetstream())
+    spec = ClaimSpec(claim_id=VICTIM, namespace="team-b", gpus=1, models=["H100"])
+    await JetStreamEventLog(nc).append(subjects.claim(VICTIM), ev.ClaimSubmitted(claim=spec, at=1.0), msg_id=VICTIM)
+
+
+async def _status_text(url: str) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gpuledger_cli.main", "status", "--nats-url", url, "--timeout", "5",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, _err = await asyncio.wait_for(proc.communicate(), 120)
+    return out.decode()
+
+
+async def test_a_refusal_during_catch_up_does_not_end_a_claim_it_names(fresh_nats, held_fold):
+    nc = await nats.connect(fresh_nats.url)
+    js = nc.jetstream()
+    await _victim_pending(nc)
+    async with running(fresh_nats.url, "claim"):
+        hostile = {"claim_id": VICTIM, "namespace": "team-a", "gpus": -1}
+        await js.publish(subjects.INTAKE_CLAIMS, msgspec.json.encode(hostile), headers={"Nats-Msg-Id": "hostile-1"})
+        reuse = {"claim": {"claim_id": VICTIM, "namespace": "team-a", "gpus": 0, "cpu_milli": 100}}
+        answer = asyncio.ensure_future(request(nc, subjects.command("claim.submit"), reuse, timeout=60))
+        summary = await request(nc, subjects.query("cluster.summary"), {})
+        assert summary["data"]["caught_up"] is False, summary
+        assert "claim            up  read to seq 0 (1 behind)  CATCHING UP" in await _status_text(fresh_nats.url)
+        await asyncio.sleep(1.0)  # room for the intake to be taken before the fold has read the log
+        held_fold.set()
+        reply = await answer
+        assert reply["ok"] is False and reply["error"]["code"] == "conflict", reply
+        await asyncio.wait_for(wait_intake_drained(js, timeout=60), 60)
+        victim = await request(nc, subjects.query("claim.get"), {"claim_id": VICTIM})
+        assert victim["ok"] and victim["data"]["status"] == "pending", victim
+        assert victim["data"]["namespace"] == "team-b"
+        # the malformed payload was refused all the same: on the dead-letter subject
+        dead = await js.get_last_msg(subjects.STREAM, subjects.DEAD_LETTER + ".intake")
+        assert msgspec.json.decode(dead.data)["code"] == "invalid"
+        summary = await request(nc, subjects.query("cluster.summary"), {})
+        assert summary["data"]["caught_up"] is True, summary
+    await nc.close()
