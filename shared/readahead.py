@@ -38,6 +38,7 @@ from shared.fastread import RangeReader, RangeReadError, open_range_reader
 READ_AHEAD_MIN = 50_000  # stored messages; below this a helper's start costs more than it saves
 HEAD = 16_384  # messages read by the caller itself while the helper starts
 PIPE_SIZE = 1 << 20  # asked of the kernel (Linux's default pipe-max-size): a batch or so ahead
+AHEAD_BYTES = 4 << 20  # taken out of the pipe ahead of the fold at most (then the helper waits)
 _READ = 1 << 20
 _FRAME = struct.Struct("<cI")  # kind, length of what follows
 BATCH, END, FAILED = b"B", b"E", b"X"
@@ -156,8 +157,10 @@ async def _helper_batches(pipe: "_Pipe", helper) -> AsyncIterator[list]:
 
 
 class _Pipe:
-    """Frames from the helper's pipe. Every frame asked for first takes whatever the pipe holds
-    (without waiting), so the helper can fill it again while the caller folds."""
+    """Frames from the helper's pipe. Every frame asked for first takes what the pipe holds
+    (without waiting, up to AHEAD_BYTES unread here), so the helper can fill it again while the
+    caller folds; never more, or a helper faster than the fold would have the whole range read
+    into this buffer."""
 
     def __init__(self, fd: int):
         self.fd, self.buf, self.pos, self.eof = fd, bytearray(), 0, False
@@ -169,12 +172,14 @@ class _Pipe:
 
     async def frame(self) -> tuple[bytes | None, bytearray]:
         """(kind, body) of the next frame; (None, empty) once the pipe closed between frames."""
-        self._drain()
+        need = _FRAME.size
+        self._drain(need)
         while True:
             have = len(self.buf) - self.pos
             if have >= _FRAME.size:
                 kind, size = _FRAME.unpack_from(self.buf, self.pos)
-                if have >= _FRAME.size + size:
+                need = _FRAME.size + size
+                if have >= need:
                     start = self.pos + _FRAME.size
                     self.pos = start + size
                     return kind, self.buf[start:self.pos]
@@ -183,13 +188,15 @@ class _Pipe:
                     raise RangeReadError("the read-ahead helper's last frame was cut short")
                 return None, bytearray()
             await self._readable()
-            self._drain()
+            self._drain(need)
 
-    def _drain(self) -> None:
+    def _drain(self, need: int) -> None:
+        """Read what the pipe holds, until AHEAD_BYTES are unread here (or `need`, if more)."""
         if self.pos and self.pos * 2 >= len(self.buf):  # keep the buffer to what is unread
             del self.buf[:self.pos]
             self.pos = 0
-        while not self.eof:
+        most = max(AHEAD_BYTES, need)
+        while not self.eof and len(self.buf) - self.pos < most:
             try:
                 data = os.read(self.fd, _READ)
             except BlockingIOError:

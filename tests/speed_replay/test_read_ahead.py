@@ -132,3 +132,35 @@ async def test_a_read_stopped_early_leaves_no_helper_running(fresh_nats, small_r
             os.kill(started[0].pid, 0)
     finally:
         await nc.close()
+
+
+async def test_the_caller_takes_at_most_ahead_bytes_out_of_the_pipe_ahead_of_its_fold(monkeypatch):
+    """A helper faster than the fold: the caller's buffer stays near AHEAD_BYTES (it held the whole
+    range once, 275 MB of a 1M-event log), and every frame still arrives whole and in order."""
+    monkeypatch.setattr(readahead, "AHEAD_BYTES", 32 * 1024)
+    monkeypatch.setattr(readahead, "_READ", 16 * 1024)
+    frames, size = 200, 10 * 1024
+    read_fd, write_fd = os.pipe()
+
+    def write_all():
+        for i in range(frames):
+            readahead._write(write_fd, readahead.BATCH, bytes([i % 256]) * size)
+        readahead._write(write_fd, readahead.END, b"")
+        os.close(write_fd)
+
+    os.set_blocking(read_fd, False)
+    pipe, unread, got = readahead._Pipe(read_fd), [], []
+    writer = asyncio.get_running_loop().run_in_executor(None, write_all)
+    try:
+        while True:
+            kind, body = await pipe.frame()
+            unread.append(len(pipe.buf) - pipe.pos)
+            if kind == readahead.END:
+                break
+            got.append(bytes(body[:1]) * len(body))
+            await asyncio.sleep(0.001)  # the fold of a batch: the writer fills the pipe meanwhile
+    finally:
+        pipe.close()
+        await writer
+    assert got == [bytes([i % 256]) * size for i in range(frames)]
+    assert max(unread) <= 32 * 1024 + 16 * 1024 + size
