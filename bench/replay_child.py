@@ -51,11 +51,12 @@ async def main(url: str) -> dict:
     nc = await connect(url, name="bench-replay-rebuild")
     try:
         before = peak_rss_mb()  # the interpreter and its imports, before any event is read
-        cpu, helpers = time.process_time(), _children_cpu()
-        state, seconds, freed_s = await rebuild(JetStreamEventLog(nc), Settings(nats_url=url))
+        cpu, helpers, ready = time.process_time(), _children_cpu(), {}
+        state, seconds, freed_s = await rebuild(JetStreamEventLog(nc), Settings(nats_url=url), cpu=ready)
         # CPU seconds to caught up and freed: this process's, and its read-ahead helper's
         cpu, helpers = time.process_time() - cpu, _children_cpu() - helpers
         return {"seconds": seconds, "freed_s": freed_s, "cpu_s": round(cpu, 2),
+                "cpu_ready_s": round(ready["ready"], 2),
                 "helper_cpu_s": round(helpers, 2), "peak_rss_mb": round(peak_rss_mb(), 1),
                 "rss_before_mb": round(before, 1), "claims_held": len(state.claims),
                 "digest": state_digest(state)}
