@@ -65,10 +65,10 @@ UNFREEZE_EVERY = 500
 # them in a slice (their memory comes back cold one at a time); a slice bounds what is held.
 SHED_SLICE = 20_000
 # ... and the slices' claims are put aside with the last one (`dropped`, freed by the caller after it
-# is caught up: the allocator between its first passes) until this many are: freeing them took a
-# sixth of a catch-up's time, which a restart's first decisions need not wait for. About 2.5 KB a
-# claim: 100,000 of them hold some 250 MB more at most, whatever the log's length.
-FREE_LATER = 100_000
+# is caught up: the allocator between its first passes) until this many are: freeing them is work a
+# restart's first decisions need not wait for (60,000 of a 1M-event log's: 0.23 s of CPU here). About
+# 3.5 KB a claim of `bench replay`'s log: they hold some 230 MB more at most, whatever the log's length.
+FREE_LATER = 60_000
 # `old_generation_off`: the oldest generation's automatic threshold while it is off (never reached).
 OLD_GENERATION_OFF = 1 << 30
 
