@@ -178,11 +178,17 @@ def set_default(
     single_max_limits_tflops: Optional[str] = _opt("per-workload TFLOPS limits"),
     single_max_limits_vram: Optional[str] = _opt("per-workload VRAM limits"),
     single_max_gpu_count: Optional[int] = _count("most GPUs per workload"),
+    preempt_other_namespaces: bool = typer.Option(
+        False, "--preempt-other-namespaces",
+        help="the claims of every namespace without a quota of its own may evict other namespaces' "
+             "lower-priority claims (default: priority orders and preempts within a namespace only)"),
     as_json: bool = JsonOpt,
     url: Optional[str] = NatsUrl,
 ) -> None:
     """Set the quota of every namespace that has none of its own (each namespace on its own)."""
     body = {k: v for k, v in _quantities(locals()).items() if v is not None}
+    if preempt_other_namespaces:  # sent only when set: a quota service of before session 31 refuses the field
+        body["preempt_other_namespaces"] = True
     data = run(request(nats_url(url), subjects.command("quota.default.set"), body))
     if as_json:
         print_json(data)

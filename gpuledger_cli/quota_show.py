@@ -117,6 +117,8 @@ def print_default(data: dict) -> None:
                         ("single max gpus", single.get("max_gpu_count"))):
         if value is not None:
             typer.echo(f"  {name:<19} {value}")
+    if spec.get("preempt_other_namespaces"):
+        typer.echo("  priority           may preempt other namespaces' claims")
     applies = data.get("applies_to", [])
     typer.echo(f"  applies to {', '.join(applies) if applies else 'no namespace with use yet'}")
 

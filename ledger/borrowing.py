@@ -8,7 +8,8 @@
   branch above its quota (`rule="nominal"`); when it borrows too, only from branches whose fair
   share is above what its own branch's share would be after it is placed (`rule="fair-share"`,
   Kueue's LessThanInitialShare, which cannot ping-pong). A namespace within its own quota is
-  never a victim.
+  never a victim. Victims are ranked across namespaces by fair share, by priority only within
+  one namespace (`_borrowers_claims`).
 - `namespace_share`: the queue's fair-sharing key (see `ledger.cohorts.Subtrees.share`).
 """
 
@@ -123,12 +124,19 @@ def _branches(books: Subtrees, cohort: str, mine: str, within: bool, cost: Cost 
 
 def _borrowers_claims(books: Subtrees, branch: str, holding: dict[str, list[Claim]]) -> list[Claim]:
     """Claims of namespaces in the branch that use more than their own quota: borrowed grants
-    first, then lowest priority, newest first. Gang members are never taken one by one."""
-    found = []
+    first; among namespaces, the one with the largest fair share first (what an admin set: quotas
+    and fair-sharing weights); within a namespace, lowest priority, newest first. A claim's
+    priority is its publisher's word, so it orders its own namespace's claims only: ranked across
+    namespaces, a namespace could make its loans unreclaimable by giving its claims a high priority
+    (as for preemption: services/allocator/core/priority_scope.py). Gang members are never taken
+    one by one."""
+    found, shares = [], {}
     for namespace in books.tree.members(branch):
         if any(books.over(namespace, d) > EPS for d in SHARED_DIMS):
+            shares[namespace] = books.share(namespace, SHARED_DIMS)
             found += [c for c in holding.get(namespace, ()) if not c.spec.gang_id]
-    found.sort(key=lambda c: (not c.borrowed_from, c.spec.priority, -c.allocated_at, -c.seq))
+    found.sort(key=lambda c: (not c.borrowed_from, -shares[c.spec.namespace], c.spec.namespace,
+                              c.spec.priority, -c.allocated_at, -c.seq))
     return found
 
 

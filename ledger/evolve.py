@@ -369,6 +369,10 @@ def fold_usage(state: State, e: ev.UsageObserved, not_yet: frozenset | set = fro
         holders = unit.holders
         if not_yet and holders:
             holders = [cid for cid in holders if cid not in not_yet]
+        for claim_id in holders:  # its first report since the allocation, on the agent's clock
+            claim = state.claims[claim_id]
+            if not claim.reported_at:
+                claim.reported_at = e.at
         if not (usage.pids or usage.utilization_percent > 0):
             state.idle_watch.update(dict.fromkeys(holders))
             continue

@@ -138,6 +138,9 @@ class Claim:
     allocated_at: float = 0.0
     last_renewed: float = 0.0
     last_activity: float = 0.0
+    # the node agent's time (its own clock) of the first usage report on the claim's devices after
+    # its allocation, 0 before one: an idle allocation is judged in the agent's times only
+    reported_at: float = 0.0
     tflops: float = 0.0
     vram_mib: int = 0
     limit_tflops: float = 0.0
@@ -191,7 +194,7 @@ def new_claim(spec: ClaimSpec, seq: int, at: float) -> Claim:
     claim = _new_claim(Claim)
     claim.spec, claim.seq, claim.submitted_at, claim.status = spec, seq, at, "pending"
     claim.grants, claim.node, claim.reasons = [], "", []
-    claim.allocated_at = claim.last_renewed = 0.0
+    claim.allocated_at = claim.last_renewed = claim.reported_at = 0.0
     claim.last_activity = at
     claim.tflops, claim.vram_mib, claim.limit_tflops, claim.limit_vram_mib = 0.0, 0, 0.0, 0
     claim.borrowed_from, claim.env, claim.end_reason = "", {}, ""

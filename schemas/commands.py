@@ -101,6 +101,8 @@ class SetDefaultQuota(Command):
     single_max_limits_tflops: str | float | None = None
     single_max_limits_vram: str | None = None
     single_max_gpu_count: int | None = None
+    # every namespace without a quota of its own may then evict other namespaces' claims by priority
+    preempt_other_namespaces: bool = False
 
 
 class DeleteQuota(Command):

@@ -332,7 +332,10 @@ class ClaimEvicted(Event, tag=True):
 
 class AllocationExpired(Event, tag=True):
     claim_id: str
-    last_renewed: float
+    last_renewed: float  # the claim service's time of the last renewal (or the allocation's)
+    # the deciding allocator's time of hearing that renewal (or allocation), which the lease is
+    # judged by (services/allocator/core/heard.py); 0: judged by `last_renewed` (before session 31)
+    heard_at: float = 0.0
 
 
 class AllocationUnused(Event, tag=True):
@@ -354,9 +357,12 @@ class NodeLost(Event, tag=True):
     frees every claim the node still holds, which it names."""
 
     node: str
-    last_heartbeat: float
+    last_heartbeat: float  # the node agent's time of its last heartbeat (its own clock)
     released: list[str] = []
     partial: bool = False
+    # the deciding allocator's time of hearing the node last, which silence is judged by
+    # (services/allocator/core/heard.py); 0: judged by `last_heartbeat` (before session 31)
+    heard_at: float = 0.0
 
 
 class ClaimEnding(Event, tag=True):

@@ -35,6 +35,7 @@ from ledger.integrity import dangling_references
 from ledger.state import State
 from services.allocator.core.decide import POLICY_VERSION, DecideContext, decide_kept
 from services.allocator.core.frag_cache import FragCache
+from services.allocator.core.heard import Heard
 from services.allocator.core.scorers import DEFAULT_POLICY
 from services.allocator.core.waiting import WaitingIndex
 from services.allocator.claim_fences import ClaimFences
@@ -106,6 +107,9 @@ class Allocator:
         self.batches_appended = 0
         self.endings_marked = 0  # ClaimEnding marks appended (services/allocator/end_fence.py)
         self.heard_since = 0.0  # see DecideContext.heard_since; set by `reconnected`
+        # when each node, submit, allocation and renewal was heard, on this allocator's clock: what
+        # silence is judged by, never another host's clock (core/heard.py); `since` set at the first pass
+        self.heard = Heard(own=name)
         self._reconnects_seen = 0
         self._resync_to = 0  # the stream's last sequence when the connection last came back
         self.conflicts = 0
@@ -160,6 +164,10 @@ class Allocator:
             self._traces.pop(member.claim_id, None)
         if isinstance(member, _TRIGGERS):
             self.dirty.set()
+        if type(member) is ev.UsageObserved:
+            self.heard.usage(member, self.state.units, self.clock())
+        else:
+            self.heard.hear(member, self.clock())
         moved = self.fences.heard(seq, subject, member)
         if isinstance(member, ev.ClaimSubmitted):
             self.fences.prune(self.state.claims)
@@ -244,7 +252,11 @@ class Allocator:
             tick.cancel()
 
     def context(self, timers: bool = True) -> DecideContext:
-        return DecideContext(
+        heard = self.heard
+        if not heard.since:  # caught up: what the catch-up folded counts as heard from now
+            heard.since = self.clock()
+        heard.prune(self.state.claims, self.state.nodes)
+        return DecideContext(heard=heard,
             now=self.clock(), policy=self.settings.policy or DEFAULT_POLICY, check_timers=timers,
             memo=self.memo, waiting=self.waiting, needs_memo=self.needs_memo, frag=self.frag,
             node_timeout_s=self.settings.node_timeout_s, stale_after_s=self.settings.stale_after_s,
@@ -296,6 +308,7 @@ class Allocator:
                 return 0
             batch = msgspec.structs.replace(batch, decisions=decisions, at=decisions[0].at)
             payload = ev.encode_event(batch)
+        self.heard.allocated(decisions, batch.at)  # its leases run from now (heard again when folded)
         self.own.hold(self.state, batch, journal, payload)
         try:
             return await self._append(batch, decisions, fence, payload)

@@ -81,6 +81,9 @@ class ClaimService:
         self.on_intake_batch = None  # (size) -> None: the intake batch size histogram, when served
         self._submitting = asyncio.Lock()  # submit requests' checks and appends, one at a time
         self.waiting = 0  # submit requests waiting for their outcome now
+        # (kind, claim id) -> this service's clock when it last appended a renewal or activity
+        # report: the throttles below compare times of this one clock (see `_recent`)
+        self._appended: dict[tuple[str, str], float] = {}
 
     def _remember(self, seq: int, subject: str, event: ev.Event) -> None:
         kind = type(event)
@@ -230,6 +233,10 @@ class ClaimService:
         queued behind it, while the fleet stayed full (`bench chaos`, "stalled")."""
         if self._all_known(claim_ids):
             return
+        # a start's catch-up first, however long (a big log's is longer than the 5 s below): before
+        # it ends, a claim it has not read yet was answered "no claim", and a workload renewing
+        # its lease heard that its claim was gone (session 31's outsider)
+        await self.follower.caught_up.wait()
         await self.follower.wait_for_seq(await self.log.last_seq(), timeout=5.0)
         if self.intake_drained is None or self._all_known(claim_ids):
             return
@@ -288,8 +295,10 @@ class ClaimService:
         # A renewal this soon after the last moves the lease's end by less than a tenth of it (a
         # second at most): answered, not appended, as activity reports, so a client renewing in a
         # loop does not grow the log (never purged, folded by every service) by one event a request
-        if now - claim.last_renewed >= (min(RENEW_EVERY_S, lease / 10) if lease else RENEW_EVERY_S):
+        every = min(RENEW_EVERY_S, lease / 10) if lease else RENEW_EVERY_S
+        if not self._recent("renew", claim_id, claim.last_renewed, now, every):
             appended = await self.log.append(subjects.claim(claim_id), ev.LeaseRenewed(claim_id=claim_id, at=now))
+            self._appended[("renew", claim_id)] = now
             await self.follower.wait_for_seq(appended.seq)
         return self.view(claim_id)
 
@@ -303,10 +312,26 @@ class ClaimService:
         now = self.clock()
         # Reports closer together than ACTIVITY_EVERY_S say nothing more for staleness (minutes):
         # answered, not appended, so a workload reporting in a loop does not grow the log with it
-        if now - claim.last_activity >= ACTIVITY_EVERY_S:
+        if not self._recent("activity", claim_id, claim.last_activity, now, ACTIVITY_EVERY_S):
             appended = await self.log.append(subjects.claim(claim_id), ev.ClaimActivity(claim_id=claim_id, at=now))
+            self._appended[("activity", claim_id)] = now
             await self.follower.wait_for_seq(appended.seq)  # the next report sees it (as renew does)
         return {"claim_id": claim_id}
+
+    def _recent(self, kind: str, claim_id: str, logged: float, now: float, every: float) -> bool:
+        """Whether a renewal (activity report) was stored less than `every` ago, so this one need not
+        be: by the claim's time in the log when it is in this clock's recent past, or by this
+        service's own last append. The log's time may be another host's (an allocation's is the
+        allocator's): a claim service whose clock is behind the allocator's found every renewal
+        'recent' and appended none, and the lease ran out while its holder renewed on time."""
+        if 0.0 <= now - logged < every:
+            return True
+        appended = self._appended
+        if len(appended) > 2 * len(self.state.claims) + 1024:  # forget ended claims now and then
+            claims = self.state.claims
+            self._appended = appended = {k: t for k, t in appended.items() if k[1] in claims}
+        last = appended.get((kind, claim_id))
+        return last is not None and 0.0 <= now - last < every
 
     # --- queries -------------------------------------------------------------------------------
 

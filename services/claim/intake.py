@@ -29,6 +29,7 @@ from schemas.types import ClaimSpec, Reason
 from schemas.wording import in_words, whole_payload_words
 from shared import jsreply
 from shared.commands import DomainError, field_of, name_the_key
+from shared.eventlog import AppendConflict
 from shared.retry import TRANSIENT, Backoff
 from shared.telemetry import inject_headers, tracer
 
@@ -383,7 +384,14 @@ async def _reject(service, claim_id: str, code: str, message: str, field: str, d
     a claim: a different claim (or a malformed payload) reusing the id must never touch it."""
     event = await _dead_letter(service, claim_id, code, message, field, data, seq, system)
     if claim_id and not _known(service, claim_id, specs):
-        await service.log.append(subjects.claim(claim_id), event, msg_id=f"rejected-{claim_id}")
+        # and only onto a subject nothing is stored on, checked by nats-server: a claim with this id
+        # appended a moment ago (a submit request, the other intake consumer) and not yet folded
+        # here is not known above, and the fold ends a pending claim on its refusal (session 31)
+        try:
+            await service.log.append(subjects.claim(claim_id), event, msg_id=f"rejected-{claim_id}",
+                                     expected_last_subject_seq=0)
+        except AppendConflict:
+            log.debug("intake refusal of %r kept as a dead letter only: its subject holds a claim", claim_id)
 
 
 def _known(service, claim_id: str, specs: dict[str, ClaimSpec]) -> bool:

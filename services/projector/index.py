@@ -66,6 +66,12 @@ def _submitted(e: ev.ClaimSubmitted) -> str:
     return f"submitted in {e.claim.namespace}: {shape_of(e.claim)}, priority {e.claim.priority}"
 
 
+def _heard(e) -> str:
+    """The writer's time and the deciding allocator's time of hearing it (which the verdict was
+    judged by: services/allocator/core/heard.py) differ by the two hosts' clocks and the delivery."""
+    return f", heard by the allocator at {e.heard_at:.3f}" if e.heard_at else ""
+
+
 def _allocated(e: ev.ClaimAllocated) -> str:
     devices = ", ".join(f"{g.uuid}({g.milli}m)" if g.milli < 1000 else g.uuid for g in e.grants)
     text = f"allocated on {e.node}: {devices or 'no gpu'}"
@@ -88,10 +94,10 @@ _SUMMARIES = {
     ev.AllocationRejected: lambda e: f"rejected ({e.code}): {_reasons(e.reasons)}",
     ev.ClaimEvicted: lambda e: f"evicted ({e.rule})" + (f" for {e.beneficiary}" if e.beneficiary else "")
     + (f": {e.detail}" if e.detail else ""),
-    ev.AllocationExpired: lambda e: f"lease expired (last renewed {e.last_renewed:.3f})",
+    ev.AllocationExpired: lambda e: f"lease expired (last renewed {e.last_renewed:.3f}{_heard(e)})",
     ev.AllocationUnused: lambda e: f"released unused: {e.reason}",
     ev.ProcessKilled: lambda e: f"node agent killed pid {e.pid} on {e.node} {e.uuid}: {e.reason}".rstrip(),
-    ev.NodeLost: lambda e: f"node {e.node} lost (last heartbeat {e.last_heartbeat:.3f})",
+    ev.NodeLost: lambda e: f"node {e.node} lost (last heartbeat {e.last_heartbeat:.3f}{_heard(e)})",
     ev.DriftCleared: lambda e: f"drift on {e.node} cleared: {e.kind}",
     ev.QuotaBorrowed: lambda e: f"{e.namespace} borrowed through {e.parent} from "
     f"{', '.join(e.lenders) or 'the parent'}: {e.tflops:g} TFLOPS, {e.vram_mib} MiB",

@@ -88,3 +88,46 @@ async def test_a_refusal_during_catch_up_does_not_end_a_claim_it_names(fresh_nat
         summary = await request(nc, subjects.query("cluster.summary"), {})
         assert summary["data"]["caught_up"] is True, summary
     await nc.close()
+
+
+async def test_a_refusal_lands_only_on_a_subject_nothing_is_stored_on(fresh_nats):
+    """The same refusal with the fold caught up but a claim of that id appended a moment ago and not
+    yet folded (a submit request, or the other intake consumer, racing): nats-server checks that
+    the claim's subject is empty (`Nats-Expected-Last-Subject-Sequence: 0`)."""
+    from services.claim.app import ClaimService
+    from services.claim.intake import handle_intake_batch
+
+    nc = await nats.connect(fresh_nats.url)
+    await _victim_pending(nc)
+    log = JetStreamEventLog(nc)
+    service = ClaimService(log)  # its fold not run: it has not read the claim, as in the race
+    hostile = msgspec.json.encode({"claim_id": VICTIM, "namespace": "team-a", "gpus": -1})
+    await handle_intake_batch(service, [(hostile, {}, 7, "")])
+    on_subject = [type(s.event).__name__ async for s in log.subject_after(subjects.claim(VICTIM))]
+    assert on_subject == ["ClaimSubmitted"]
+    dead = await nc.jetstream().get_last_msg(subjects.STREAM, subjects.DEAD_LETTER + ".intake")
+    assert msgspec.json.decode(dead.data)["claim_id"] == VICTIM
+    # an id no claim has still hears its refusal on its own subject
+    await handle_intake_batch(service, [(msgspec.json.encode({"claim_id": "fresh-1", "namespace": "team-a",
+                                                              "gpus": -1}), {}, 8, "")])
+    assert [type(s.event).__name__ async for s in log.subject_after(subjects.claim("fresh-1"))] == ["ClaimRejected"]
+    await nc.close()
+
+
+async def test_a_claim_not_read_yet_is_not_answered_no_claim(fresh_nats, held_fold):
+    """A renewal or a lookup during a catch-up longer than read-your-writes' waits (10 s) was answered
+    "no claim" (`not-found`): a workload renewing its lease heard its claim was gone. It waits for
+    the catch-up now (the caller's own timeout bounds it)."""
+    nc = await nats.connect(fresh_nats.url)
+    await _victim_pending(nc)
+    async with running(fresh_nats.url, "claim"):
+        asked = [asyncio.ensure_future(request(nc, subjects.query(q), {"claim_id": VICTIM}, timeout=60))
+                 for q in ("claim.get", "claim.explain")]
+        renew = asyncio.ensure_future(request(nc, subjects.command("claim.renew"), {"claim_id": VICTIM}, timeout=60))
+        await asyncio.sleep(11.0)  # past read-your-writes' two 5 s waits for the log's end
+        held_fold.set()
+        for reply in await asyncio.gather(*asked):
+            assert reply["ok"] and reply["data"]["namespace"] == "team-b", reply
+        reply = await renew  # pending: it holds no lease to renew, and says so
+        assert reply["ok"] is False and reply["error"]["code"] == "conflict", reply
+    await nc.close()

@@ -33,6 +33,7 @@ async def test_a_node_heard_after_the_fold_is_not_declared_lost(fresh_client, fr
     allocator = Allocator(log, settings_for(fresh_nats.url, node_timeout_s=30.0), "late", clock=lambda: now[0])
     following = asyncio.ensure_future(allocator.follow(await log.last_seq()))
     await allocator.caught_up.wait()
+    assert await asyncio.wait_for(allocator.decide_once(timers=True), timeout=20) == 0  # hearing from now
     following.cancel()  # the fold stops here, as a busy allocator's falls behind
     await asyncio.gather(following, return_exceptions=True)
     now[0] += 60.0  # past the node timeout, judged on the fold
@@ -40,12 +41,15 @@ async def test_a_node_heard_after_the_fold_is_not_declared_lost(fresh_client, fr
     stored = await asyncio.wait_for(allocator.decide_once(timers=True), timeout=20)
     assert stored == 0
     assert await _lost(log) == []
-    # a node silent in the log itself is still declared lost
+    # a node silent in the log itself is still declared lost: a node timeout after the allocator
+    # began hearing (silence is judged by its own clock, not the agent's: core/heard.py)
     now[0] += 60.0
     allocator = Allocator(log, settings_for(fresh_nats.url, node_timeout_s=30.0), "caught-up", clock=lambda: now[0])
     following = asyncio.ensure_future(allocator.follow(await log.last_seq()))
     try:
         await allocator.caught_up.wait()
+        assert await asyncio.wait_for(allocator.decide_once(timers=True), timeout=20) == 0
+        now[0] += 31.0
         assert await asyncio.wait_for(allocator.decide_once(timers=True), timeout=20) >= 1
         assert await _lost(log) == ["node-x"]
     finally:

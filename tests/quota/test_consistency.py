@@ -90,9 +90,12 @@ async def test_an_allocation_nothing_runs_on_is_released_and_every_view_says_why
     assert claim["status"] == "allocated", claim
     uuid = claim["devices"][0]["uuid"]
     log = JetStreamEventLog(nc)
-    later = claim["allocated_at"] + 301.0  # the node agent's clock: it saw the device idle since
-    await log.append(subjects.node("n1"), ev.UsageObserved(node="n1", at=later, devices=[
-        DeviceUsage(uuid=uuid, pids=[])]))
+    # the node agent's clock: it saw the device idle from its first report after the allocation on
+    # (idle time is judged in its own times only: core/timers.py)
+    first = claim["allocated_at"] + 1.0
+    for at in (first, first + 301.0):
+        await log.append(subjects.node("n1"), ev.UsageObserved(node="n1", at=at, devices=[
+            DeviceUsage(uuid=uuid, pids=[])]))
     await log.append(subjects.node("n1"), ev.NodeHeartbeat(node="n1", at=time.time()))
     for _ in range(400):
         got = await request(nc, subjects.query("claim.explain"), {"claim_id": "idle-1"})

@@ -41,13 +41,14 @@ def held_on_gpu0(*events):
 
 def test_an_allocation_nothing_runs_on_past_the_grace_is_released_with_a_reason():
     state = held_on_gpu0()
-    add(state, seen(500.0, **{"n1-gpu0": []}))
-    assert tick(state, now=600.0) == []  # idle 490 s by the agent's report: within the grace
+    # idle from the agent's first report after the allocation on (its clock only: core/timers.py)
+    add(state, seen(20.0, **{"n1-gpu0": []}), seen(500.0, **{"n1-gpu0": []}))
+    assert tick(state, now=600.0) == []  # idle 480 s by the agent's reports: within the grace
     add(state, seen(950.0, **{"n1-gpu0": []}))
     [released] = tick(state, now=951.0)
     assert isinstance(released, ev.AllocationUnused) and released.claim_id == "c1"
-    assert (released.idle_since, released.observed_at, released.grace_s) == (10.0, 950.0, GRACE)
-    assert released.reason == "no process on its devices from 10 to 950 (940s, grace 900s)"
+    assert (released.idle_since, released.observed_at, released.grace_s) == (20.0, 950.0, GRACE)
+    assert released.reason == "no process on its devices from 20 to 950 (930s, grace 900s)"
     claim = state.claims["c1"]
     assert claim.status == "released" and state.usage["team-a"].vram_mib == 0
     assert claim.history[-1] == "951.000 released unused: " + released.reason  # claim explain
@@ -65,7 +66,7 @@ def test_a_process_seen_restarts_the_grace_and_unreported_devices_are_never_judg
 
 def test_nothing_is_released_when_the_rule_is_off_and_the_watch_list_survives_a_snapshot():
     state = held_on_gpu0()
-    add(state, seen(2000.0, **{"n1-gpu0": []}))
+    add(state, seen(20.0, **{"n1-gpu0": []}), seen(2000.0, **{"n1-gpu0": []}))
     assert tick(state, now=2001.0, grace=0.0) == []
     restored = from_snapshot(to_snapshot(state))
     assert [d.claim_id for d in tick(restored, now=2001.0)] == ["c1"]
@@ -73,7 +74,7 @@ def test_nothing_is_released_when_the_rule_is_off_and_the_watch_list_survives_a_
 
 def test_a_tentative_release_leaves_the_state_as_it_was():
     state = held_on_gpu0()
-    add(state, seen(2000.0, **{"n1-gpu0": []}))
+    add(state, seen(20.0, **{"n1-gpu0": []}), seen(2000.0, **{"n1-gpu0": []}))
     decide(state, DecideContext(now=2001.0, node_timeout_s=1e9, release_unused_after_s=GRACE))
     assert state.claims["c1"].holds_devices and "c1" in state.idle_watch  # decide rolled it back
 

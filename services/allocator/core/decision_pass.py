@@ -53,6 +53,9 @@ class DecideContext:
     # Before this time the caller heard nothing (a NATS outage that ended then): no heartbeat or
     # lease renewal could be stored, so silence before it is no evidence against a node or claim.
     heard_since: float = 0.0
+    # caller-owned: when the caller heard each node, submit, allocation and renewal, on its own
+    # clock (core/heard.py); None: judged by the times in the log (a run on one clock)
+    heard: Any = field(default=None, compare=False)
 
 
 @dataclass

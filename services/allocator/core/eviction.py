@@ -10,6 +10,7 @@ from schemas import events as ev
 
 from ledger.state import Claim, State
 from services.allocator.core.decision_pass import Pass, emit
+from services.allocator.core.heard import activity_at
 from services.allocator.core.place import try_place
 from services.allocator.core.priority_scope import crosses_namespaces
 
@@ -22,8 +23,9 @@ def _victim_pool(state: State, run: Pass) -> list[tuple[tuple, bool, Claim]]:
             other = state.claims[claim_id]
             if other.spec.gang_id:
                 continue
-            stale = run.ctx.now - other.last_activity > run.ctx.stale_after_s
-            key = (0, other.last_activity, other.seq) if stale else (1, other.spec.priority, -other.seq)
+            active = activity_at(run.ctx, other)  # heard by the allocator, on its clock (core/heard.py)
+            stale = run.ctx.now - active > run.ctx.stale_after_s
+            key = (0, active, other.seq) if stale else (1, other.spec.priority, -other.seq)
             pool.append((key, stale, other))
         pool.sort(key=lambda item: item[0])
         run.victim_pool = pool
@@ -109,7 +111,7 @@ class _Trial:
 
     def evict(self, rule: str, victim: Claim) -> None:
         run, claim = self.run, self.claim
-        detail = (f"no activity for {run.ctx.now - victim.last_activity:.0f}s" if rule == "stale"
+        detail = (f"no activity for {run.ctx.now - activity_at(run.ctx, victim):.0f}s" if rule == "stale"
                   else f"priority {victim.spec.priority} < {claim.spec.priority}")
         if rule == "priority" and victim.spec.namespace != claim.spec.namespace:
             detail += f" (namespace {claim.spec.namespace} may preempt across namespaces: its quota)"

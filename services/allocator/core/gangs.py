@@ -11,6 +11,7 @@ from schemas.types import Reason
 from ledger.state import State
 from services.allocator.core.decision_pass import Pass, emit, pend
 from services.allocator.core.gang_never import gang_never_reason
+from services.allocator.core.heard import submitted_at
 from services.allocator.core.place import Prepared, member_needs, prepare, try_place
 from services.allocator.core.starvation import hold_nodes_for_gang
 from services.allocator.core.waiting_limit import gang_over_waiting_limit
@@ -77,7 +78,7 @@ def gang_members(state: State, gang_id: str, namespace: str) -> list:
 
 def hold_if_starving(state: State, run: Pass, gang_id: str, namespace: str, oldest) -> None:
     """A gang passed over (nothing new could help it) still holds its nodes if it starves."""
-    if run.ctx.now - oldest.submitted_at >= run.ctx.starvation_after_s:  # (cheap: none is younger)
+    if run.ctx.now - submitted_at(run.ctx, oldest) >= run.ctx.starvation_after_s:  # (cheap: none is younger)
         hold_nodes_for_gang(state, run, gang_members(state, gang_id, namespace))
 
 

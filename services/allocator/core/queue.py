@@ -17,6 +17,7 @@ from ledger.state import Claim, State
 from services.allocator.core.decision_pass import Pass, emit, pend
 from services.allocator.core.eviction import evict_for
 from services.allocator.core.gangs import hold_if_starving, place_gang
+from services.allocator.core.heard import submitted_at
 from services.allocator.core.place import try_place
 from services.allocator.core.priority_scope import queue_slots
 from services.allocator.core.reclaim import reclaim_for
@@ -363,7 +364,7 @@ class _Visit:
         held = len(run.held)
         if bucket.no_hold_pass != self.index.passes:  # a member found no node to hold: none will
             hold_node_if_starving(self.state, run, claim)
-            if len(run.held) == held and run.ctx.now - claim.submitted_at >= run.ctx.starvation_after_s:
+            if len(run.held) == held and run.ctx.now - submitted_at(run.ctx, claim) >= run.ctx.starvation_after_s:
                 bucket.no_hold_pass = self.index.passes
         if told and bucket.told is not None:
             last = bucket.after_settled(pos) - 1

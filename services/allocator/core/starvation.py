@@ -11,11 +11,12 @@ from __future__ import annotations
 from ledger.state import Claim, State
 from services.allocator.core.decision_pass import Pass
 from services.allocator.core.demand import needs_for
+from services.allocator.core.heard import submitted_at
 
 
 def hold_node_if_starving(state: State, run: Pass, claim: Claim) -> None:
     """A claim waiting past the threshold holds the node with most room of its kind."""
-    if run.ctx.now - claim.submitted_at < run.ctx.starvation_after_s:
+    if run.ctx.now - submitted_at(run.ctx, claim) < run.ctx.starvation_after_s:
         return
     _hold(state, run, claim)
 
@@ -25,7 +26,7 @@ def hold_nodes_for_gang(state: State, run: Pass, members: list[Claim]) -> None:
     its kind left on the nodes already held for the gang cannot take."""
     if not members or len(members) < max(m.spec.gang_size for m in members):
         return  # incomplete: it waits for its members, not for room
-    if run.ctx.now - max(m.submitted_at for m in members) < run.ctx.starvation_after_s:
+    if run.ctx.now - max(submitted_at(run.ctx, m) for m in members) < run.ctx.starvation_after_s:
         return
     held: list[list] = []  # [kind, room of that kind not yet taken by a member]
     for member in members:

@@ -22,6 +22,7 @@ from schemas.types import Reason
 
 from ledger.state import State
 from services.allocator.core.decision_pass import Pass, emit
+from services.allocator.core.heard import lease_heard, node_heard, submitted_at
 
 # claim ids a lost node may list per decision of the pass's budget: an id is at most 128 bytes
 # (ClaimId), a decision with grants about 1 KB, so 4 ids per decision keep the batch's bytes of
@@ -38,15 +39,24 @@ def timer_room(run: Pass, emitted: int) -> int:
 
 def expire_leases(state: State, run: Pass) -> None:
     # sorted: a rolled-back pass re-inserts dictionary keys, so dict order is not stable
+    # judged by when the allocator heard the allocation or renewal, not by the claim service's time
+    # in the log (core/heard.py); both are recorded
     emitted = 0
+    ctx = run.ctx
     for claim in sorted((state.claims[c] for c in state.leased), key=lambda c: c.seq):
         claim_id = claim.claim_id
-        if run.ctx.now > max(claim.last_renewed, run.ctx.heard_since) + claim.spec.lease_seconds:
+        heard = lease_heard(ctx, claim)
+        if ctx.now > heard + claim.spec.lease_seconds:
             if timer_room(run, emitted) <= 0:
                 return  # the next pass expires the rest
             emit(state, run, ev.AllocationExpired(claim_id=claim_id, last_renewed=claim.last_renewed,
-                                                   at=run.ctx.now))
+                                                   heard_at=_judged_by(ctx, heard), at=ctx.now))
             emitted += 1
+
+
+def _judged_by(ctx, heard: float) -> float:
+    """The time of hearing a verdict was judged by, for its decision (0: the log's own times)."""
+    return heard if ctx.heard is not None else 0.0
 
 
 def lose_silent_nodes(state: State, run: Pass) -> None:
@@ -61,7 +71,7 @@ def lose_silent_nodes(state: State, run: Pass) -> None:
             held = _holding(state, node)
             if not held:
                 continue
-        elif run.ctx.now > max(node.last_heartbeat, run.ctx.heard_since) + run.ctx.node_timeout_s:
+        elif run.ctx.now > node_heard(run.ctx, node) + run.ctx.node_timeout_s:  # the allocator's clock only
             held = _holding(state, node)
         else:
             continue
@@ -72,6 +82,7 @@ def lose_silent_nodes(state: State, run: Pass) -> None:
         released = list(islice(held, ids_left))  # a node found silent is lost even with no id left
         ids_left -= len(released)
         emit(state, run, ev.NodeLost(node=node.name, last_heartbeat=node.last_heartbeat,
+                                      heard_at=_judged_by(run.ctx, node_heard(run.ctx, node)),
                                       released=released, partial=len(released) < len(held), at=run.ctx.now))
         emitted += 1
 
@@ -84,8 +95,12 @@ def _holding(state: State, node) -> list[str]:
 def release_unused(state: State, run: Pass) -> None:
     """An allocation whose devices its node agent has reported without a process (or utilisation)
     for longer than the grace period is released: quota use rebuilt from what runs (seed 003).
-    Judged in the agent's own observation times, so the verdict is a function of the log; a device
-    the agent does not report is never judged (no evidence), nor a claim holding no device."""
+    Judged in the agent's own observation times only, so the verdict is a function of the log and
+    no host's clock skew counts: idle since the agent's first report after the allocation or its
+    last report of a process, whichever is later (before session 31 since the allocation, the
+    allocator's time: an agent an hour ahead had every new allocation released at its first idle
+    report). A device the agent does not report is never judged (no evidence), nor a claim
+    holding no device, nor one with no report since its allocation."""
     grace = run.ctx.release_unused_after_s
     if grace <= 0 or not state.idle_watch:
         return
@@ -107,9 +122,10 @@ def release_unused(state: State, run: Pass) -> None:
 def _unused_for(state: State, claim) -> tuple[float, float] | None:
     """(idle since, last seen idle) for a claim all of whose devices were reported, else None."""
     units = [state.units.get(g.uuid) for g in claim.grants]
-    if not claim.holds_devices or not units or any(u is None or u.observed_at <= 0 for u in units):
+    if not claim.holds_devices or not units or claim.reported_at <= 0 \
+            or any(u is None or u.observed_at <= 0 for u in units):
         return None
-    idle_since = max([claim.allocated_at] + [u.busy_at for u in units])
+    idle_since = max([claim.reported_at] + [u.busy_at for u in units])
     return idle_since, min(u.observed_at for u in units)
 
 
@@ -120,12 +136,15 @@ def expire_pending(state: State, run: Pass) -> None:
     limit = run.ctx.pending_expire_after_s
     if limit <= 0 or not state.pending:
         return
-    cutoff = run.ctx.now - limit
+    ctx = run.ctx
+    cutoff = ctx.now - limit
     claims = state.claims
-    expired = [claims[c] for c in state.pending if claims[c].submitted_at < cutoff]
+    # how long a claim waited, by when the allocator heard its submit (core/heard.py): a claim
+    # service whose clock is behind must not expire every claim it takes at once
+    expired = [claims[c] for c in state.pending if submitted_at(ctx, claims[c]) < cutoff]
     expired.sort(key=lambda c: c.seq)  # pending's order is not stable (rollbacks)
     for claim in expired[:timer_room(run, 0)]:
-        waited = run.ctx.now - claim.submitted_at
+        waited = ctx.now - submitted_at(ctx, claim)
         why = Reason("pending-expired", f"pending for {waited:.0f}s, longer than the limit of {limit:g}s")
         emit(state, run, ev.AllocationRejected(claim_id=claim.claim_id, code="pending-expired",
                                                reasons=[why, *claim.reasons], at=run.ctx.now))
