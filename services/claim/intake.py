@@ -394,14 +394,34 @@ async def _reject(service, claim_id: str, code: str, message: str, field: str, d
     a claim: a different claim (or a malformed payload) reusing the id must never touch it."""
     event = await _dead_letter(service, claim_id, code, message, field, data, seq, system)
     if claim_id and not _known(service, claim_id, specs):
-        # and only onto a subject nothing is stored on, checked by nats-server: a claim with this id
-        # appended a moment ago (a submit request, the other intake consumer) and not yet folded
-        # here is not known above, and the fold ends a pending claim on its refusal (session 31)
+        await _refuse_on_subject(service, claim_id, event)
+
+
+async def _refuse_on_subject(service, claim_id: str, event: ev.ClaimRejected) -> None:
+    """The refusal on the claim's subject only where that holds no claim, checked by nats-server
+    (the subject's last sequence): a claim with this id appended a moment ago (a submit request,
+    the other intake consumer) and not yet folded here is not known to `_known`, and the fold ends a
+    pending claim on its refusal (session 31). Earlier refusals of the id may be there (a publisher
+    sending a bad claim again): then after the last of them."""
+    subject, expected = subjects.claim(claim_id), 0
+    for _ in range(3):
         try:
-            await service.log.append(subjects.claim(claim_id), event, msg_id=f"rejected-{claim_id}",
-                                     expected_last_subject_seq=0)
-        except AppendConflict:
-            log.debug("intake refusal of %r kept as a dead letter only: its subject holds a claim", claim_id)
+            await service.log.append(subject, event, msg_id=f"rejected-{claim_id}", expected_last_subject_seq=expected)
+            return
+        except AppendConflict as err:
+            if not err.actual or not await _a_refusal_at(service.log, subject, err.actual):
+                break
+            expected = err.actual
+    log.debug("intake refusal of %r kept as a dead letter only: its subject holds a claim", claim_id)
+
+
+async def _a_refusal_at(event_log, subject: str, seq: int) -> bool:
+    try:
+        async for stored in event_log.subject_after(subject, seq - 1):
+            return stored.seq == seq and isinstance(stored.event, ev.ClaimRejected)
+    except Exception:  # not an event at all (nothing the claim service wrote): not a refusal
+        return False
+    return False
 
 
 def _known(service, claim_id: str, specs: dict[str, ClaimSpec]) -> bool:
