@@ -93,27 +93,33 @@ def e2e(claims: int = typer.Option(20_000, "--claims", min=1, help="claims publi
                                        "agents get to report stopped workloads before the check"),
         data_dir: str = typer.Option("", "--data-dir", help="run the stack in this folder and keep it "
                                      "(logs in DIR/logs); default: a temporary one, removed after"),
+        hops: bool = typer.Option(False, "--hops", help="the services stamp their appends (when the "
+                                  "intake message was stored, read, taken; when the allocator folded "
+                                  "the claim, when its pass had decided): each claim's latency in ten "
+                                  "hops, as `hop_path_ms` and a table"),
         as_json: bool = typer.Option(False, "--json", help="print only the JSON object")) -> None:
     """The whole stack (gpuledger up --demo) under a load of raw JSON claims published to the
     intake: throughput, publish-to-allocated latency, lost and double-booked claims, CPU per claim
     of every process."""
     import asyncio
 
-    from bench.e2e.report import table
-    from bench.e2e.run import Options, run_on_new_stack
+    from bench.e2e.report import path_table, table
+    from bench.e2e.run import Options, run_loop, run_on_new_stack
 
     options = Options(claims=claims, rate=rate or None, nodes=nodes, hold_s=hold_ms / 1000,
-                      drain_s=drain_s, settle_s=settle_s, data_dir=data_dir)
+                      drain_s=drain_s, settle_s=settle_s, data_dir=data_dir, hops=hops)
     say = (lambda _line: None) if as_json else (lambda line: typer.echo(line, err=True))
     if sweep:
         chosen = _rates(rates)
         runs = [(r, min(claims, int(r * sweep_s)) if r else claims) for r in chosen]
-        results = asyncio.run(run_on_new_stack(options, runs, say))
+        results = run_loop(run_on_new_stack(options, runs, say))
         if not as_json:
             typer.echo(table(results))
         typer.echo(json.dumps(results))
         return
-    (result,) = asyncio.run(run_on_new_stack(options, [(options.rate, claims)], say))
+    (result,) = run_loop(run_on_new_stack(options, [(options.rate, claims)], say))
+    if hops and not as_json:
+        typer.echo(path_table(result.get("hop_path_ms", {})), err=True)
     _emit(result, as_json)
 
 

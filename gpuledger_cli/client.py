@@ -197,7 +197,8 @@ async def ask(conn, subject: str, payload: Any, timeout: float = 10.0, service: 
             if getattr(err, "no_stream", False):
                 die(f"nobody answers on {subject} ({why}), and NATS at this URL has no "
                     f"{_INTAKE} stream: gpuledger has not run here. Is {who} running?")
-            die(f"no answer on {subject} within {timeout:g}s ({why}). Is {who} running?")
+            die(f"no answer on {subject} within {timeout:g}s ({why}). Is {who} running? `gpuledger status` "
+                "says, and whether it is still reading the log after a start")
     reply = msgspec.json.decode(data)
     if not reply.get("ok"):
         error = reply.get("error") or {}

@@ -109,13 +109,26 @@ async def _intake(conn, timeout: float) -> dict:
     if stream is None:
         return {"error": why}
     stored = stream.get("state", {}).get("messages", 0)
+    full = _full(stream)
     waiting = {}
     for durable in INTAKE_CONSUMERS:
         info, why = await _ask(conn, f"$JS.API.CONSUMER.INFO.{INTAKE_STREAM}.{durable}", {}, timeout)
         waiting[durable] = (info.get("num_pending", 0) + info.get("num_ack_pending", 0)) if info else None
     taken = sum(n for n in waiting.values() if n is not None)
     return {"stored": stored, "waiting": waiting,
-            "untaken": max(0, stored - taken) if None not in waiting.values() else None}
+            "untaken": max(0, stored - taken) if None not in waiting.values() else None} | (
+        {"full": full} if full else {})
+
+
+def _full(stream: dict) -> str:
+    """Which of the intake's limits it has reached ("" when none): nats-server then refuses every
+    publish to it (503 `maximum messages exceeded`), until the claim service has drained it."""
+    config, state = stream.get("config", {}), stream.get("state", {})
+    for limit, used, what in (("max_msgs", "messages", "messages"), ("max_bytes", "bytes", "bytes")):
+        cap = config.get(limit, -1) or -1
+        if cap > 0 and state.get(used, 0) >= cap:
+            return f"{state.get(used, 0)} of {cap} {what}"
+    return ""
 
 
 def _print(report: dict) -> None:
@@ -155,6 +168,12 @@ def _print(report: dict) -> None:
         line += (f"; {intake['untaken']} on subjects no consumer takes (published off gpu.intake.claim[.<system>]: "
                  "never handled)")
     typer.echo(line)
+    if intake.get("full"):
+        typer.secho(f"  intake           FULL ({intake['full']}): {_FULL_WORDS}", fg=typer.colors.RED)
+
+
+_FULL_WORDS = ("nats-server refuses every new claim published to it (503 maximum messages/bytes exceeded) "
+               "until the claim service drains it; GPULEDGER_INTAKE_MAX_MSGS / _MAX_BYTES set the limits")
 
 
 def _stalled_words(stalled: dict) -> str:
@@ -170,8 +189,8 @@ def register(app: typer.Typer) -> None:
                as_json: bool = typer.Option(False, "--json", help="print JSON instead of text"),
                timeout: float = typer.Option(2.0, "--timeout", min=0, help="seconds each service has to answer")) -> None:
         """Whether each service answers and how far it has read the log; the intake's backlog.
-        Exits 1 when a service does not answer, or when the log has stored nothing for twice
-        GPULEDGER_NODE_TIMEOUT_S while nodes are ready."""
+        Exits 1 when a service does not answer, when the log has stored nothing for twice
+        GPULEDGER_NODE_TIMEOUT_S while nodes are ready, or when the intake is full."""
         report = run(gather_status(nats_url(url), timeout))
         print_json(report) if as_json else _print(report)
         if any(s["up"] is None for s in report["services"].values()):
@@ -181,5 +200,7 @@ def register(app: typer.Typer) -> None:
         problems = [f"not answering: {', '.join(down)}"] if down else []
         if report.get("log_stalled"):
             problems.append(f"the log is not moving: {_stalled_words(report['log_stalled'])}")
+        if report["intake"].get("full"):
+            problems.append(f"the intake is full ({report['intake']['full']}): {_FULL_WORDS}")
         if problems:
             die("; ".join(problems))

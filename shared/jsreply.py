@@ -48,3 +48,12 @@ def delivered(msg) -> int:
         return msg.metadata.num_delivered
     tokens, at = found
     return int(tokens[4 + at])
+
+
+def stored_ns(msg) -> int:
+    """When the server stored the message (unix ns), as the reply subject says it."""
+    found = _tokens(msg)
+    if found is None:
+        return 0
+    tokens, at = found
+    return int(tokens[7 + at])

@@ -21,6 +21,12 @@ validated -> its ClaimSubmitted stored (the claim service's append), stored -> p
 message delivered to the allocator, folded, and the pass in flight waited for), pass -> its
 DecisionBatch stored (deciding and the append), stored -> seen here. `batches` says how many of the
 run's claims each stored intake message and decision batch carried.
+
+`path_ms` (`bench e2e --hops`) splits it in ten, with the stamps the services put on their appends
+when told to (shared/hop_stamps.py): publish -> the intake message stored (`intake_stored`, the
+server's time) -> it reached the claim service (`claim_read`) -> its intake loop took it
+(`claim_taken`) -> validated -> the append stored -> the allocator folded it (`allocator_read`) ->
+its pass began -> the pass had decided (`decided`) -> the DecisionBatch stored -> seen here.
 """
 
 from __future__ import annotations
@@ -31,9 +37,12 @@ from dataclasses import dataclass, field
 from nats.js import api
 
 from schemas import events as ev
+from shared import hop_stamps
 
 HOPS = ("intake", "to_pass", "pass_to_seen")
 STORED_HOPS = ("publish_to_validated", "validated_to_stored", "stored_to_pass", "pass_to_stored", "stored_to_seen")
+PATH_STAMPS = ("published", "intake_stored", "claim_read", "claim_taken", "validated", "submitted_stored",
+               "allocator_read", "pass_started", "decided", "decision_stored", "seen")
 
 
 @dataclass
@@ -45,23 +54,28 @@ class HopTimes:
     allocated_in: dict[str, int] = field(default_factory=dict)  # claim -> seq of its DecisionBatch
     intake_sizes: dict[int, int] = field(default_factory=dict)  # seq -> the run's claims submitted in it
     decision_sizes: dict[int, int] = field(default_factory=dict)  # seq -> the run's claims allocated in it
+    submitted_at: dict[str, int] = field(default_factory=dict)  # claim -> its place among the message's claims
+    allocated_at: dict[str, int] = field(default_factory=dict)  # claim -> its place among the batch's decisions
 
     def observe(self, event: ev.Event, seq: int = 0) -> None:
         """Take the stamps an event carries (a stored event of the log, in any order; `seq`, where
         it is stored, for the stored times and the batch sizes)."""
         if isinstance(event, ev.DecisionBatch):
-            for decision in event.decisions:
+            for place, decision in enumerate(event.decisions):
                 if isinstance(decision, ev.ClaimAllocated) and decision.claim_id.startswith(self.prefix):
                     if decision.claim_id not in self.pass_started:
                         self.pass_started[decision.claim_id] = decision.at
                         self.allocated_in[decision.claim_id] = seq
+                        self.allocated_at[decision.claim_id] = place
                         self.decision_sizes[seq] = self.decision_sizes.get(seq, 0) + 1
             return
-        for member in ev.flatten(event):
-            if isinstance(member, ev.ClaimSubmitted) and member.claim.claim_id.startswith(self.prefix):
+        members = [m for m in ev.flatten(event) if isinstance(m, ev.ClaimSubmitted)]
+        for place, member in enumerate(members):
+            if member.claim.claim_id.startswith(self.prefix):
                 if member.claim.claim_id not in self.validated:
                     self.validated[member.claim.claim_id] = member.at
                     self.submitted_in[member.claim.claim_id] = seq
+                    self.submitted_at[member.claim.claim_id] = place
                     self.intake_sizes[seq] = self.intake_sizes.get(seq, 0) + 1
 
     def hops_ms(self, published: dict[str, float], seen: dict[str, float]) -> dict[str, dict]:
@@ -95,15 +109,43 @@ class HopTimes:
                 spans[hop].append(after - before)
         return {hop: _quantiles_ms(values) for hop, values in spans.items()}
 
+    def path(self, claim_id: str, published: float, seen: float, stored_at: dict[int, float],
+             stamps: dict[int, dict[str, list[float]]]) -> list[float] | None:
+        """The claim's eleven stamps (PATH_STAMPS, unix seconds), None when one is missing."""
+        submitted, allocated = self.submitted_in.get(claim_id, 0), self.allocated_in.get(claim_id, 0)
+        intake, decision = stamps.get(submitted, {}), stamps.get(allocated, {})
+        at_intake, at_decision = self.submitted_at.get(claim_id, 0), self.allocated_at.get(claim_id, 0)
+        found = [published, _nth(intake.get("stored"), at_intake) / 1e9, _nth(intake.get("arrived"), at_intake),
+                 _nth(intake.get("taken"), 0), self.validated.get(claim_id), stored_at.get(submitted),
+                 _nth(decision.get("read"), at_decision), self.pass_started.get(claim_id),
+                 _nth(decision.get("decided"), 0), stored_at.get(allocated), seen]
+        return None if any(not at for at in found) else found
+
+    def path_ms(self, published: dict[str, float], seen: dict[str, float], stored_at: dict[int, float],
+                stamps: dict[int, dict[str, list[float]]]) -> dict[str, dict]:
+        """p50, p90, p99 and mean of each of the ten hops between PATH_STAMPS in ms, over the
+        claims with every stamp (`stamps`: seq -> the services' hop header, `stored_times`)."""
+        names = [f"{a}_to_{b}" for a, b in zip(PATH_STAMPS, PATH_STAMPS[1:])]
+        spans: dict[str, list[float]] = {name: [] for name in names}
+        for claim_id, at_seen in seen.items():
+            found = self.path(claim_id, published.get(claim_id, 0.0), at_seen, stored_at, stamps)
+            if found is None:
+                continue
+            for name, before, after in zip(names, found, found[1:]):
+                spans[name].append(after - before)
+        return {name: _quantiles_ms(values, mean=True) for name, values in spans.items()}
+
     def batches(self) -> dict[str, dict]:
         """How many of the run's claims each stored intake message and decision batch carried."""
         return {"claims_per_intake_message": _spread(list(self.intake_sizes.values())),
                 "claims_per_decision_batch": _spread(list(self.decision_sizes.values()))}
 
 
-async def stored_times(nc, stream: str, subject: str, first: int, last: int) -> dict[int, float]:
+async def stored_times(nc, stream: str, subject: str, first: int, last: int,
+                       stamps: dict[int, dict[str, list[float]]] | None = None) -> dict[int, float]:
     """When nats-server stored each message of `stream` from `first` to `last` (unix seconds), by
-    sequence: headers only, through a consumer of this read's own."""
+    sequence: headers only, through a consumer of this read's own. `stamps`, when given, gets the
+    services' hop header of each message that has one, decoded (shared/hop_stamps.py)."""
     found: dict[int, float] = {}
     if last < first:
         return found
@@ -116,6 +158,9 @@ async def stored_times(nc, stream: str, subject: str, first: int, last: int) -> 
             for msg in await sub.fetch(1000, timeout=5.0):
                 seq, stored_ns, pending = _stored(msg)
                 found[seq] = stored_ns / 1e9
+                header = (msg.headers or {}).get(hop_stamps.HEADER) if stamps is not None else None
+                if header:
+                    stamps[seq] = hop_stamps.decode(header)
                 if seq >= last or pending == 0:
                     return found
     finally:
@@ -140,7 +185,12 @@ def _spread(sizes: list[int]) -> dict:
             "max": ordered[-1]}
 
 
-def _quantiles_ms(values: list[float]) -> dict:
+def _nth(values: list[float] | None, place: int) -> float:
+    """The stamp at `place` of a header's list (0.0: none)."""
+    return values[place] if values and place < len(values) else 0.0
+
+
+def _quantiles_ms(values: list[float], mean: bool = False) -> dict:
     if not values:
         return {"claims": 0}
     ordered = sorted(values)
@@ -148,4 +198,7 @@ def _quantiles_ms(values: list[float]) -> dict:
     def at(q: float) -> float:
         return round(1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2)
 
-    return {"claims": len(ordered), "p50": at(0.5), "p90": at(0.9), "p99": at(0.99)}
+    found = {"claims": len(ordered), "p50": at(0.5), "p90": at(0.9), "p99": at(0.99)}
+    if mean:
+        found["mean"] = round(1000 * statistics.fmean(ordered), 3)
+    return found

@@ -50,6 +50,8 @@ def figures(options, rate: float | None, follower: Follower, publisher: Publishe
     cpu = {"total": round(sum(cpu.values()), 3), **cpu}
     waits = {name: round(w * per_claim, 3) for name, w in sorted(meter.waits_by_role().items())}
     waits = {"total": round(sum(waits.values()), 3), **waits}
+    slices = {name: round(n / max(len(published), 1), 2) for name, n in sorted(meter.slices_by_role().items())}
+    slices = {"total": round(sum(slices.values()), 2), **slices}
     restarts = meter.restarts()
     return {
         "claims": len(times), "rate": rate, "nodes": options.nodes,
@@ -69,6 +71,8 @@ def figures(options, rate: float | None, follower: Follower, publisher: Publishe
         # time the stack's processes were ready to run and waited for a CPU (bench/e2e/cpu.py)
         "cpu_wait_ms_per_claim": waits,
         "client_cpu_wait_ms_per_claim": round(client_wait_s * per_claim, 3),
+        # times each process was put on a CPU per claim: its wake-ups, mostly (bench/e2e/cpu.py)
+        "cpu_slices_per_claim": slices,
         "messages_per_claim": _messages(checker, len(published)),
         "idle_cpu_ms_per_s": {name: round(1000 * v, 1) for name, v in sorted(idle.items())},
         "agent_restarts": restarts.pop("node-agents", 0), "service_restarts": restarts,
@@ -91,4 +95,19 @@ def table(results: list[dict]) -> str:
     for result in results:
         row = dict(result, cpu_total=result["cpu_ms_per_claim"]["total"], rate=result["rate"] or "max")
         lines.append("| " + " | ".join(str(row.get(key)) for key, _ in COLUMNS) + " |")
+    return "\n".join(lines)
+
+
+def path_table(path: dict[str, dict]) -> str:
+    """A markdown table of a run's `hop_path_ms`: each hop's p50, p90, p99 and mean, and its share
+    of the summed means."""
+    total = sum(hop.get("mean", 0.0) for hop in path.values()) or 1.0
+    lines = ["| hop | claims | p50 ms | p90 ms | p99 ms | mean ms | share |", "|" + " --- |" * 7]
+    for name, hop in path.items():
+        if not hop.get("claims"):
+            lines.append(f"| {name} | 0 | | | | | |")
+            continue
+        lines.append(f"| {name} | {hop['claims']} | {hop['p50']} | {hop['p90']} | {hop['p99']} | "
+                     f"{hop['mean']} | {100 * hop['mean'] / total:.0f} % |")
+    lines.append(f"| total (sum of means) | | | | | {round(total, 3)} | |")
     return "\n".join(lines)

@@ -15,6 +15,7 @@ import nats
 
 from ledger.follower import decode_batch
 from schemas import subjects
+from shared import hop_stamps
 from shared.jetstream import JetStreamEventLog
 from shared.natscluster import url_inbox_prefix
 from bench.e2e.check import Checker
@@ -38,6 +39,18 @@ class Options:
     settle_s: float = 4.0  # then, for the agents' usage reports to show stopped workloads
     idle_s: float = 1.0  # CPU of the idle stack measured this long before the load
     data_dir: str = ""  # where the stack runs, kept after; "": a temporary folder, removed
+    hops: bool = False  # the services stamp their appends: each claim's path in ten hops (hops.py)
+
+
+def run_loop(main):
+    """Run `main` on uvloop where it is installed, as the services and `simulate --live` do: this
+    process shares the machine's cores with the stack it measures, and its own CPU per message is
+    CPU the stack does not get."""
+    try:
+        from uvloop import run
+    except ImportError:
+        run = asyncio.run
+    return run(main)
 
 
 async def run_on_new_stack(options: Options, runs: list[tuple[float | None, int]],
@@ -46,7 +59,8 @@ async def run_on_new_stack(options: Options, runs: list[tuple[float | None, int]
     with tempfile.TemporaryDirectory(prefix="gpuledger-e2e-") as tmp:
         folder = Path(options.data_dir) if options.data_dir else Path(tmp) / "data"
         say(f"starting gpuledger up --demo with {options.nodes} nodes in {folder}")
-        stack = await start_stack(options.nodes, folder)
+        env = {hop_stamps.ENV: "1"} if options.hops else {hop_stamps.ENV: ""}
+        stack = await start_stack(options.nodes, folder, env=env)
         try:
             # ops on its own inbox: the publisher may read `_INBOX.` (shared.natscluster.url_inbox_prefix)
             ops = await nats.connect(stack.url, inbox_prefix=url_inbox_prefix(stack.url))
@@ -72,6 +86,7 @@ async def one_run(stack, ops, publisher_nc, options: Options, rate: float | None
     await publisher.start()
     start_seq = await log.last_seq() + 1
     outcomes_before = await _outcome_writes(ops)
+    records_before = await _outcome_writes(ops, subjects.NODE_GRANTS_STREAM)
     tasks = [asyncio.ensure_future(follower.follow(start_seq)), asyncio.ensure_future(follower.release_forever())]
     meter = CpuMeter(stack.pid)
     idle = await _idle_cpu(meter, options.idle_s)
@@ -98,20 +113,27 @@ async def one_run(stack, ops, publisher_nc, options: Options, rate: float | None
                      publish_s=published_at - began, wall_s=ended - began, client_wait_s=client_wait)
     sent, seen = _client_times(follower, publisher.acked)
     result["hops_ms"] = hops.hops_ms(sent, seen)
-    result["hops_stored_ms"] = hops.stored_hops_ms(sent, seen, await _stored_times(ops, start_seq))
+    stamps: dict[int, dict] = {}
+    stored_at = await _stored_times(ops, start_seq, stamps if options.hops else None)
+    result["hops_stored_ms"] = hops.stored_hops_ms(sent, seen, stored_at)
+    if options.hops:
+        result["hop_path_ms"] = hops.path_ms(sent, seen, stored_at, stamps)
     result["batches"] = hops.batches()
     result["allocator_batches"] = await _allocator_batches(ops)
     written = await _outcome_writes(ops)
     if written is not None and outcomes_before is not None:
         result["outcome_writes_per_claim"] = round((written - outcomes_before) / max(count, 1), 3)
+    written = await _outcome_writes(ops, subjects.NODE_GRANTS_STREAM)
+    if written is not None and records_before is not None:  # the allocator's node records (node_writer.py)
+        result["node_record_writes_per_claim"] = round((written - records_before) / max(count, 1), 3)
     return result
 
 
-async def _outcome_writes(ops) -> int | None:
+async def _outcome_writes(ops, stream: str = subjects.OUTCOMES_STREAM) -> int | None:
     """Messages ever stored on the outcome stream (its last sequence): the claim service's outcome
-    writes, and its checkpoints (one a second at most)."""
+    writes, and its checkpoints (one a second at most); or on another `stream`."""
     try:
-        return (await ops.jetstream().stream_info(subjects.OUTCOMES_STREAM)).state.last_seq
+        return (await ops.jetstream().stream_info(stream)).state.last_seq
     except Exception:  # a figure, not the run
         return None
 
@@ -188,11 +210,12 @@ def _client_times(follower: Follower, published: set[str]) -> tuple[dict[str, fl
     return sent, seen
 
 
-async def _stored_times(ops, start_seq: int) -> dict[int, float]:
-    """When each message of the run was stored (bench/e2e/hops.py); none if that cannot be read."""
+async def _stored_times(ops, start_seq: int, stamps: dict | None = None) -> dict[int, float]:
+    """When each message of the run was stored (bench/e2e/hops.py), and the services' hop stamps
+    into `stamps`; none if that cannot be read."""
     try:
         last = (await ops.jetstream().stream_info(subjects.STREAM)).state.last_seq
-        return await stored_times(ops, subjects.STREAM, subjects.EVENTS, start_seq, last)
+        return await stored_times(ops, subjects.STREAM, subjects.EVENTS, start_seq, last, stamps)
     except Exception:  # a figure, not the run
         return {}
 

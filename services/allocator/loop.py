@@ -25,6 +25,7 @@ import msgspec
 from schemas import events as ev
 from schemas import subjects
 from schemas.subjects import _token
+from shared import hop_stamps
 from shared.retry import DELAYS_S as RETRY_DELAYS_S, TRANSIENT
 from shared.eventlog import AppendConflict
 from shared.settings import Settings
@@ -128,6 +129,11 @@ class Allocator:
         # what each unbound claim's binding is conditioned on, and the claims being ended
         # (claim_fences.py): heard from every live event, whoever wrote it
         self.fences = ClaimFences()
+        # `bench e2e --hops` (shared/hop_stamps.py): when each waiting claim was folded, when the
+        # pass in flight had decided; carried on its decision batch
+        self.stamp = hop_stamps.enabled()
+        self._read_at: dict[str, float] = {}
+        self._decided_at = 0.0
 
     @property
     def state(self) -> State:
@@ -154,14 +160,19 @@ class Allocator:
             self.node_records.mark(nodes_touched(self.state, event))
 
     def _after(self, seq: int, subject: str, member: ev.Event) -> None:
-        if isinstance(member, ev.ClaimSubmitted) and member.trace:
-            self._traces[member.claim.claim_id] = member.trace
+        if isinstance(member, ev.ClaimSubmitted):
+            if member.trace:
+                self._traces[member.claim.claim_id] = member.trace
+            if self.stamp:
+                self._read_at[member.claim.claim_id] = time.time()
         elif isinstance(member, ev.DecisionBatch):  # decided, by us or another allocator
             for decision in member.decisions:
                 if isinstance(decision, (ev.ClaimAllocated, ev.AllocationRejected)):
                     self._traces.pop(decision.claim_id, None)
+                    self._read_at.pop(decision.claim_id, None)
         elif isinstance(member, ev.ClaimReleased):
             self._traces.pop(member.claim_id, None)
+            self._read_at.pop(member.claim_id, None)
         if isinstance(member, _TRIGGERS):
             self.dirty.set()
         if type(member) is ev.UsageObserved:
@@ -278,6 +289,8 @@ class Allocator:
             self._start_again_if_damaged()
             return 0
         self.failed_in_row = 0
+        if self.stamp:
+            self._decided_at = time.time()
         if self.on_pass is not None:
             self.on_pass(time.perf_counter() - started, len(decisions))
         if not decisions or await self._heard_past_the_fold(decisions):
@@ -363,12 +376,21 @@ class Allocator:
     async def _append_batch(self, batch: ev.DecisionBatch, payload: bytes, fence: int):
         """The batch appended as `payload` (its encoding, made once: kept to know it again when
         the fold reaches it) where the log takes bytes; else as the event."""
+        headers = inject_headers()
+        if self.stamp:
+            headers[hop_stamps.HEADER] = self._stamps(batch)
         append_raw = getattr(self.log, "append_raw", None)
         if append_raw is not None:
             return await append_raw(subjects.DECISIONS, payload, expected_last_subject_seq=fence,
-                                    headers=inject_headers())
+                                    headers=headers)
         return await self.log.append(subjects.DECISIONS, batch, expected_last_subject_seq=fence,
-                                     headers=inject_headers())
+                                     headers=headers)
+
+    def _stamps(self, batch: ev.DecisionBatch) -> str:
+        """When each decision's claim was folded (0: not a claim's, or folded before stamping),
+        when the pass had decided, and now, as the append goes out."""
+        read = [self._read_at.get(getattr(decision, "claim_id", ""), 0.0) for decision in batch.decisions]
+        return hop_stamps.encode({"read": read, "decided": self._decided_at, "append": time.time()})
 
     async def _append(self, batch: ev.DecisionBatch, decisions: list, fence: int, payload: bytes) -> int:
         endings = unbound_endings(self.state, decisions)

@@ -34,6 +34,7 @@ from shared.retry import TRANSIENT, Backoff
 from shared.telemetry import inject_headers, tracer
 
 from services.claim.intake_pull import StandingPull
+from services.claim.intake_stamps import CURRENT as STAMPS, IntakeStamps
 
 log = logging.getLogger("gpuledger.claim")
 DURABLE = "claim-intake"
@@ -81,12 +82,16 @@ async def consume_intake(js, service, batch: int = 256, subject: str = subjects.
                 continue
             if service.on_intake_batch is not None:
                 service.on_intake_batch(len(msgs))
+            stamping = STAMPS.set(IntakeStamps.of_batch(msgs)) if sub.stamp else None  # bench e2e --hops
             try:
                 unacked = await handle_fetched(service, msgs, ack=False)
             except _TRANSIENT + TRANSIENT as err:  # nothing acked: the messages come again
                 await _nak(msgs)
                 await _pause(backoff, "handling an intake batch", err)
                 continue
+            finally:
+                if stamping is not None:
+                    STAMPS.reset(stamping)
             backoff.reset()
     finally:
         if unacked:
@@ -250,6 +255,7 @@ async def handle_intake_batch(service, messages: list[tuple]) -> None:
         # the trace of a claim its publisher sent none: this span's, the same for the whole batch
         # (read once: reading it per claim was about a third of preparing the claim)
         current = inject_headers()
+        stamps = STAMPS.get()
         for data, headers, *rest in messages:
             seq, system = rest[0] if rest else 0, rest[1] if len(rest) > 1 else ""
             event = await _accept(service, data, headers, specs, seq, system, owners, current)
@@ -257,6 +263,8 @@ async def handle_intake_batch(service, messages: list[tuple]) -> None:
                 accepted[event.claim.claim_id], specs[event.claim.claim_id] = event, event.claim
                 if system:
                     owners[event.claim.claim_id] = system
+                if stamps is not None:
+                    stamps.note(event.claim.claim_id, seq)
     last = 0
     limit = _max_bytes(service.log)
     # the common case costs no encoding: a claim's event is its payload re-encoded (no longer
@@ -269,11 +277,13 @@ async def handle_intake_batch(service, messages: list[tuple]) -> None:
 
 
 async def _append(service, chunk: list[ev.ClaimSubmitted]):
+    stamps = STAMPS.get()
+    headers = stamps.headers([e.claim.claim_id for e in chunk]) if stamps is not None else None
     if len(chunk) == 1:
         claim_id = chunk[0].claim.claim_id
-        return await service.log.append(subjects.claim(claim_id), chunk[0], msg_id=claim_id)
+        return await service.log.append(subjects.claim(claim_id), chunk[0], msg_id=claim_id, headers=headers)
     return await service.log.append(subjects.INTAKE_BATCHES, ev.EventBatch(events=chunk, at=service.clock()),
-                                    msg_id=_batch_id([e.claim.claim_id for e in chunk]))
+                                    msg_id=_batch_id([e.claim.claim_id for e in chunk]), headers=headers)
 
 
 def _max_bytes(event_log) -> int:
@@ -384,14 +394,34 @@ async def _reject(service, claim_id: str, code: str, message: str, field: str, d
     a claim: a different claim (or a malformed payload) reusing the id must never touch it."""
     event = await _dead_letter(service, claim_id, code, message, field, data, seq, system)
     if claim_id and not _known(service, claim_id, specs):
-        # and only onto a subject nothing is stored on, checked by nats-server: a claim with this id
-        # appended a moment ago (a submit request, the other intake consumer) and not yet folded
-        # here is not known above, and the fold ends a pending claim on its refusal (session 31)
+        await _refuse_on_subject(service, claim_id, event)
+
+
+async def _refuse_on_subject(service, claim_id: str, event: ev.ClaimRejected) -> None:
+    """The refusal on the claim's subject only where that holds no claim, checked by nats-server
+    (the subject's last sequence): a claim with this id appended a moment ago (a submit request,
+    the other intake consumer) and not yet folded here is not known to `_known`, and the fold ends a
+    pending claim on its refusal (session 31). Earlier refusals of the id may be there (a publisher
+    sending a bad claim again): then after the last of them."""
+    subject, expected = subjects.claim(claim_id), 0
+    for _ in range(3):
         try:
-            await service.log.append(subjects.claim(claim_id), event, msg_id=f"rejected-{claim_id}",
-                                     expected_last_subject_seq=0)
-        except AppendConflict:
-            log.debug("intake refusal of %r kept as a dead letter only: its subject holds a claim", claim_id)
+            await service.log.append(subject, event, msg_id=f"rejected-{claim_id}", expected_last_subject_seq=expected)
+            return
+        except AppendConflict as err:
+            if not err.actual or not await _a_refusal_at(service.log, subject, err.actual):
+                break
+            expected = err.actual
+    log.debug("intake refusal of %r kept as a dead letter only: its subject holds a claim", claim_id)
+
+
+async def _a_refusal_at(event_log, subject: str, seq: int) -> bool:
+    try:
+        async for stored in event_log.subject_after(subject, seq - 1):
+            return stored.seq == seq and isinstance(stored.event, ev.ClaimRejected)
+    except Exception:  # not an event at all (nothing the claim service wrote): not a refusal
+        return False
+    return False
 
 
 def _known(service, claim_id: str, specs: dict[str, ClaimSpec]) -> bool:

@@ -22,9 +22,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 
 from nats.aio.msg import Msg
 
+from shared import hop_stamps
 from shared.direct_sub import subscribe_direct
 from shared.retry import Backoff
 
@@ -52,6 +54,8 @@ class StandingPull:
         self._room = asyncio.Event()  # fewer than `batch` arrived and not taken: ask for more
         self._gone = False
         self._pump: asyncio.Task | None = None
+        # `bench e2e --hops`: each message's arrival time, as `msg.arrived_at` (shared/hop_stamps.py)
+        self.stamp = hop_stamps.enabled()
 
     async def start(self) -> None:
         """Make (or bind) the durable consumer, then keep a request standing, forever."""
@@ -150,6 +154,8 @@ class StandingPull:
             self._gone = self._gone or status in _GONE
             self._ended.set()
             return
+        if self.stamp:
+            msg.arrived_at = time.time()
         self._arrived.append(msg)
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)

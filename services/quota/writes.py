@@ -20,7 +20,16 @@ from services.quota.validation import spec_from_command, spec_from_default
 class QuotaWrites:
     """Mixed into QuotaService: needs `log`, `follower`, `view`, `clock`, `get` and `get_default`."""
 
+    async def _read_to_the_end(self) -> None:
+        """A write is checked against the whole log: the fold first reads what is stored (it reads
+        in bursts, and after a start it reads the whole log). Checked against the part read so far,
+        `quota delete` of a quota it had not read yet answered `not-found`, and `quota apply` of a
+        manifest equal to an older spec of a namespace called it `unchanged` and stored nothing
+        (session 31's outsider)."""
+        await self.follower.wait_for_seq(await self.log.last_seq(), timeout=None)
+
     async def set_quota(self, c: cmd.SetQuota) -> dict:
+        await self._read_to_the_end()
         try:
             spec = spec_from_command(c, self.view.state.quotas)
         except QuantityError as err:
@@ -33,6 +42,7 @@ class QuotaWrites:
                 "warnings": _warnings(status)}
 
     async def delete_quota(self, c: cmd.DeleteQuota) -> dict:
+        await self._read_to_the_end()
         self._quota_status(c.namespace)
         children = [ns for ns, q in self.view.state.quotas.items() if q.parent == c.namespace]
         appended = await self.log.append(subjects.quota(c.namespace),
@@ -45,6 +55,7 @@ class QuotaWrites:
     async def apply(self, c: cmd.ApplyQuotas) -> dict:
         """Validate every quota against the log and the others in the set, then store the changed
         ones, parents first. Fields in errors are `quotas[<index>].<field>`."""
+        await self._read_to_the_end()
         planned = self._plan(c.quotas)
         results, last = [], 0
         for index, namespace, spec in planned:
@@ -77,6 +88,7 @@ class QuotaWrites:
         return planned
 
     async def set_default(self, c: cmd.SetDefaultQuota) -> dict:
+        await self._read_to_the_end()
         try:
             spec = spec_from_default(c)
         except QuantityError as err:
@@ -89,6 +101,7 @@ class QuotaWrites:
                           "warnings": [f"{s.namespace}: {w}" for s in over for w in _warnings(s)]}
 
     async def delete_default(self) -> dict:
+        await self._read_to_the_end()
         self.get_default()
         appended = await self.log.append(subjects.DEFAULT_QUOTA, ev.QuotaDefaultDeleted(at=self.clock()))
         await self.follower.wait_for_seq(appended.seq)

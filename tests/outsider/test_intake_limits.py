@@ -12,6 +12,10 @@ acknowledged; `gpuledger up` sets the limits on an intake made before they exist
 
 from __future__ import annotations
 
+import asyncio
+import json
+import sys
+
 import msgspec
 import nats
 import pytest
@@ -43,6 +47,13 @@ async def test_a_full_intake_refuses_new_claims_and_keeps_every_one_it_took(fres
             refused.append((f"c-{n}", err.err_code, err.description))
     assert taken == [f"c-{n}" for n in range(5)]
     assert refused == [(f"c-{n}", 10077, "maximum messages exceeded") for n in range(5, 8)]
+    # what an operator sees: `status` says it is full, and exits 1
+    status = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gpuledger_cli.main", "status", "--json", "--nats-url", fresh_nats.url,
+        "--timeout", "1", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(status.communicate(), 120)
+    assert status.returncode == 1 and json.loads(out)["intake"]["full"] == "5 of 5 messages"
+    assert "the intake is full (5 of 5 messages): nats-server refuses every new claim" in err.decode()
     async with running(fresh_nats.url, "claim", intake_max_msgs=5):
         await wait_intake_drained(js, timeout=60)
         for claim_id in taken:  # every acknowledged claim was handled
@@ -92,9 +103,6 @@ async def test_a_stack_made_before_the_limits_gets_them_from_up(fresh_nats):
 async def test_a_node_publisher_is_told_which_limit(fresh_nats):
     """docs/contract.md says what nats.js shows: a NatsError "503" (as for no responders), with the
     JetStream API's answer in `api_error` naming the limit."""
-    import asyncio
-    import json
-
     from tests.contract.node import require_node, run_node
 
     require_node()

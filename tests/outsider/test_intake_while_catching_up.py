@@ -131,3 +131,28 @@ async def test_a_claim_not_read_yet_is_not_answered_no_claim(fresh_nats, held_fo
         reply = await renew  # pending: it holds no lease to renew, and says so
         assert reply["ok"] is False and reply["error"]["code"] == "conflict", reply
     await nc.close()
+
+
+async def test_a_second_refusal_of_an_id_still_lands_after_the_first(fresh_nats):
+    """A publisher sending a bad claim again (past the 120 s duplicate window: under another msg id
+    here) hears the second refusal on the claim's subject, as before that check; a claim's subject
+    still gets none."""
+    from services.claim.app import ClaimService
+    from services.claim.intake import _refuse_on_subject
+
+    nc = await nats.connect(fresh_nats.url)
+    await _victim_pending(nc)
+    log = JetStreamEventLog(nc)
+    appended = log.append
+
+    async def past_the_window(*args, msg_id=None, **kwargs):
+        return await appended(*args, msg_id=f"{msg_id}-{kwargs.get('expected_last_subject_seq')}", **kwargs)
+
+    log.append = past_the_window
+    service = ClaimService(log)
+    for claim_id in ("twice-1", VICTIM):
+        for n, code in enumerate(("invalid", "conflict")):
+            await _refuse_on_subject(service, claim_id, ev.ClaimRejected(claim_id=claim_id, code=code, at=float(n)))
+    assert [s.event.code async for s in log.subject_after(subjects.claim("twice-1"))] == ["invalid", "conflict"]
+    assert [type(s.event).__name__ async for s in log.subject_after(subjects.claim(VICTIM))] == ["ClaimSubmitted"]
+    await nc.close()

@@ -35,4 +35,5 @@ def test_two_busy_processes_on_one_core_each_wait_for_a_cpu():
     used = meter.seconds_by_role()
     assert sum(used.values()) > 0
     assert sum(waited.values()) > 0  # each was ready while the other held the core
+    assert sum(meter.slices_by_role().values()) >= 2  # each was put on the core at least once
     assert run_delay(os.getpid()) >= 0

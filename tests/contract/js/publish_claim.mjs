@@ -33,6 +33,7 @@ const ack = await publish();
 const seen = [];
 for await (const msg of sub) {
   const outcome = msg.json();
+  if (outcome.type !== "ClaimOutcome") continue;  // anyone's publish ack can land here (docs/contract.md)
   if (seen.length && outcome.seq < seen[seen.length - 1].seq) continue;  // an older write: skip
   seen.push(outcome);
   if (outcome.final || outcome.status === "allocated" || outcome.status === "bound") break;

@@ -36,6 +36,7 @@ const seen = [];
 let seenSeq = 0;
 for await (const msg of sub) {
   const outcome = msg.json();
+  if (outcome.type !== "ClaimOutcome") continue;  // anyone's publish ack can land here (docs/contract.md)
   seen.push(outcome.status);
   seenSeq = Math.max(seenSeq, outcome.seq);
   if (outcome.final || outcome.status === "allocated" || outcome.status === "bound") break;
