@@ -103,17 +103,21 @@ async def write(nc, source, until_events: int, headers: bool = False, numbered: 
             "seconds": time.perf_counter() - start}
 
 
-async def rebuild(log, settings: Settings, state: State | None = None) -> tuple[State, float, float]:
+async def rebuild(log, settings: Settings, state: State | None = None,
+                  cpu: dict | None = None) -> tuple[State, float, float]:
     """The allocator's start: fold from the state's position to the end, index flushed at the end.
     Returns the state, the seconds until it was caught up (ready to decide), and the seconds after
-    that until the ended claims the catch-up dropped were freed (in slices, between passes)."""
-    start = time.perf_counter()
+    that until the ended claims the catch-up dropped were freed (in slices, between passes); with
+    `cpu`, this process's CPU seconds until caught up go in `cpu["ready"]`."""
+    start, cpu_start = time.perf_counter(), time.process_time()
     allocator = Allocator(log, settings, "bench-replay", state=state)
     end = await log.last_seq()
     task = asyncio.create_task(allocator.follow(end))
     caught_up = asyncio.create_task(allocator.caught_up.wait())
     await asyncio.wait({task, caught_up}, return_when=asyncio.FIRST_COMPLETED)
     ready = time.perf_counter()
+    if cpu is not None:
+        cpu["ready"] = time.process_time() - cpu_start
     task.cancel()
     if task.done() and not task.cancelled() and task.exception():
         raise task.exception()
@@ -275,6 +279,11 @@ async def measure(nats_url: str, events: int, nodes: int, batched: bool, tail_fr
     figures["dropped_claims_freed_after_seconds"] = round(freed_s, 2)
     figures["catch_up_without_read_seconds"] = round(no_read_s, 2)
     # the rebuild's process: its peak, and what it held before reading an event (the interpreter)
+    # CPU seconds of the full rebuild: its own process's, and its read-ahead helper's (the read of
+    # all but the first messages, in a process of its own: shared.readahead)
+    figures["rebuild_cpu_seconds"] = child["cpu_s"]
+    figures["rebuild_cpu_seconds_until_caught_up"] = child["cpu_ready_s"]
+    figures["read_ahead_helper_cpu_seconds"] = child["helper_cpu_s"]
     figures["peak_rss_mb"] = child["peak_rss_mb"]
     figures["rebuild_rss_before_mb"] = child["rss_before_mb"]
     figures["claims_held_after_rebuild"] = child["claims_held"]

@@ -15,6 +15,7 @@ import hashlib
 import json
 import resource
 import sys
+import time
 
 from shared.jetstream import JetStreamEventLog, connect
 from shared.settings import Settings
@@ -35,6 +36,11 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
+def _children_cpu() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
 def state_digest(state) -> str:
     return hashlib.sha256(repr(compact_digest(state)).encode()).hexdigest()
 
@@ -45,8 +51,13 @@ async def main(url: str) -> dict:
     nc = await connect(url, name="bench-replay-rebuild")
     try:
         before = peak_rss_mb()  # the interpreter and its imports, before any event is read
-        state, seconds, freed_s = await rebuild(JetStreamEventLog(nc), Settings(nats_url=url))
-        return {"seconds": seconds, "freed_s": freed_s, "peak_rss_mb": round(peak_rss_mb(), 1),
+        cpu, helpers, ready = time.process_time(), _children_cpu(), {}
+        state, seconds, freed_s = await rebuild(JetStreamEventLog(nc), Settings(nats_url=url), cpu=ready)
+        # CPU seconds to caught up and freed: this process's, and its read-ahead helper's
+        cpu, helpers = time.process_time() - cpu, _children_cpu() - helpers
+        return {"seconds": seconds, "freed_s": freed_s, "cpu_s": round(cpu, 2),
+                "cpu_ready_s": round(ready["ready"], 2),
+                "helper_cpu_s": round(helpers, 2), "peak_rss_mb": round(peak_rss_mb(), 1),
                 "rss_before_mb": round(before, 1), "claims_held": len(state.claims),
                 "digest": state_digest(state)}
     finally:

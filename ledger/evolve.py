@@ -171,13 +171,17 @@ def drop_ended_claims(state: State, aside: list | None = None) -> State:
     return state
 
 
-def shed_ended_claims(state: State) -> int:
+def shed_ended_claims(state: State, aside: list | None = None) -> int:
     """Catch-up, `keep_ended` deferred: drop the ended claims folded so far and free them now, while
     they are recent (a slice at a time keeps the catch-up's memory to the live claims plus one
-    slice, instead of every claim of the log). Returns how many claims the state still holds."""
+    slice, instead of every claim of the log), or put them in `aside` for the caller to free when
+    it suits it. Returns how many claims the state still holds."""
     claims, ended = state.claims, state.ended
     for claim_id in [c for c, claim in claims.items() if claim.status not in _LIVE]:
-        del claims[claim_id]
+        if aside is not None:
+            aside.append(claims.pop(claim_id))
+        else:
+            del claims[claim_id]
         ended[claim_id] = None
     return len(claims)
 

@@ -16,17 +16,18 @@ Options:
 - `linger_s` for services that need not see each event at once (quota, pool-controller,
   dashboard): the live tail is read a pull every `linger_s` (`shared.paced`), one wake-up for
   whatever was stored meanwhile, instead of one per message.
-- `collect_old=False` for services that only follow (quota, pool-controller; the projector's loop
-  does the same with its own `Refreezer`): once caught up, the oldest generation is never
-  collected automatically, and a refreeze collects the young generations only before it freezes
-  (`old_generation_off`, `Refreezer(young_only=True)`).
+- `collect_old=False` for services that only follow (claim, quota, pool-controller; the projector's
+  loop and the simulated agents do the same with their own `Refreezer`): once caught up, only the
+  youngest generation is collected automatically, and a refreeze freezes what survived it without
+  scanning it again (`old_generation_off`, `Refreezer(young_only=True)`).
 - `unread` for services that need none of the events on some subjects (quota, pool-controller:
   `subjects.is_node_bindings`): a message on such a subject is never decoded nor folded, nor told
   to the hooks; only the position moves past it.
 - `keep_ended=False` for the allocator, which decides on live claims only: ended claims leave the
   state. During catch-up they go a slice at a time (`SHED_SLICE` more claims than were live at the
-  last slice), freed at once; the last slice when caught up (`dropped`, for the caller to free a
-  part at a time). So a catch-up holds the live claims and one slice, not every claim of the log.
+  last slice), into `dropped` for the caller to free a part at a time once caught up, until it
+  holds `FREE_LATER` claims, and freed at once after that. So a catch-up holds the live claims,
+  one slice and at most FREE_LATER ended claims, not every claim of the log.
 """
 
 from __future__ import annotations
@@ -63,7 +64,12 @@ UNFREEZE_EVERY = 500
 # than it kept at the last shedding. Freeing each claim as it ends costs twice as much as freeing
 # them in a slice (their memory comes back cold one at a time); a slice bounds what is held.
 SHED_SLICE = 20_000
-# `old_generation_off`: the oldest generation's automatic threshold while it is off (never reached).
+# ... and the slices' claims are put aside with the last one (`dropped`, freed by the caller after it
+# is caught up: the allocator between its first passes) until this many are: freeing them is work a
+# restart's first decisions need not wait for (60,000 of a 1M-event log's: 0.23 s of CPU here). About
+# 3.5 KB a claim of `bench replay`'s log: they hold some 230 MB more at most, whatever the log's length.
+FREE_LATER = 60_000
+# `old_generation_off`: the older generations' automatic thresholds while they are off (never reached).
 OLD_GENERATION_OFF = 1 << 30
 
 
@@ -95,12 +101,14 @@ def refreeze() -> None:
 
 
 def refreeze_young() -> None:
-    """`refreeze` for a process whose oldest generation is left alone (`old_generation_off`): the
-    young generations are collected, then everything frozen. An object in the oldest generation
-    survived two collections: the state a fold keeps, hardly ever garbage. A full pass over the
-    thousands of claims folded since the last freeze cost the quota service and pool-controller
-    a fifth of their CPU in `bench e2e`; garbage frozen among them waits for the unfreeze."""
-    gc.collect(1)
+    """`refreeze` for a process whose older generations are left alone (`old_generation_off`):
+    everything is frozen as it is, nothing scanned. What is here survived a young collection,
+    which frees the cycles that die young (nearly all of them: in `bench e2e --claims 20000` the
+    claim service's middle collections found 96 objects of garbage, the young ones 960): the state
+    a fold keeps, hardly ever garbage; what garbage is frozen among it waits for the unfreeze. Each
+    object a fold keeps was scanned twice before it was frozen (a young collection, then a middle
+    one, or this refreeze's `gc.collect(1)`), now once: the services' collections took 28-31 us of
+    CPU per claim, now 15-20 (docs/benchmarks.md, "Session 31, speed-cost")."""
     gc.freeze()
 
 
@@ -130,27 +138,28 @@ class Refreezer:
 
 
 _old_off_depth = 0  # nested `old_generation_off` (several followers in one test process)
-_old_threshold = 0
+_old_thresholds = (0, 0)  # the middle and oldest generations' thresholds to give back
 
 
 @contextlib.contextmanager
 def old_generation_off():
-    """While inside, the collector never collects the oldest generation by itself (the young ones
-    as before): for a process whose long-lived objects a `Refreezer(young_only=True)` freezes.
-    Left on, CPython collects it whenever a quarter more objects reached it since the last full
-    pass: every claim folded since the last freeze scanned again and again."""
-    global _old_off_depth, _old_threshold
+    """While inside, the collector collects only the youngest generation by itself: for a process
+    whose long-lived objects a `Refreezer(young_only=True)` freezes. Left on, CPython collects the
+    oldest whenever a quarter more objects reached it since the last full pass (every claim folded
+    since the last freeze scanned again and again), and the middle one every tenth young collection
+    (every object a fold keeps scanned a second time, before the refreeze freezes it)."""
+    global _old_off_depth, _old_thresholds
     if _old_off_depth == 0:
-        first, second, _old_threshold = gc.get_threshold()
-        gc.set_threshold(first, second, OLD_GENERATION_OFF)
+        first, *_old_thresholds = gc.get_threshold()
+        gc.set_threshold(first, OLD_GENERATION_OFF, OLD_GENERATION_OFF)
     _old_off_depth += 1
     try:
         yield
     finally:
         _old_off_depth -= 1
         if _old_off_depth == 0:
-            first, second, _third = gc.get_threshold()
-            gc.set_threshold(first, second, _old_threshold)
+            first, _second, _third = gc.get_threshold()
+            gc.set_threshold(first, *_old_thresholds)
 
 
 class Follower:
@@ -256,7 +265,7 @@ class Follower:
         decoded = read_batch(admission, batch)
         fold_batch(self.state, decoded, admission.fold_failed)
         if self._shed_at and len(self.state.claims) >= self._shed_at:
-            self._shed_at = shed_ended_claims(self.state) + SHED_SLICE
+            self._shed_at = shed_ended_claims(self.state, self._aside()) + SHED_SLICE
         if admission.refused + admission.undecodable != skipped:  # rare: look for the decision subject
             for (seq, event), (_seq, subject, _data, _headers) in zip(decoded, batch):
                 if event is None and subject == subjects.DECISIONS:
@@ -296,7 +305,11 @@ class Follower:
         if batch and batch[-1][0]:
             state.last_seq = batch[-1][0]
         if self._shed_at and len(state.claims) >= self._shed_at:
-            self._shed_at = shed_ended_claims(state) + SHED_SLICE
+            self._shed_at = shed_ended_claims(state, self._aside()) + SHED_SLICE
+
+    def _aside(self) -> list | None:
+        """Where a catch-up's shed claims go: `dropped` until it holds FREE_LATER, then nowhere."""
+        return self.dropped if len(self.dropped) < FREE_LATER else None
 
     def _fold_live(self, batch) -> None:
         state, before, after = self.state, self.before_live, self.listeners + self.after_live

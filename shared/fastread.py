@@ -25,7 +25,6 @@ import re
 from collections.abc import AsyncIterator
 from urllib.parse import unquote
 
-from nats.js import api
 
 PULL_BATCH = 4096  # messages per pull request; two are kept outstanding
 READ_CHUNK = 1 << 20
@@ -58,6 +57,8 @@ async def open_range_reader(nc, stream: str, from_seq: int, until_seq: int,
     """A reader of [from_seq, until_seq] (filtered by `subject`), or None if this connection's
     security options are not ones a plain protocol connection can reproduce. `headers=False`: every
     message's headers are left unread (an empty dict)."""
+    from nats.js import api  # here: the read-ahead helper (shared.readahead) starts without nats-py
+
     target = _plain_target(nc)
     if target is None:
         return None

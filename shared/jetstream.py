@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import logging
@@ -20,6 +21,7 @@ from shared.natscluster import connect_args
 from shared import nats_headers
 from shared.direct_sub import subscribe_direct
 from shared import jsreply
+from shared import readahead
 from shared.fastread import RangeReadError, open_range_reader
 from shared.paced import PacedTail
 from shared.retry import TRANSIENT as TRANSIENT_ERRORS, quiet_error, until_done
@@ -375,8 +377,11 @@ class JetStreamEventLog:
         end = await self.last_seq() if stop_at is None else stop_at
         if end - from_seq + 1 >= FAST_READ_MIN:
             position = [from_seq]  # where the ordered consumer takes over
-            async for batch in self._read_range(from_seq, end, subject, position, headers):
-                yield batch
+            # closed with this generator, not when collected: a read-ahead helper ends with it
+            async with contextlib.aclosing(self._read_range(from_seq, end, subject, position,
+                                                            headers)) as stored:
+                async for batch in stored:
+                    yield batch
             from_seq = position[0]
             if stop_at is not None and from_seq > stop_at:
                 return
@@ -392,12 +397,16 @@ class JetStreamEventLog:
         """Yield [from_seq, end] through `shared.fastread`; `position[0]` ends as the first sequence
         not covered (from_seq when it could not be used, end + 1 when it read everything)."""
         try:
-            reader = await open_range_reader(self.nc, self.stream, from_seq, end, subject, headers)
+            if not headers and end - from_seq + 1 >= readahead.READ_AHEAD_MIN:  # a long catch-up
+                reader = await readahead.open_read_ahead(self.nc, self.stream, from_seq, end, subject)
+            else:
+                reader = await open_range_reader(self.nc, self.stream, from_seq, end, subject, headers)
             if reader is None:
                 return
-            async for batch in reader.batches():
-                position[0] = batch[-1][0] + 1
-                yield batch
+            async with contextlib.aclosing(reader.batches()) as batches:
+                async for batch in batches:
+                    position[0] = batch[-1][0] + 1
+                    yield batch
             position[0] = end + 1
         except (RangeReadError, OSError, APIError) as err:  # nats-py's path still works
             log.warning("fast range read stopped at seq %d (%s): reading on through nats-py",

@@ -112,9 +112,9 @@ async def test_the_allocator_catch_up_sheds_ended_claims_a_slice_at_a_time(log, 
     monkeypatch.setattr(follower_module, "SHED_SLICE", 4)
     held, shed = [], follower_module.shed_ended_claims
 
-    def counting(state):
+    def counting(state, aside=None):
         held.append(len(state.claims))
-        return shed(state)
+        return shed(state, aside)
 
     monkeypatch.setattr(follower_module, "shed_ended_claims", counting)
     follower = Follower(log, keep_ended=False)

@@ -8,6 +8,7 @@ import weakref
 
 import pytest
 
+from services.allocator import loop
 from services.allocator.loop import collect_between_passes
 
 
@@ -46,10 +47,14 @@ def test_a_collection_runs_once_the_threshold_is_passed_and_frees_cycles(manual_
     del keep
 
 
-def test_older_generations_are_collected_as_their_thresholds_say(manual_gc):
+def test_survivors_are_frozen_where_an_older_generation_was_due_and_all_collected_rarely(manual_gc, monkeypatch):
+    monkeypatch.setattr(loop, "UNFREEZE_EVERY", 3)
+    monkeypatch.setattr(loop, "_between", {"young": 0, "freezes": 0})
     gc.set_threshold(10, 2, 2)
     generations, kept = [], []
     for _ in range(12):
         kept.append([[] for _ in range(20)])  # survivors, as a pass's new state is
         generations.append(collect_between_passes())
-    assert {0, 1, 2} <= set(generations)
+    # young, freeze, young, freeze, young, full collection (the third freeze), ...
+    assert generations == [0, 1, 0, 1, 0, 2] * 2
+    assert gc.get_freeze_count() > 0
