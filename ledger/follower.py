@@ -284,13 +284,16 @@ class Follower:
         decode, handlers = ev.event_decoder(), handlers_for(state)
         admit_of, refuse = authority.ADMIT, authority.admits  # `admits` for a type with no row
         decisions = subjects.DECISIONS
-        for seq, subject, data, _headers in batch:
+        # 1 where the range's reader already decoded the row and the authority table admitted it
+        # (shared.readahead's helper, the same checks): the check is not made twice
+        admitted = getattr(batch, "admitted", None) or bytes(len(batch))
+        for (seq, subject, data, _headers), checked in zip(batch, admitted):
             try:
                 event = decode(data)
             except Exception:  # say which and why, and count it (or read it leniently)
                 event = admission.read(seq, subject, data)
             else:
-                if not admit_of.get(type(event), refuse)(subject, event):
+                if not checked and not admit_of.get(type(event), refuse)(subject, event):
                     event = admission.admit(seq, subject, event)
             if event is None:
                 if subject == decisions:

@@ -164,3 +164,61 @@ async def test_the_caller_takes_at_most_ahead_bytes_out_of_the_pipe_ahead_of_its
         await writer
     assert got == [bytes([i % 256]) * size for i in range(frames)]
     assert max(unread) <= 32 * 1024 + 16 * 1024 + size
+
+
+async def test_rows_the_helper_admitted_skip_the_check_and_the_rest_are_checked_and_counted(monkeypatch):
+    """A batch whose rows the helper marked admitted: the follower asks the authority table only
+    about the unmarked ones, refuses and counts the forged one among them, and folds the same
+    state as from the plain batch."""
+    from bench.replay import StoredBatches
+    from schemas import authority
+    from schemas.events import encode_event
+
+    rows = [(1, subjects.node("n0"), encode_event(h100_node("n0")), {})]
+    rows += [(1 + i, subjects.node("n0"), encode_event(ev.NodeHeartbeat(node="n0", at=float(i))), {})
+             for i in range(1, 6)]
+    rows.append((7, subjects.node("n0"), encode_event(ev.NodeHeartbeat(node="n1", at=9.0)), {}))  # forged
+    marks = bytes([1] * 6 + [0])
+    asked = []
+    counted = {kind: (lambda check: lambda subject, event: asked.append(subject) or check(subject, event))(check)
+               for kind, check in authority.ADMIT.items()}
+    states = []
+    for batch in (readahead.AdmittedRows(rows, marks), list(rows)):
+        monkeypatch.setattr(authority, "ADMIT", counted)
+        asked.clear()
+        follower = Follower(StoredBatches([batch]), keep_ended=False)
+        task = asyncio.create_task(follower.run())
+        await asyncio.wait_for(follower.caught_up.wait(), 30)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        states.append((follower, len(asked)))
+    (marked, asked_marked), (plain, asked_plain) = states
+    assert asked_plain - asked_marked == 6 and asked_marked  # the six marked rows were not asked about
+    assert marked.admission.refused == plain.admission.refused == 1
+    assert marked.state.nodes["n0"].last_heartbeat == plain.state.nodes["n0"].last_heartbeat == 5.0
+    assert compact_digest(marked.state) == compact_digest(plain.state)
+
+
+async def test_the_helper_marks_what_it_admits_and_the_fold_counts_what_it_does_not(fresh_nats, small_read_ahead,
+                                                                                   monkeypatch):
+    nc, log = await _log_of(fresh_nats.url)
+    try:
+        forged = await log.append(subjects.node("n0"), ev.NodeHeartbeat(node="n1", at=1e6))
+        end = await log.last_seq()
+        batches = [batch async for batch in log.follow_raw(1, stop_at=end, headers=False)]
+        marked = [batch for batch in batches if isinstance(batch, readahead.AdmittedRows)]
+        assert marked and all(len(batch.admitted) == len(batch) for batch in marked)
+        flags = {row[0]: flag for batch in marked for row, flag in zip(batch, batch.admitted)}
+        assert flags[forged.seq] == 0 and sum(flags.values()) == len(flags) - 1
+        counts = []
+        for minimum in (300, 10 ** 9):
+            monkeypatch.setattr(readahead, "READ_AHEAD_MIN", minimum)
+            follower = Follower(log, keep_ended=False)
+            task = asyncio.create_task(follower.run())
+            await asyncio.wait_for(follower.caught_up.wait(), 30)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            counts.append((follower.admission.refused, compact_digest(follower.state)))
+        assert counts[0] == counts[1] and counts[0][0] == 1
+    finally:
+        await nc.close()
