@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import os
 
+from shared.priority import lower_session
+
 # nice increments (0 = as `up` itself); the claim path (nats-server, claim, allocator) stays at 0.
 # The agents less than the rest: their heartbeats keep nodes alive (node_timeout_s, 30 s by default).
 NICE = {"projector": 10, "quota": 10, "pool-controller": 10, "dashboard": 10, "node-agents": 5}
@@ -41,5 +43,6 @@ def lower_priority(increment: int):
 
     def run_in_child() -> None:
         os.nice(increment)
+        lower_session(increment)  # the child's new session: its share against the others (shared/priority.py)
 
     return run_in_child

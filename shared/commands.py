@@ -20,6 +20,7 @@ from schemas.strict_json import DuplicateKeyError, check_no_duplicate_keys
 from schemas.wording import in_words, whole_payload_words
 from shared.direct_sub import subscribe_direct
 from shared.natscluster import ANSWERED_PREFIX
+from shared.publish_many import publish_many
 from shared.telemetry import extract_context, tracer
 
 log = logging.getLogger("gpuledger")
@@ -218,13 +219,31 @@ async def batched_command(nc, subject: str, command_type: type,
             except Exception as err:  # a bug must not kill the worker; every client gets an answer
                 log.exception("commands on %s failed", subject)
                 replies = [fail("internal", f"{type(err).__name__}: {err}")] * len(commands)
-        for msg, reply in zip(answered, replies):
-            await _respond(msg, encode_reply(reply))
+        await _respond_all(nc, [(msg, encode_reply(reply)) for msg, reply in zip(answered, replies)])
 
     spawn(work(), f"batched {subject}")
     # requests handed over as they are parsed, straight to the batch's queue: not through the
     # subscription's own queue and task first (shared.direct_sub; one request per claim released)
     return await subscribe_direct(nc, subject, arrived)
+
+
+async def _respond_all(nc, answers: list[tuple[Any, bytes]]) -> None:
+    """Each (request, answer) as `_respond` would, the answers to requests without headers in one
+    buffer write (one request per claim released: shared.publish_many); `Msg.respond` sends a
+    request's headers back with its answer, so those go that way."""
+    sendable = []
+    for msg, data in answers:
+        if msg.headers:
+            await _respond(msg, data)
+        elif msg.reply and answerable(msg.reply, msg.subject):
+            sendable.append((msg.reply, "", data))
+    try:
+        refused = await publish_many(nc, sendable)
+    except Exception as err:  # the connection is going: the clients time out and ask again
+        log.warning("could not answer %d requests on %s: %s", len(sendable), answers[0][0].subject, err)
+        return
+    for index, err in refused:
+        log.warning("could not answer on %s: %s", sendable[index][0], err)
 
 
 async def _respond(msg, data: bytes) -> None:

@@ -28,8 +28,12 @@ Handler = Callable[[int, bytes, bytes, bytes, "dict[str, str] | None"], None]
 _TABLE = "_gpuledger_direct"  # the attribute of a connection that holds its sid -> handler table
 
 
-async def subscribe_direct(nc, subject: str, handler: Handler):
-    """Subscribe `handler` to `subject` on `nc` (see the module); returns nats-py's subscription."""
+async def subscribe_direct(nc, subject: str, handler: Handler, raw_headers: bool = False):
+    """Subscribe `handler` to `subject` on `nc` (see the module); returns nats-py's subscription.
+    `raw_headers`: the handler gets a message's header block as it came (bytes from `NATS/1.0` on,
+    None when it has none), unparsed: for a reader that looks at few of them (`shared.paced`). Only
+    where the connection can be hooked; otherwise they come parsed, as from nats-py (a dict: the
+    handler tells the two apart by type)."""
     async def fallback(msg) -> None:  # a client this module cannot hook (or a message it missed)
         headers = msg.headers or None
         handler(getattr(msg, "_sid", 0) or 0, msg.subject.encode(), (msg.reply or "").encode(), msg.data, headers)
@@ -37,7 +41,7 @@ async def subscribe_direct(nc, subject: str, handler: Handler):
     sub = await nc.subscribe(subject, cb=fallback)
     table = _hook(nc)
     if table is not None:
-        table[sub._id] = handler
+        table[sub._id] = (handler, raw_headers)
     return sub
 
 
@@ -53,17 +57,19 @@ def _hook(nc) -> dict | None:
     stats = nc.stats
 
     async def process_msg(sid, subject, reply, data, headers) -> None:
-        handler = table.get(sid)
-        if handler is None or sid not in nc._subs:  # not ours, or unsubscribed meanwhile
-            if handler is not None:
+        entry = table.get(sid)
+        if entry is None or sid not in nc._subs:  # not ours, or unsubscribed meanwhile
+            if entry is not None:
                 del table[sid]
             await original(sid, subject, reply, data, headers)
             return
+        handler, raw = entry
         stats["in_msgs"] += 1
         stats["in_bytes"] += len(data)
-        parsed = await nc._process_headers(headers) if headers else None
+        if not raw:
+            headers = await nc._process_headers(headers) if headers else None
         try:
-            handler(sid, subject, reply, data, parsed)
+            handler(sid, subject, reply, data, headers)
         except Exception:  # a bug in a handler must not end the connection's read loop
             log.exception("handling a message on %s failed", subject)
 

@@ -386,7 +386,7 @@ class JetStreamEventLog:
             if stop_at is not None and from_seq > stop_at:
                 return
         if linger_s > 0 and stop_at is None:
-            async for batch in PacedTail(self.nc, self.stream, subject, linger_s).batches(from_seq):
+            async for batch in PacedTail(self.nc, self.stream, subject, linger_s, headers).batches(from_seq):
                 yield batch
             return
         async for batch in self._follow_ordered(from_seq, subject, stop_at):

@@ -32,11 +32,15 @@ PULL_BATCH = 1000  # messages one pull may bring (a pull with fewer stored ends 
 LONG_PULL_S = 1.0  # an idle follower's pull waits this long for the next message
 ANSWER_GRACE_S = 2.0  # a pull not finished this long after it should have: the consumer is lost
 _LOST = {"409", "503"}  # consumer deleted, no responders: make a new one
+_STATUS_LINE = b"NATS/1.0 "  # a header block that starts so carries a status (the first line)
 
 
 class PacedTail:
-    def __init__(self, nc, stream: str, subject: str | None, linger_s: float):
+    def __init__(self, nc, stream: str, subject: str | None, linger_s: float, headers: bool = True):
         self.nc, self.js = nc, nc.jetstream()
+        # False: the messages' headers are never read (every fold): each is handed over with an
+        # empty dict, its header block left unparsed and no `Msg` built for it (`_on_raw`)
+        self.headers = headers
         self.stream, self.subject, self.linger_s = stream, subject, linger_s
         self.consumer = ""
         self.inbox = ""
@@ -87,7 +91,10 @@ class PacedTail:
         info = await self.js.add_consumer(self.stream, config=config)
         self.inbox = self.nc.new_inbox()
         # deliveries handed over as they are parsed: no queue or task per message (shared.direct_sub)
-        self._sub = await subscribe_direct(self.nc, self.inbox, self._on_parts)
+        if self.headers:
+            self._sub = await subscribe_direct(self.nc, self.inbox, self._on_parts)
+        else:
+            self._sub = await subscribe_direct(self.nc, self.inbox, self._on_raw, raw_headers=True)
         self.consumer, self._lost = info.name, False
         self.renewals += 1
 
@@ -126,6 +133,24 @@ class PacedTail:
         self._take(Msg(_client=self.nc, subject=subject.decode(), reply=reply.decode(), data=data,
                        headers=headers, _sid=sid))
 
+    def _on_raw(self, sid: int, subject: bytes, reply: bytes, data: bytes, headers) -> None:
+        """`_on_parts` for a tail whose headers nobody reads: a stored message's sequence read from
+        its reply subject's bytes, its headers neither parsed nor kept; only a message whose header
+        block carries a status (`NATS/1.0 404 ...`: the end of a pull) is read as before."""
+        if headers is not None and not isinstance(headers, (bytes, bytearray)):  # parsed already
+            self._on_parts(sid, subject, reply, data, headers)
+            return
+        if headers and headers.startswith(_STATUS_LINE):
+            self._on_parts(sid, subject, reply, data, {"Status": bytes(headers[9:12]).decode()})
+            return
+        seq = _stream_seq(reply)
+        if seq is None:  # not a stored message's reply: read it the long way
+            self._on_parts(sid, subject, reply, data, None)
+            return
+        self._got.append((seq, subject.decode(), data, {}))
+        if len(self._got) >= self._want:
+            self._ended.set()
+
     async def _on_msg(self, msg) -> None:
         self._take(msg)
 
@@ -141,6 +166,20 @@ class PacedTail:
         self._got.append((seq, msg.subject, msg.data, dict(msg.headers or {})))
         if len(self._got) >= self._want:
             self._ended.set()
+
+
+def _stream_seq(reply: bytes) -> int | None:
+    """The stream sequence in a delivery's reply subject (`shared.jsreply`'s reading, on bytes):
+    `$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>...`, with `<domain>.<account>` after
+    `$JS.ACK` in the 11-token form; None for anything else."""
+    if not reply.startswith(b"$JS.ACK."):
+        return None
+    tokens = reply.split(b".")
+    if len(tokens) == 9:
+        return int(tokens[5])
+    if len(tokens) >= 11:
+        return int(tokens[7])
+    return None
 
 
 def _reconnects(nc) -> int:

@@ -7,6 +7,13 @@ they start at full priority and lower it themselves right after announcing thems
 
 Linux keeps a nice value per thread: every thread the process has by then is lowered, and the
 threads it starts later inherit the value of the thread that starts them.
+
+Where the kernel groups processes by session (autogroup, `/proc/sys/kernel/sched_autogroup_enabled`,
+on by default in most distributions' kernels), a thread's nice value only weighs against the
+threads of its own session: the CPU is shared between sessions first, each at its session's own
+nice. `up` starts every process in a session of its own, so a service niced by its threads alone
+competed with the claim path at full weight (session 31: every process of the stack in its own
+autogroup, each at nice 0). The session's nice is lowered too (`/proc/self/autogroup`).
 """
 
 from __future__ import annotations
@@ -44,6 +51,29 @@ def lower_every_thread(increment: int) -> None:
             os.setpriority(os.PRIO_PROCESS, tid, max(target, os.getpriority(os.PRIO_PROCESS, tid)))
         except (ProcessLookupError, PermissionError):  # a thread that ended meanwhile
             continue
+    lower_session(increment)
+
+
+AUTOGROUP = "/proc/self/autogroup"
+
+
+def lower_session(increment: int, path: str = AUTOGROUP) -> int | None:
+    """Lower the nice of this process's autogroup (its session's share of the CPU) by `increment`;
+    returns the new value, None where the kernel has no autogroups (or refuses: not fatal, the
+    threads are lowered either way) or where this process does not lead its session: the value is
+    the whole session's, and a process started in its parent's session (a test, a shell's child)
+    must not lower its parent's share."""
+    if os.getsid(0) != os.getpid():
+        return None
+    try:
+        with open(path) as f:
+            current = int(f.read().rsplit("nice", 1)[1])
+        target = min(current + increment, 19)
+        with open(path, "w") as f:
+            f.write(str(target))
+        return target
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _thread_ids() -> list[int]:

@@ -16,6 +16,7 @@ import asyncio
 import itertools
 
 from shared.direct_sub import subscribe_direct
+from shared.publish_many import publish_many
 
 _ACKED = b'{"stream"'
 
@@ -63,6 +64,39 @@ class AckWindow:
             del self.pending[number]
             flight.left -= 1
             raise
+
+    async def publish_all(self, flight: Flight, messages: list[tuple[int, str, bytes]]) -> list[tuple[int, Exception]]:
+        """Send each (index, subject, data) as message `index` of `flight`, as many at once as the
+        window has room for (one buffer write for them: `shared.publish_many`). Returns (index,
+        error) of those not sent (not counted): refused by the client, or all that were still to go
+        when the connection failed."""
+        if self._sub is None:
+            self._sub = await subscribe_direct(self.nc, self.prefix + ".*", self._on_ack)
+        failed: list[tuple[int, Exception]] = []
+        start = 0
+        while start < len(messages):
+            while len(self.pending) >= self.size:
+                self._room.clear()
+                await self._room.wait()
+            group = messages[start:start + self.size - len(self.pending)]
+            start += len(group)
+            numbers = [next(self._numbers) for _ in group]
+            for number, (index, _subject, _data) in zip(numbers, group):
+                self.pending[number] = (flight, index)
+            flight.left += len(group)
+            try:
+                refused = await publish_many(self.nc, [(subject, f"{self.prefix}.{number}", data)
+                                                       for number, (_index, subject, data) in zip(numbers, group)])
+            except Exception as err:  # not connected now: none of these counted, nor the rest sent
+                for number in numbers:
+                    self.pending.pop(number, None)
+                flight.left -= len(group)
+                return failed + [(index, err) for index, _subject, _data in (*group, *messages[start:])]
+            for at, err in refused:
+                del self.pending[numbers[at]]
+                flight.left -= 1
+                failed.append((group[at][0], err))
+        return failed
 
     @staticmethod
     def seal(flight: Flight) -> None:

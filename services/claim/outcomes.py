@@ -217,13 +217,15 @@ class OutcomeWriter:
         through = self.service.state.last_seq  # every change up to here is noted
         messages = self._build(self.dirty)  # built before any await: one consistent state
         self.dirty = {}
-        flight, failed, error = Flight(), 0, None
-        for index, (claim_id, subject, data, seq, at) in enumerate(messages):
-            try:
-                await self.window.publish(flight, index, subject, data)
-            except Exception as err:  # not connected now: write it again later
-                self._retry(claim_id, seq, at)
-                failed, error = failed + 1, error or (claim_id, err)
+        flight, error = Flight(), None
+        # together, as the window has room (one buffer write for them, not a publish call each)
+        unsent = await self.window.publish_all(flight, [(index, subject, data) for index, (_claim_id, subject, data, _seq, _at)
+                                                        in enumerate(messages)])
+        for index, err in unsent:  # not connected now (or refused): written again later
+            claim_id, _subject, _data, seq, at = messages[index]
+            self._retry(claim_id, seq, at)
+            error = error or (claim_id, err)
+        failed = len(unsent)
         if error is not None:  # one line a flush, not one per outcome (an outage fails them all)
             log.warning("%d outcomes not sent (first: %s, %s): will retry", failed, *error)
         AckWindow.seal(flight)

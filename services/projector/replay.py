@@ -30,7 +30,8 @@ async def batches(log_, from_seq: int = 1, stop_at: int | None = None, admission
         return
     if hasattr(log_, "follow_raw"):
         paced = {"linger_s": linger_s} if linger_s else {}
-        async for raw in log_.follow_raw(from_seq, stop_at=stop_at, **paced):
+        # headers: no fold reads them (ledger.admission), so they are left unread
+        async for raw in log_.follow_raw(from_seq, stop_at=stop_at, headers=False, **paced):
             yield read_batch(admission, raw)
         return
     source = log_.read(from_seq, stop_at) if stop_at is not None else log_.follow(from_seq)
