@@ -37,7 +37,9 @@ async def _renew_until_stored(service: ClaimService, log, claim_id: str, count: 
     """Renew every tenth of the lease until `count` renewals are stored (or the claim ended)."""
     async def renewed() -> bool:
         claim = service.state.claims.get(claim_id)
-        if claim is None or not claim.holds_devices:
+        if claim is None or claim.status == "pending":
+            return False  # the service has not folded the allocation yet (a loaded machine)
+        if not claim.holds_devices:
             return True  # ended: the caller's asserts say so
         await service.renew(claim_id)
         return await _renewals(log, claim_id) >= count
