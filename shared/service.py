@@ -77,8 +77,20 @@ async def start_service(name: str, settings: Settings, build: Builder) -> Servic
     await broker.start()
     # a round trip: the server has every subscription of this connection before it answers, so a
     # request sent once the service is up finds its handler (CI saw "no responders" once without)
-    await until_done(lambda: ctx.nc.flush(timeout=5), f"{name}: registering its subscriptions")
+    await until_done(lambda: round_trip(ctx.nc), f"{name}: registering its subscriptions")
     return ctx
+
+
+async def round_trip(nc: Client, timeout: float = 5.0) -> None:
+    """Return once nats-server has processed everything this connection sent before. nats-py's
+    `flush` writes its PING straight to the socket while commands queued before it (the SUBs of
+    `broker.start`) may still wait for the connection's flusher task, so the PONG could come back
+    before the server had them: a request sent at once found no responders (about one service
+    start in fifty under load, session 31). The queue goes to the socket first, then the PING."""
+    flush_pending = getattr(nc, "_flush_pending", None)  # nats-py's own, private: absent elsewhere
+    if flush_pending is not None and getattr(nc, "_pending_data_size", 0):
+        await flush_pending(force_flush=True)
+    await nc.flush(timeout=timeout)
 
 
 async def _fail_when_closed(name: str, closed: asyncio.Event, nc: Client) -> None:
