@@ -36,7 +36,7 @@ from shared.natsserver import NatsServerError, start_nats_server
 from shared.jetstream import ensure_streams
 from shared.priority import NICE_WHEN_READY_ENV
 from shared.retry import until_done
-from shared.service import READY_SUBJECT
+from shared.service import READY_SUBJECT, round_trip
 from shared.settings import Settings
 from schemas.systems import System, SystemsError, parse_systems, spec_of
 
@@ -158,7 +158,7 @@ async def _start_and_wait(children: list[Child], url: str, names: list[str], wan
         ready.add(msg.subject.rsplit(".", 1)[-1])
 
     await nc.subscribe(f"{READY_SUBJECT}.*", cb=on_ready)
-    await nc.flush()
+    await round_trip(nc)  # the subscription on the server before any service can announce itself
     # the streams first, as ops: a node agent may not create them, and would race the services
     # (a cluster still forming refuses R3 streams until its servers joined: waited out)
     # and the intake's limits set, also on a stream an older version made without them
