@@ -202,6 +202,12 @@ def _show(data: dict, as_json: bool) -> None:
         typer.echo(f"  - {reason['message']}")
     if data.get("end_reason"):
         typer.echo(f"  ended: {data['end_reason']}")
+    # a second release, or a submit repeated, changes nothing: say so rather than print the claim
+    # as if this call had done it (session 32: a second `claim release` looked like the first)
+    if data.get("already"):
+        typer.echo(f"  note: it had already ended ({data['already']}): nothing was done")
+    if data.get("duplicate"):
+        typer.echo("  note: a claim with this id and content was submitted before: this is that claim")
 
 
 def _device(d: dict) -> str:
