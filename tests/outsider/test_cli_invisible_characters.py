@@ -36,3 +36,15 @@ async def test_a_release_reason_with_a_bidi_override_reaches_the_operator_as_tex
     assert done.returncode == 0, done.stderr
     assert "\\u202edetaler" in done.stdout, done.stdout
     assert not set(done.stdout) & set("\u202e\u202c\u200b\u2066\u2069\ufeff\u2028"), repr(done.stdout)
+
+
+def test_the_dashboard_shows_them_as_text_too():
+    from services.dashboard import render, render_claim
+    from services.dashboard.feed import Line
+
+    page = render_claim.claim_page({"claim_id": "bidi-1", "status": "released", "namespace": "team-a",
+                                    "end_reason": SPOOF, "timeline": [{"at": 1.0, "event": f"released: {SPOOF}"}]})
+    item = render.event_item(Line(7, 1.0, "ClaimReleased", "bidi-1", f"claim_id=bidi-1 reason={SPOOF}"))
+    for html in (page, item):
+        assert "\\u202edetaler" in html, html
+        assert not set(html) & set("\u202e\u202c\u200b\u2066\u2069\ufeff\u2028"), repr(html)
