@@ -46,6 +46,10 @@ _LONE_HIGH_SURROGATE = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-f
 
 def whole_payload_words(message: str, data: bytes) -> str | None:
     """Plain words for what msgspec says of a payload as a whole (None: not such a message)."""
+    if data.startswith(b"\xef\xbb\xbf") and message.endswith("invalid character (byte 0)"):
+        # what .NET's Encoding.UTF8 and PowerShell's `-Encoding utf8` write first (session 32)
+        return ("malformed JSON: the payload starts with a UTF-8 byte-order mark (bytes EF BB BF): "
+                "send the JSON without one")
     if message.startswith("Expected `object`, got `") and " - at " not in message:
         return f"the payload must be one JSON object; it is {message.split('got ', 1)[1]}"
     if message == "Input data was truncated":  # msgspec's words for an empty or cut-off payload
