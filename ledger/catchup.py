@@ -141,6 +141,9 @@ def _allocated(state: State, d: ev.ClaimAllocated) -> None:
     cpu, memory = spec.cpu_milli, spec.memory_mib
     if node.cpu_free < cpu or node.mem_free < memory:
         return
+    # the node's own name (equal to the decision's) and the decision's own list of grants (a
+    # stored event is never changed): the claim keeps no copies of what the event brought
+    node_name = node.name
     tflops, limit_tflops = d.tflops, d.limit_tflops
     claim.tflops, claim.vram_mib = tflops, d.vram_mib
     claim.limit_tflops, claim.limit_vram_mib = limit_tflops, d.limit_vram_mib
@@ -159,7 +162,7 @@ def _allocated(state: State, d: ev.ClaimAllocated) -> None:
     node.cpu_free -= cpu
     node.mem_free -= memory
     node.claims[cid] = None
-    claim.grants = list(grants)
+    claim.grants = grants
     state.usage_version += 1  # `holdings._charge(state, claim, +1)`
     usage = state.usage.get(spec.namespace)
     if usage is None:
