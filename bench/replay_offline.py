@@ -9,6 +9,10 @@ seconds of each run and the rebuilt state checked against the live fold's digest
 
     python -m bench.replay_offline write --events 200000 --out /tmp/log200k.pkl
     python -m bench.replay_offline catch-up /tmp/log200k.pkl --runs 3
+    python -m bench.replay_offline catch-up /tmp/log200k.pkl --frames decoded
+
+`--frames rows` or `decoded` hands the batches over as the read-ahead helper's frames
+(`shared.readahead`, made before the clock starts): the caller's whole share of a rebuild.
 
 Each catch-up runs inside `operator.call`, so callgrind can count it alone (not the loading):
 
@@ -63,12 +67,45 @@ def stored_log(events: int, nodes: int = 1000, seed: int = 1) -> dict:
             "messages": len(rows), "nodes": nodes, "seed": seed, "digest": state_digest(log.settled())}
 
 
-def catch_up(batches: list) -> tuple[str, float, float]:
-    """One catch-up over `batches`: (digest of the rebuilt state, CPU seconds, wall seconds)."""
+class Frames:
+    """The batches as the read-ahead helper's frames (`shared.readahead`), made before the clock
+    starts; the catch-up takes each out of its frame as the caller does (`frames="rows"`: rows
+    with the helper's authority marks, `"decoded"`: `DecodedRows`)."""
+
+    def __init__(self, batches: list, frames: str):
+        import msgspec
+
+        from shared import readahead
+
+        encode, self.kind, self.readahead = msgspec.msgpack.Encoder().encode, frames, readahead
+        self.end = batches[-1][-1][0] if batches else 0
+        if frames == "decoded":
+            self.frames = [encode(readahead._decoded(batch)) for batch in batches]
+        else:
+            self.frames = [encode((batch, readahead._admitted(batch))) for batch in batches]
+
+    async def last_seq(self) -> int:
+        return self.end
+
+    async def follow_raw(self, from_seq: int = 1, **_):
+        readahead = self.readahead
+        for body in self.frames:
+            if self.kind == "decoded":
+                yield readahead.decoded_rows(body)
+            else:
+                yield readahead.AdmittedRows(*readahead._ROWS.decode(body))
+        await asyncio.Event().wait()  # no live tail
+
+
+def catch_up(batches: list, frames: str = "none") -> tuple[str, float, float]:
+    """One catch-up over `batches`: (digest of the rebuilt state, CPU seconds, wall seconds).
+    `frames`: "none" (rows as a range read gives them, every check made here), or "rows" /
+    "decoded" (what the read-ahead helper hands over: `Frames`)."""
     rebuilt = []
+    log = Frames(batches, frames) if frames != "none" else None
 
     async def run() -> None:  # returns nothing: the state stays out of asyncio.run's task
-        state, _seconds = await catch_up_without_read(batches)
+        state, _seconds = await catch_up_without_read(batches, log)
         rebuilt.append(state)
 
     cpu, wall = time.process_time(), time.perf_counter()
@@ -150,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     run = commands.add_parser("catch-up", help="catch up on a written log; one JSON line per run")
     run.add_argument("log", help="a file written by `write`")
     run.add_argument("--runs", type=int, default=1, help="catch-ups in this process (at least 1)")
+    run.add_argument("--frames", choices=("none", "rows", "decoded"), default="none",
+                     help="none: rows as a range read gives them; rows / decoded: as the read-ahead "
+                          "helper's frames give them (made before the clock starts)")
     full = commands.add_parser("rebuild", help="store a written log in an embedded nats-server and time "
                                "the full rebuild (read-ahead included) from each tree; one JSON line per run")
     full.add_argument("log", help="a file written by `write`")
@@ -177,9 +217,10 @@ def main(argv: list[str] | None = None) -> int:
     messages = sum(len(batch) for batch in log["batches"])  # older logs did not say
     agreed = True
     for _ in range(args.runs):
-        digest, cpu, wall = catch_up(log["batches"])
+        digest, cpu, wall = catch_up(log["batches"], args.frames)
         agreed = agreed and digest == log["digest"]
-        print(json.dumps({"events": log.get("events"), "messages": messages, "cpu_s": round(cpu, 3),
+        print(json.dumps({"events": log.get("events"), "messages": messages, "frames": args.frames,
+                          "cpu_s": round(cpu, 3),
                           "wall_s": round(wall, 3), "digest_checked": digest == log["digest"],
                           "cpu_load_1m": round(os.getloadavg()[0], 2)}), flush=True)
     return 0 if agreed else 1
