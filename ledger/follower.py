@@ -319,10 +319,10 @@ class Follower:
         """`_fold_stored_alone` for a batch the read-ahead helper decoded: (seq, event) for each
         row it decoded with the strict types and admitted on its subject (the checks made there
         are the ones made here), (seq, subject, payload) for a row read here in full."""
-        if self.listeners or self.unread is not None:  # `run` asks for these only where neither is
-            raise RuntimeError("a follower with listeners or unread subjects got decoded rows: "
-                               "add listeners before it runs")
         if not batch:
+            return
+        if self.listeners or self.unread is not None:  # `run` asks for these only where neither is
+            self._fold_decoded_as_rows(batch)  # (a listener added after the catch-up began)
             return
         state, admission = self.state, self.admission
         handlers = handlers_for(state)
@@ -339,6 +339,24 @@ class Follower:
             state.last_seq = last
         if self._shed_at and len(state.claims) >= self._shed_at:
             self._shed_at = shed_ended_claims(state, self._aside()) + SHED_SLICE
+
+    def _fold_decoded_as_rows(self, batch) -> None:
+        """A decoded batch for a follower with listeners or unread subjects (one added after the
+        catch-up began): what `_fold_stored` does with rows, the rows' subjects from the batch."""
+        unread, read = self.unread, self.admission.read
+        rows = [(row, subject) for row, subject in zip(batch, batch.subjects())
+                if unread is None or not unread(subject)]
+        decoded = [row if len(row) == 2 else (row[0], read(row[0], subject, row[2])) for row, subject in rows]
+        fold_batch(self.state, decoded, self.admission.fold_failed)
+        self.state.last_seq = max(self.state.last_seq, batch[-1][0])
+        if self._shed_at and len(self.state.claims) >= self._shed_at:
+            self._shed_at = shed_ended_claims(self.state, self._aside()) + SHED_SLICE
+        for (seq, event), (_row, subject) in zip(decoded, rows):
+            if event is None:
+                if subject == subjects.DECISIONS:
+                    self._skipped_decision(seq)
+            elif self.listeners:
+                self._tell(self.listeners, seq, subject, event)
 
     def _read_in_place(self, batch):
         """(seq, event) for each row of a decoded batch, the rows the helper did not admit read in

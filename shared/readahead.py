@@ -56,9 +56,12 @@ _READ = 1 << 20
 _FRAME = struct.Struct("<cI")  # kind, length of what follows
 BATCH, DECODED, END, FAILED = b"B", b"D", b"E", b"X"
 _ROWS = msgspec.msgpack.Decoder(tuple[list[tuple[int, str, bytes, dict[str, str]]], bytes])
-# a DECODED frame: the admitted rows' sequences, their payloads as one JSON array, and the other
-# rows (their index in the batch, seq, subject, payload)
-_DECODED = msgspec.msgpack.Decoder(tuple[list[int], bytes, list[tuple[int, int, str, bytes]]])
+# a DECODED frame: the admitted rows' sequences, their payloads as one JSON array, the other rows
+# (their index in the batch, seq, subject, payload), and every row's subject in order, as msgpack
+# bytes decoded only by a caller that needs them (`DecodedRows.subjects`)
+_DECODED = msgspec.msgpack.Decoder(tuple[list[int], bytes, list[tuple[int, int, str, bytes]], bytes])
+_SUBJECTS = msgspec.msgpack.Decoder(list[str])
+_ENCODE = msgspec.msgpack.Encoder().encode
 _EVENTS = msgspec.json.Decoder(list[ev.AnyEvent])  # the strict decoder, over a whole array
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 log = logging.getLogger("gpuledger.eventlog")
@@ -200,27 +203,35 @@ class DecodedRows(list):
     strict types and the writer-authority table admitted on its subject (the checks the caller's
     fold makes: `ledger.follower` folds these as they are), (seq, subject, payload) for each other
     row, which the caller reads in full (undecodable, lenient, refused: counted and logged there).
-    `raw` says how many rows are of the second kind (0 nearly always)."""
+    `raw` says how many rows are of the second kind (0 nearly always); `subjects()` every row's
+    subject, for a reader that needs them after all."""
 
-    __slots__ = ("raw",)
+    __slots__ = ("raw", "_subjects")
 
-    def __init__(self, rows: list, raw: int):
+    def __init__(self, rows: list, raw: int, subjects: bytes | list[str] = b"\x90"):
         super().__init__(rows)
-        self.raw = raw
+        self.raw, self._subjects = raw, subjects
+
+    def subjects(self) -> list[str]:
+        if isinstance(self._subjects, (bytes, bytearray, memoryview)):
+            self._subjects = _SUBJECTS.decode(self._subjects)
+        if len(self._subjects) != len(self):
+            raise RangeReadError("the read-ahead helper's decoded batch lacks its rows' subjects")
+        return self._subjects
 
 
 def decoded_rows(body) -> DecodedRows:
     """A DECODED frame's batch. The array holds only payloads the helper's strict decoder took one
     by one, so it decodes whole; if it ever did not, the read stops here (RangeReadError) and the
     caller reads on through nats-py from the last row it folded."""
-    seqs, events, raw = _DECODED.decode(body)
     try:
+        seqs, events, raw, subjects = _DECODED.decode(body)
         events = _EVENTS.decode(events)
     except (msgspec.DecodeError, msgspec.ValidationError) as err:
         raise RangeReadError(f"the read-ahead helper's decoded batch did not decode: {err}") from err
     if len(events) != len(seqs):
         raise RangeReadError("the read-ahead helper's decoded batch has more sequences than events")
-    rows = DecodedRows(zip(seqs, events), len(raw))
+    rows = DecodedRows(zip(seqs, events), len(raw), subjects)
     for index, seq, subject, data in raw:  # in index order: each lands where it was read
         rows.insert(index, (seq, subject, data))
     return rows
@@ -325,9 +336,10 @@ def _admitted(batch: list) -> bytes:
     return bytes(marks)
 
 
-def _decoded(batch: list) -> tuple[list[int], bytes, list]:
+def _decoded(batch: list) -> tuple[list[int], bytes, list, bytes]:
     """A DECODED frame's parts: `_admitted`'s checks, the admitted rows' payloads joined into one
-    JSON array (each decoded alone here, so the array decodes whole), the other rows as they are."""
+    JSON array (each decoded alone here, so the array decodes whole), the other rows as they are,
+    and the subjects of all (msgpack)."""
     decode, admit_of, refuse = ev.event_decoder(), authority.ADMIT, authority.admits
     seqs, payloads, raw = [], [], []
     for i, (seq, subject, data, _headers) in enumerate(batch):
@@ -341,7 +353,8 @@ def _decoded(batch: list) -> tuple[list[int], bytes, list]:
             payloads.append(data)
         else:
             raw.append((i, seq, subject, data))
-    return seqs, b"[" + b",".join(payloads) + b"]", raw
+    subjects = _ENCODE([row[1] for row in batch])
+    return seqs, b"[" + b",".join(payloads) + b"]", raw, subjects
 
 
 def _write(out: int, kind: bytes, body: bytes) -> None:

@@ -125,14 +125,16 @@ async def test_a_follower_with_listeners_still_gets_rows(fresh_nats, small_read_
         await nc.close()
 
 
-def _frame(seqs, payloads, raw) -> bytes:
-    return msgspec.msgpack.encode((seqs, b"[" + b",".join(payloads) + b"]", raw))
+def _frame(seqs, payloads, raw, subjects=()) -> bytes:
+    return msgspec.msgpack.encode((seqs, b"[" + b",".join(payloads) + b"]", raw,
+                                   msgspec.msgpack.encode(list(subjects))))
 
 
 def test_rows_read_in_full_land_where_they_were_read():
     beat = [encode_event(ev.NodeHeartbeat(node="n0", at=float(i))) for i in range(4)]
     rows = readahead.decoded_rows(_frame([2, 3, 5, 7], beat, [(0, 1, "a", b"x"), (3, 4, "b", b"y"),
-                                                             (5, 6, "c", b"z")]))
+                                                             (5, 6, "c", b"z")], "abcdefg"))
+    assert rows.subjects() == list("abcdefg")
     assert rows.raw == 3
     assert [row[0] for row in rows] == [1, 2, 3, 4, 5, 6, 7]
     assert rows[0] == (1, "a", b"x") and rows[3] == (4, "b", b"y") and rows[5] == (6, "c", b"z")
@@ -144,21 +146,51 @@ def test_a_decoded_frame_that_does_not_decode_stops_the_read():
         readahead.decoded_rows(_frame([1], [b'{"type":"NoSuchEvent"}'], []))
     with pytest.raises(RangeReadError):
         readahead.decoded_rows(_frame([1, 2], [encode_event(ev.NodeHeartbeat(node="n0"))], []))
+    with pytest.raises(RangeReadError):
+        readahead.decoded_rows(msgspec.msgpack.encode(([1], b"[]", [])))
+    with pytest.raises(RangeReadError):
+        readahead.decoded_rows(_frame([1], [encode_event(ev.NodeHeartbeat(node="n0"))], [], "ab")).subjects()
 
 
 def test_the_helper_sends_admitted_payloads_as_one_array_and_the_rest_as_rows():
     beat = encode_event(ev.NodeHeartbeat(node="n0", at=1.0))
     batch = [(1, subjects.node("n0"), beat, {}), (2, subjects.node("n1"), beat, {}),  # forged
              (3, subjects.node("n0"), b"{", {}), (4, subjects.node("n0"), beat, {})]
-    seqs, array, raw = readahead._decoded(batch)
+    seqs, array, raw, named = readahead._decoded(batch)
     assert seqs == [1, 4] and msgspec.json.decode(array) == [msgspec.json.decode(beat)] * 2
     assert raw == [(1, 2, subjects.node("n1"), beat), (2, 3, subjects.node("n0"), b"{")]
-    rows = readahead.decoded_rows(msgspec.msgpack.encode((seqs, array, raw)))
+    rows = readahead.decoded_rows(msgspec.msgpack.encode((seqs, array, raw, named)))
     assert [row[0] for row in rows] == [1, 2, 3, 4] and rows.raw == 2
+    assert rows.subjects() == [row[1] for row in batch]
 
 
-def test_the_fold_of_decoded_rows_is_refused_to_a_follower_with_listeners():
-    follower = Follower(None)
-    follower.listeners.append(lambda *_: None)
-    with pytest.raises(RuntimeError):
-        follower._fold_stored(readahead.DecodedRows([(1, ev.NodeHeartbeat(node="n0"))], 0))
+async def test_decoded_rows_reaching_a_follower_with_listeners_or_unread_subjects_fold_as_rows():
+    """A listener added after the catch-up began (or unread subjects): the decoded batch is folded
+    as its rows would be, each event told with its own subject, the unread ones never read."""
+    from bench.replay import StoredBatches
+
+    rows = [(1, subjects.node("n0"), encode_event(h100_node("n0")), {})]
+    rows += [(1 + i, subjects.node("n0"), encode_event(ev.NodeHeartbeat(node="n0", at=float(i))), {})
+             for i in range(1, 4)]
+    rows.append((5, subjects.node("n0"), encode_event(ev.NodeHeartbeat(node="n1", at=9.0)), {}))  # forged
+    rows.append((6, subjects.DECISIONS, b"not json", {}))
+    rows.append((7, subjects.node_bindings("n0"), encode_event(ev.ClaimBound(claim_id="x", node="n0", env={})), {}))
+    decoded = readahead.decoded_rows(msgspec.msgpack.encode(readahead._decoded(rows)))
+    assert decoded.raw == 2
+    results = []
+    for batch in (decoded, list(rows)):
+        for unread in (None, subjects.is_node_bindings):
+            heard = []
+            follower = Follower(StoredBatches([batch]), unread=unread)
+            follower.listeners.append(lambda seq, subject, event: heard.append((seq, subject, type(event))))
+            task = asyncio.create_task(follower.run())
+            await asyncio.wait_for(follower.caught_up.wait(), 30)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            admission = follower.admission
+            results.append((heard, (admission.refused, admission.undecodable), follower.state.last_seq,
+                            follower.state.last_decision_seq, everything(follower.state)))
+    assert results[0] == results[2] and results[1] == results[3]
+    assert results[0][0][-1] == (7, subjects.node_bindings("n0"), ev.ClaimBound)
+    assert all(seq != 7 for seq, _s, _t in results[1][0]) and results[1][2] == 7
+    assert results[0][1] == (1, 1) and results[0][3] == 6
