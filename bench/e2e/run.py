@@ -19,7 +19,7 @@ from shared import hop_stamps
 from shared.jetstream import JetStreamEventLog
 from shared.natscluster import url_inbox_prefix
 from bench.e2e.check import Checker
-from bench.e2e.cpu import CpuMeter, run_delay
+from bench.e2e.cpu import CpuMeter, run_delay, waits_between
 from bench.e2e.follow import Follower
 from bench.e2e.hops import HopTimes, stored_times
 from bench.e2e.load import Publisher, claim_mix
@@ -27,6 +27,7 @@ from bench.e2e.report import figures
 from bench.e2e.stack import start_stack
 
 SAMPLE_S = 0.5
+HOPS_SAMPLE_S = 0.1  # with --hops: finer, to tell which process waited when the slowest claims passed
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,7 @@ async def one_run(stack, ops, publisher_nc, options: Options, rate: float | None
     meter = CpuMeter(stack.pid)
     idle = await _idle_cpu(meter, options.idle_s)
     meter.start()
-    sampler = asyncio.ensure_future(_sample_forever(meter))
+    sampler = asyncio.ensure_future(_sample_forever(meter, HOPS_SAMPLE_S if options.hops else SAMPLE_S))
     client_cpu, began, client_wait = time.process_time(), time.monotonic(), run_delay(os.getpid())
     try:
         await publisher.publish_all(claim_mix(run_id, count), rate)
@@ -118,6 +119,10 @@ async def one_run(stack, ops, publisher_nc, options: Options, rate: float | None
     result["hops_stored_ms"] = hops.stored_hops_ms(sent, seen, stored_at)
     if options.hops:
         result["hop_path_ms"] = hops.path_ms(sent, seen, stored_at, stamps)
+    # the slowest 1 %: which hop holds their time, when they came, which process waited for a CPU then
+    tail = hops.tail(sent, seen, stored_at, stamps if options.hops else None)
+    result["tail_cpu_wait_ms_per_s"] = waits_between(meter.history, tail.pop("spans", []))
+    result["tail"] = tail
     result["batches"] = hops.batches()
     result["allocator_batches"] = await _allocator_batches(ops)
     written = await _outcome_writes(ops)
@@ -160,9 +165,9 @@ async def _idle_cpu(meter: CpuMeter, seconds: float) -> dict[str, float]:
     return {name: used / seconds for name, used in meter.seconds_by_role().items()}
 
 
-async def _sample_forever(meter: CpuMeter) -> None:
+async def _sample_forever(meter: CpuMeter, every_s: float = SAMPLE_S) -> None:
     while True:
-        await asyncio.sleep(SAMPLE_S)
+        await asyncio.sleep(every_s)
         meter.sample()
 
 
