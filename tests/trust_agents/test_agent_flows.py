@@ -48,3 +48,17 @@ async def test_its_heartbeats_drift_reports_and_reads_go_through(agents_server, 
         await ops_log.append(subjects.node_bindings(MINE), ev.ClaimBound(claim_id=f"c-{i}", node=MINE, at=1.0, env={}))
     read = [s.event.claim_id async for s in log.own_subject_after(subjects.node_bindings(MINE))]
     assert read == [f"c-{i}" for i in range(300)]
+
+
+async def test_the_simulated_fleet_still_answers_ops_commands(agents_server, ops):
+    """The fleet serves `gpu.cmd.node.fault|process` from AGENTS: exported there, imported by
+    LEDGER, where ops (the CLI, the benchmarks) asks."""
+    fleet = (await agents_server.connect(nats_auth.DEMO_AGENTS)).nc
+
+    async def answer(msg) -> None:
+        await msg.respond(b'{"ok": true, "node": "sim-a"}')
+
+    await fleet.subscribe(subjects.command("node.fault"), cb=answer)
+    await fleet.flush()
+    reply = await ops.request(subjects.command("node.fault"), b'{"node": "sim-a", "index": 0}', timeout=10)
+    assert reply.data == b'{"ok": true, "node": "sim-a"}'
