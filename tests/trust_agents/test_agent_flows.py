@@ -13,6 +13,7 @@ from schemas import subjects
 from services.node_agent.beats import FleetBeats
 from shared import nats_auth
 from shared.jetstream import JetStreamEventLog
+from shared.service import round_trip
 
 MINE = "gpu-1"
 
@@ -59,6 +60,6 @@ async def test_the_simulated_fleet_still_answers_ops_commands(agents_server, ops
         await msg.respond(b'{"ok": true, "node": "sim-a"}')
 
     await fleet.subscribe(subjects.command("node.fault"), cb=answer)
-    await fleet.flush()
-    reply = await ops.request(subjects.command("node.fault"), b'{"node": "sim-a", "index": 0}', timeout=10)
+    await round_trip(fleet)  # the server has the subscription (nats-py's flush alone may not wait for it)
+    reply = await ops.request(subjects.command("node.fault"), b'{"node": "sim-a", "index": 0}', timeout=30)
     assert reply.data == b'{"ok": true, "node": "sim-a"}'
