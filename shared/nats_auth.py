@@ -405,9 +405,10 @@ def users_block(all_roles: list[Role], passwords: dict[str, str] | None = None,
             imports[LEDGER_ACCOUNT].append(_import("service", account, subject))
     lines = ["accounts {"]
     for account in exports:
+        # every account even without users: nats-server's reload (SIGHUP) wires the imports of an
+        # account it knows, not of one it is given anew (2.15.1), so adding the first node's user
+        # to a running server needs AGENTS to be there already
         users = [r for r in all_roles if r.account == account]
-        if not users and account != LEDGER_ACCOUNT:
-            continue
         extra = ["jetstream: enabled"] if account == LEDGER_ACCOUNT else []
         lines += [f"  {account} {{", *(f"    {x}" for x in extra), "    users = ["]
         for role in users:
