@@ -103,7 +103,7 @@ def e2e(claims: int = typer.Option(20_000, "--claims", min=1, help="claims publi
     of every process."""
     import asyncio
 
-    from bench.e2e.report import path_table, table
+    from bench.e2e.report import path_table, table, tail_table
     from bench.e2e.run import Options, run_loop, run_on_new_stack
 
     options = Options(claims=claims, rate=rate or None, nodes=nodes, hold_s=hold_ms / 1000,
@@ -120,6 +120,8 @@ def e2e(claims: int = typer.Option(20_000, "--claims", min=1, help="claims publi
     (result,) = run_loop(run_on_new_stack(options, [(options.rate, claims)], say))
     if hops and not as_json:
         typer.echo(path_table(result.get("hop_path_ms", {})), err=True)
+    if not as_json:
+        typer.echo(tail_table(result.get("tail", {}), result.get("tail_cpu_wait_ms_per_s", {})), err=True)
     _emit(result, as_json)
 
 

@@ -49,6 +49,9 @@ def submit(
     gang: str = typer.Option("", "--gang", help="gang id: members are placed all-or-nothing"),
     gang_size: int = typer.Option(0, "--gang-size", min=0, help="members the gang needs"),
     lease: float = typer.Option(0.0, "--lease", min=0, help="seconds; the claim expires unless renewed"),
+    contiguous: bool = typer.Option(False, "--contiguous", help="every GPU from one NVLink island: wait for "
+                                    "one with room rather than span two (without it one island is preferred "
+                                    "on the node the policy picks, not required)"),
     cpu_milli: int = typer.Option(0, "--cpu-milli", min=0, help="host CPU the workload needs, in millicores"),
     memory_mib: int = typer.Option(0, "--memory-mib", min=0, help="host memory the workload needs, in MiB"),
     claim_id: Optional[str] = typer.Option(None, "--id", help="claim id (default: a new uuid); "
@@ -64,7 +67,7 @@ def submit(
             "pool": pool, "node_selector": _kv(selector, "--selector"), "priority": priority,
             "gang_id": gang, "gang_size": gang_size, "lease_seconds": lease, "cpu_milli": cpu_milli,
             "memory_mib": memory_mib, "gpu_tflops": tflops, "limit_tflops": limit_tflops,
-            "limit_vram_gib": limit_vram}
+            "limit_vram_gib": limit_vram, **({"policy": "contiguous"} if contiguous else {})}
     data = run(request(nats_url(url), subjects.command("claim.submit"),
                        {"claim": spec, "wait_seconds": wait}, timeout=wait + 10))
     _show(data, as_json)
@@ -202,6 +205,12 @@ def _show(data: dict, as_json: bool) -> None:
         typer.echo(f"  - {reason['message']}")
     if data.get("end_reason"):
         typer.echo(f"  ended: {data['end_reason']}")
+    # a second release, or a submit repeated, changes nothing: say so rather than print the claim
+    # as if this call had done it (session 32: a second `claim release` looked like the first)
+    if data.get("already"):
+        typer.echo(f"  note: it had already ended ({data['already']}): nothing was done")
+    if data.get("duplicate"):
+        typer.echo("  note: a claim with this id and content was submitted before: this is that claim")
 
 
 def _device(d: dict) -> str:

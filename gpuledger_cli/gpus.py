@@ -97,7 +97,18 @@ def _row(option: Option, fleet: dict | None, price: str) -> dict:
         have = fleet.get(t.model, {})
         row["fleet"] = {"free": have.get("free", 0), "cards": have.get("cards", 0),
                         "max_per_node": have.get("max_per_node", 0)}
+        if have.get("mig_instances"):  # cards in MIG mode, offered as their instances
+            row["fleet"] |= {"mig_free": have["mig_free"], "mig_instances": have["mig_instances"]}
     return row
+
+
+def _in_fleet(fleet: dict) -> str:
+    """Whole cards free / in the fleet, and MIG instances (a card in MIG mode is offered as its
+    instances only: the demo's four A100s were shown as "none")."""
+    parts = [f"{fleet['free']} / {fleet['cards']}"] if fleet["cards"] else []
+    if fleet.get("mig_instances"):
+        parts.append(f"MIG {fleet['mig_free']} / {fleet['mig_instances']}")
+    return ", ".join(parts) or "none"
 
 
 def _money(value: float | None) -> str:
@@ -117,7 +128,7 @@ def _print(rows: list[dict], heading: str, prices_are: str, currency: str, live:
         extra = [str(r["gpus"]), _money(r["perHour"])] if heading else []
         if live:
             f = r["fleet"]
-            extra.append(f"{f['free']} / {f['cards']}" if f["cards"] else "none")
+            extra.append(_in_fleet(f))
         table.add_row(r["group"] or "-", r["model"], r["architecture"], str(r["memoryInGb"]),
                       str(r["maxGpuCount"]), r["cuda"], _money(r["communityPrice"]), _money(r["securePrice"]),
                       _money(r["spotPrice"]), _money(r["onDemandPrice"]), *extra)

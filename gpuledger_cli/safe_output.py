@@ -4,7 +4,8 @@ control sequences (an OSC that retitles the window or writes the clipboard, a CS
 screen or moves the cursor to forge lines, a bare carriage return) was printed as it came by
 `claim get|list|explain` and `events tail|replay` (session 30), and an operator's terminal obeyed
 it. Every write to stdout passes here: control characters are printed as `\\xNN`, except newlines
-and tabs, and, on a terminal, the colour sequences (SGR, `ESC [ ... m`) that rich draws tables with.
+and tabs, and, on a terminal, the colour sequences (SGR, `ESC [ ... m`) that rich draws tables with;
+characters that reorder or hide text (bidi overrides, zero-width) as `\\uNNNN` (session 32).
 JSON output is untouched (json.dumps writes every control character as `\\u00NN`); stderr, where
 rich's progress bars move the cursor, carries only the CLI's own words."""
 
@@ -13,7 +14,11 @@ from __future__ import annotations
 import re
 import sys
 
-_CONTROL = re.compile(r"\x1b\[[0-9;]*m|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# and the invisible characters that reorder or hide text (session 32): bidirectional overrides,
+# embeddings and isolates (a reason holding U+202E shows its words backwards, "Trojan Source"),
+# zero-width characters, the byte-order mark, line and paragraph separators
+_CONTROL = re.compile("\x1b\\[[0-9;]*m|[\x00-\x08\x0b-\x1f\x7f-\x9f"
+                      "\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
 
 
 def printable(text: str, colours: bool = False) -> str:
@@ -22,7 +27,8 @@ def printable(text: str, colours: bool = False) -> str:
         found = match.group()
         if len(found) > 1:  # a colour sequence
             return found if colours else "\\x1b" + found[1:]
-        return f"\\x{ord(found):02x}"
+        code = ord(found)
+        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
     return _CONTROL.sub(shown, text)
 

@@ -8,6 +8,7 @@ import msgspec
 
 from schemas.outcomes import STATUSES
 from schemas.types import ClaimSpec, EndpointSpec, PoolSpec, Text
+from schemas.wording import bounded, bounded_field
 
 
 class Command(msgspec.Struct, gc=False, kw_only=True, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
@@ -243,4 +244,5 @@ def ok(data: Any = None) -> Reply:
 
 
 def fail(code: str, message: str, field: str = "") -> Reply:
-    return Reply(ok=False, error=ErrorDetail(code=code, message=message, field=field))
+    # bounded: a refusal quoting a value near the max payload would never be answered (wording.py)
+    return Reply(ok=False, error=ErrorDetail(code=code, message=bounded(message), field=bounded_field(field)))

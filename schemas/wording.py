@@ -46,6 +46,10 @@ _LONE_HIGH_SURROGATE = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-f
 
 def whole_payload_words(message: str, data: bytes) -> str | None:
     """Plain words for what msgspec says of a payload as a whole (None: not such a message)."""
+    if data.startswith(b"\xef\xbb\xbf") and message.endswith("invalid character (byte 0)"):
+        # what .NET's Encoding.UTF8 and PowerShell's `-Encoding utf8` write first (session 32)
+        return ("malformed JSON: the payload starts with a UTF-8 byte-order mark (bytes EF BB BF): "
+                "send the JSON without one")
     if message.startswith("Expected `object`, got `") and " - at " not in message:
         return f"the payload must be one JSON object; it is {message.split('got ', 1)[1]}"
     if message == "Input data was truncated":  # msgspec's words for an empty or cut-off payload
@@ -57,3 +61,27 @@ def whole_payload_words(message: str, data: bytes) -> str | None:
                     "in a string: it must be followed by a low one (\\udc00-\\udfff) to make a character")
         return "malformed JSON: the payload ends before its JSON value does (cut off?)"
     return None
+
+
+# What a refusal may quote of what it was sent. Error words echo the value they refuse (msgspec's
+# "unknown field `k...`", "Invalid enum value 'H...'", a service's "no claim 'a...'"), and a value
+# may be nearly as long as a whole NATS message: an answer quoting a 1 MB claim id was past the
+# max payload, so the request was never answered (the asker timed out, told nothing), and an
+# intake refusal quoting a 1 MB key could not be stored, so the claim had no outcome at all
+# (session 32). Every legitimate message and field is far shorter than these.
+MESSAGE_MAX = 2048
+FIELD_MAX = 300
+_KEEP_TAIL = 200  # the end of a message says where (" - at `$.models[0]`"): kept
+
+
+def bounded(text: str, limit: int = MESSAGE_MAX) -> str:
+    """`text`, or its start and end around a note of how much was cut, within about `limit`
+    characters."""
+    if len(text) <= limit:
+        return text
+    tail = min(_KEEP_TAIL, limit // 4)
+    return f"{text[:limit - tail - 60]}... [{len(text) - limit + 60:,} of {len(text):,} characters cut] ...{text[-tail:]}"
+
+
+def bounded_field(field: str) -> str:
+    return bounded(field, FIELD_MAX)

@@ -20,6 +20,7 @@ from schemas.events import Event, decode_event, encode_event
 from shared.natscluster import connect_args
 from shared import nats_headers
 from shared.direct_sub import subscribe_direct
+from shared.direct_tail import DirectTail
 from shared import jsreply
 from shared import readahead
 from shared.fastread import RangeReadError, open_range_reader
@@ -372,7 +373,8 @@ class JetStreamEventLog:
         `linger_s` (`shared.paced`): for followers that need not see each event at once.
         `headers=False`, for readers that never look at headers: the stored range's are left unread
         (empty dicts; every message a service appends has some, and parsing them cost more than
-        the rest of reading the frame).
+        the rest of reading the frame), and the live tail's deliveries are taken as they are parsed
+        (`shared.direct_tail`: no `Msg`, queue or task per message).
         """
         end = await self.last_seq() if stop_at is None else stop_at
         if end - from_seq + 1 >= FAST_READ_MIN:
@@ -387,6 +389,10 @@ class JetStreamEventLog:
                 return
         if linger_s > 0 and stop_at is None:
             async for batch in PacedTail(self.nc, self.stream, subject, linger_s, headers).batches(from_seq):
+                yield batch
+            return
+        if not headers and stop_at is None:  # the live tail of a fold: taken as parsed (direct_tail.py)
+            async for batch in DirectTail(self.nc, self.stream, subject or subjects.EVENTS).batches(from_seq):
                 yield batch
             return
         async for batch in self._follow_ordered(from_seq, subject, stop_at):

@@ -34,13 +34,11 @@ async def publish_many(nc, messages: list[tuple[str, str, bytes]]) -> list[tuple
     limit = nc._max_payload
     frames, refused, sent, size = [], [], 0, 0
     for index, (subject, reply, payload) in enumerate(messages):
-        if not subject or _INVALID(subject) or (reply and _INVALID(reply)):
-            refused.append((index, errors.BadSubjectError()))
+        error = refusal(subject, reply, payload, limit)
+        if error is not None:
+            refused.append((index, error))
             continue
         length = len(payload)
-        if length > limit:
-            refused.append((index, errors.MaxPayloadError()))
-            continue
         if reply:
             frames.append(b"PUB %s %s %d\r\n%s\r\n" % (subject.encode(), reply.encode(), length, payload))
         else:
@@ -54,6 +52,21 @@ async def publish_many(nc, messages: list[tuple[str, str, bytes]]) -> list[tuple
         if nc._flush_queue is not None and nc._flush_queue.empty():
             await nc._flush_pending()
     return refused
+
+
+def refusal(subject: str, reply: str, payload: bytes, limit: int | None) -> Exception | None:
+    """What `publish` (and so `publish_many`) refuses a message for: a subject or reply nats-py
+    would not send, or a payload over the server's limit (`limit`, None: not checked)."""
+    if not subject or _INVALID(subject) or (reply and _INVALID(reply)):
+        return errors.BadSubjectError()
+    if limit is not None and len(payload) > limit:
+        return errors.MaxPayloadError()
+    return None
+
+
+def max_payload(nc) -> int | None:
+    """The server's payload limit as the connection knows it (None: not known)."""
+    return getattr(nc, "_max_payload", None)
 
 
 def _writable(nc) -> bool:

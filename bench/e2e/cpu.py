@@ -16,6 +16,7 @@ woken, whatever the load (a busier machine adds a few slices cut short by others
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 
 TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -138,6 +139,9 @@ class CpuMeter:
     last_wait: dict[int, float] = field(default_factory=dict)
     first_slices: dict[int, int] = field(default_factory=dict)  # pid -> timeslices at start
     last_slices: dict[int, int] = field(default_factory=dict)
+    # (unix time, seconds each role waited for a CPU so far) at `start` and each `sample`: when in
+    # the run the stack's processes waited (`waits_between`)
+    history: list[tuple[float, dict[str, float]]] = field(default_factory=list)
 
     def start(self) -> None:
         self.first, self.last, self.roles = {}, {}, {}
@@ -147,9 +151,11 @@ class CpuMeter:
         self.baseline_pids = {}
         for pid, name in self.roles.items():
             self.baseline_pids.setdefault(name, set()).add(pid)
+        self.history = [(time.time(), self.waits_by_role())]
 
     def sample(self) -> None:
         self._visit(started=False)
+        self.history.append((time.time(), self.waits_by_role()))
 
     def _visit(self, started: bool) -> None:
         for pid in descendants(self.root):
@@ -196,3 +202,27 @@ class CpuMeter:
             if name in self.baseline_pids and pid not in self.baseline_pids[name]:
                 counts[name] = counts.get(name, 0) + 1
         return counts
+
+
+def waits_between(history: list[tuple[float, dict[str, float]]],
+                  spans: list[tuple[float, float]]) -> dict[str, dict[str, float]]:
+    """How fast each role's processes waited for a CPU (ms of waiting per second of the run) in the
+    sampled intervals that overlap one of `spans` (unix seconds: the slowest claims' publish to
+    seen), beside the same over every interval: the process that was off its CPU when the tail
+    happened waits more there than on the whole."""
+    chosen = {"tail": [0.0, {}], "all": [0.0, {}]}
+    spans = sorted(spans)
+    for (t0, w0), (t1, w1) in zip(history, history[1:]):
+        kinds = ["all"]
+        if any(start <= t1 and end >= t0 for start, end in spans):
+            kinds.append("tail")
+        for kind in kinds:
+            chosen[kind][0] += t1 - t0
+            waited = chosen[kind][1]
+            for name, value in w1.items():
+                waited[name] = waited.get(name, 0.0) + max(0.0, value - w0.get(name, 0.0))
+    found: dict[str, dict[str, float]] = {}
+    for kind, (seconds, waited) in chosen.items():
+        for name, value in waited.items():
+            found.setdefault(name, {})[kind] = round(1000 * value / seconds, 1) if seconds > 0 else 0.0
+    return found

@@ -57,7 +57,7 @@ class Follower:
         self.tracker.submitted(claim_id, at, lifetime=None)
 
     async def follow(self, start_seq: int) -> None:
-        async for batch in JetStreamEventLog(self.nc).follow_raw(start_seq, subject=subjects.DECISIONS):
+        async for batch in JetStreamEventLog(self.nc).follow_raw(start_seq, subject=subjects.DECISIONS, headers=False):
             now = time.monotonic()
             for _seq, _subject, data, _headers in batch:
                 try:

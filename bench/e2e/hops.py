@@ -43,6 +43,8 @@ HOPS = ("intake", "to_pass", "pass_to_seen")
 STORED_HOPS = ("publish_to_validated", "validated_to_stored", "stored_to_pass", "pass_to_stored", "stored_to_seen")
 PATH_STAMPS = ("published", "intake_stored", "claim_read", "claim_taken", "validated", "submitted_stored",
                "allocator_read", "pass_started", "decided", "decision_stored", "seen")
+PATH_HOPS = tuple(f"{a}_to_{b}" for a, b in zip(PATH_STAMPS, PATH_STAMPS[1:]))
+TAIL_WINDOW_S = 0.1  # `HopTimes.tail`: the span of publish time its slow claims are counted in
 
 
 @dataclass
@@ -125,7 +127,7 @@ class HopTimes:
                 stamps: dict[int, dict[str, list[float]]]) -> dict[str, dict]:
         """p50, p90, p99 and mean of each of the ten hops between PATH_STAMPS in ms, over the
         claims with every stamp (`stamps`: seq -> the services' hop header, `stored_times`)."""
-        names = [f"{a}_to_{b}" for a, b in zip(PATH_STAMPS, PATH_STAMPS[1:])]
+        names = PATH_HOPS
         spans: dict[str, list[float]] = {name: [] for name in names}
         for claim_id, at_seen in seen.items():
             found = self.path(claim_id, published.get(claim_id, 0.0), at_seen, stored_at, stamps)
@@ -134,6 +136,56 @@ class HopTimes:
             for name, before, after in zip(names, found, found[1:]):
                 spans[name].append(after - before)
         return {name: _quantiles_ms(values, mean=True) for name, values in spans.items()}
+
+    def tail(self, published: dict[str, float], seen: dict[str, float], stored_at: dict[int, float],
+             stamps: dict[int, dict[str, list[float]]] | None = None, q: float = 0.99) -> dict:
+        """Where the slowest claims' time goes: the claims whose latency is at or past the
+        `q`-quantile, each hop's mean over them beside its mean over every claim (the ten hops of
+        `path_ms` where the services stamped, else the five of `stored_hops_ms`), and how they
+        bunch in time (`windows`: the TAIL_WINDOW_S spans of publish time that hold them; a few
+        windows holding them all is a stall of something, many windows is queueing spread over
+        the run). `spans`: each tail claim's (published, seen), for `tail_cpu_waits`."""
+        rows: dict[str, list[float]] = {}
+        for claim_id, at_seen in seen.items():
+            at_published = published.get(claim_id)
+            if at_published is None:
+                continue
+            found = self.path(claim_id, at_published, at_seen, stored_at, stamps) if stamps else None
+            if found is None:
+                found = self._stored_path(claim_id, at_published, at_seen, stored_at)
+            if found is not None:
+                rows[claim_id] = found
+        if not rows:
+            return {"claims": 0}
+        width = max(len(found) for found in rows.values())
+        rows = {c: found for c, found in rows.items() if len(found) == width}  # one kind of split
+        names = PATH_HOPS if width == len(PATH_STAMPS) else STORED_HOPS
+        totals = sorted(found[-1] - found[0] for found in rows.values())
+        threshold = totals[min(len(totals) - 1, int(q * len(totals)))]
+        slow = [found for found in rows.values() if found[-1] - found[0] >= threshold]
+
+        def means(chosen: list[list[float]]) -> list[float]:
+            return [round(1000 * statistics.fmean(f[i + 1] - f[i] for f in chosen), 3) for i in range(len(names))]
+
+        first = min(found[0] for found in rows.values())
+        windows: dict[int, int] = {}
+        for found in slow:
+            window = int((found[0] - first) / TAIL_WINDOW_S)
+            windows[window] = windows.get(window, 0) + 1
+        largest = max(windows.items(), key=lambda item: item[1])
+        return {"quantile": q, "threshold_ms": round(1000 * threshold, 2), "claims": len(slow),
+                "hops_ms": {name: {"tail": tail, "all": every}
+                            for name, tail, every in zip(names, means(slow), means(list(rows.values())))},
+                "windows": len(windows), "window_s": TAIL_WINDOW_S,
+                "largest_window": {"at_s": round(largest[0] * TAIL_WINDOW_S, 2), "claims": largest[1]},
+                "spans": [(found[0], found[-1]) for found in slow]}
+
+    def _stored_path(self, claim_id: str, published: float, seen: float,
+                     stored_at: dict[int, float]) -> list[float] | None:
+        """The six stamps of `stored_hops_ms` (STORED_HOPS between them), None when one is missing."""
+        found = [published, self.validated.get(claim_id), stored_at.get(self.submitted_in.get(claim_id, 0)),
+                 self.pass_started.get(claim_id), stored_at.get(self.allocated_in.get(claim_id, 0)), seen]
+        return None if any(at is None for at in found) else found
 
     def batches(self) -> dict[str, dict]:
         """How many of the run's claims each stored intake message and decision batch carried."""

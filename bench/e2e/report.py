@@ -111,3 +111,19 @@ def path_table(path: dict[str, dict]) -> str:
                      f"{hop['mean']} | {100 * hop['mean'] / total:.0f} % |")
     lines.append(f"| total (sum of means) | | | | | {round(total, 3)} | |")
     return "\n".join(lines)
+
+
+def tail_table(tail: dict, waits: dict[str, dict[str, float]]) -> str:
+    """A markdown table of a run's `tail` (each hop's mean over the slowest claims and over all)
+    and `tail_cpu_wait_ms_per_s` (each process's wait for a CPU while they passed, and overall)."""
+    if not tail.get("claims"):
+        return "no tail: no claim had every stamp"
+    lines = [f"slowest {tail['claims']} claims (>= {tail['threshold_ms']} ms), published in {tail['windows']} "
+             f"windows of {tail['window_s']} s (the largest: {tail['largest_window']['claims']} claims at "
+             f"{tail['largest_window']['at_s']} s)",
+             "| hop | tail mean ms | all mean ms |", "| --- | --- | --- |"]
+    lines += [f"| {name} | {hop['tail']} | {hop['all']} |" for name, hop in tail["hops_ms"].items()]
+    lines += ["| process | CPU wait ms/s, tail | all |", "| --- | --- | --- |"]
+    lines += [f"| {name} | {w.get('tail', 0.0)} | {w.get('all', 0.0)} |"
+              for name, w in sorted(waits.items(), key=lambda item: -item[1].get("tail", 0.0))]
+    return "\n".join(lines)

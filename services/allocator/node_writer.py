@@ -27,6 +27,8 @@ from shared.pipelined import PipelinedPublisher
 log = logging.getLogger("gpuledger.allocator")
 RETRY_S = 0.5
 ACK_CHECK_S = 1.0
+HEADERS_ROOM = 4096  # the write's headers count against the server's max payload too
+TOO_BIG_LOUD_EVERY = 100  # an oversized record is told the first time, then every 100th
 
 
 class NodeRecordWriter:
@@ -55,6 +57,7 @@ class NodeRecordWriter:
         self.writes = 0
         self.conflicts = 0
         self.held = 0
+        self.too_big = 0  # records not written: past the server's max payload (`_fits`)
 
     def hold(self) -> None:
         """Write nothing until `release` (the allocator between its ClaimEnding marks and the fold
@@ -123,13 +126,34 @@ class NodeRecordWriter:
             record, stored = self.build(node), self.stored.get(node)
             if record.same_claims(stored) or (stored is not None and stored.through_seq > record.through_seq):
                 continue  # unchanged, or written by an allocator further along the same log
+            data = encode_grants(record)
+            if not self._fits(node, record, data):
+                continue
             self.writing.add(node)
             self.writes += 1
             await self.publisher.publish(
-                subjects.node_grants(node), encode_grants(record),
+                subjects.node_grants(node), data,
                 {EXPECTED_LAST_SUBJECT_SEQ: str(self.revision.get(node, 0))},
                 lambda seq, code, why, node=node, record=record: self._acked(node, record, seq, code, why))
         self._after_pass = False
+
+    def _fits(self, node: str, record: NodeGrants, data: bytes) -> bool:
+        """Whether the record is one message nats-server takes. One record lists every claim
+        live on its node, and nothing bounds their number: 20,000 CPU-only claims of 1 milli-CPU
+        (or 8,000 shares of 1 milli-GPU on eight cards) made one past the 1 MB max payload, the
+        write raised MaxPayloadError, the allocator exited, at every start again, and `up` stopped
+        the stack for good (session 32). Now that node's record is left as it was (its agent binds
+        no new claim there until enough end; the node is marked again by the next change) and
+        every other node goes on."""
+        limit = (getattr(self.nc, "max_payload", 0) or 1 << 20) - HEADERS_ROOM
+        if len(data) <= limit:
+            return True
+        self.too_big += 1
+        if self.too_big % TOO_BIG_LOUD_EVERY == 1:
+            log.error("node record of %s not written: its %d live claims make %d bytes, past what one "
+                      "NATS message may hold (%d); its agent binds no new claim there until some end "
+                      "(%d such records so far)", node, len(record.claims), len(data), limit, self.too_big)
+        return False
 
     def _acked(self, node: str, record: NodeGrants, seq: int, code: int, why: str) -> None:
         self.writing.discard(node)

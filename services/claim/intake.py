@@ -26,7 +26,7 @@ from schemas import subjects, systems
 from schemas.seed import CLAIM_WIRE, SeedClaimSpec, convert_seed, from_seed_claim, is_seed_claim, seed_field
 from schemas.strict_json import check_no_duplicate_keys
 from schemas.types import ClaimSpec, Reason
-from schemas.wording import in_words, whole_payload_words
+from schemas.wording import bounded, bounded_field, in_words, whole_payload_words
 from shared import jsreply
 from shared.commands import DomainError, field_of, name_the_key
 from shared.eventlog import AppendConflict
@@ -441,6 +441,8 @@ async def _dead_letter(service, claim_id: str, code: str, message: str, field: s
                        seq: int = 0, system: str = "") -> ev.ClaimRejected:
     """Every refusal once on the dead-letter subject: keyed on the intake message's sequence, so
     a redelivery (the service died before its ack) is stored once."""
+    # bounded: a refusal quoting a value near the max payload could not be stored (wording.py)
+    message, field = bounded(message), bounded_field(field)
     detail = {"field": field, "payload": data[:1024].decode("utf-8", "replace")}
     if system:  # which publishing system sent it (for operators reading the dead letters)
         detail["system"] = system

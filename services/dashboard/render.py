@@ -3,12 +3,23 @@ a text browser or `curl` see everything); the script in static/live.js only refr
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
-from html import escape
+from html import escape as _html_escape
 from urllib.parse import quote
 
 from services.dashboard.feed import Line
 from services.dashboard.views import Card, NodeBox, QuotaRow, Waiting
+
+
+# characters that reorder or hide text (bidi overrides and isolates, zero-width, BOM, separators):
+# a release reason holding U+202E is drawn backwards by the browser (session 32); shown as \uNNNN
+_INVISIBLE = re.compile("[\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
+
+
+def escape(text: str) -> str:
+    """HTML-escaped, with the characters that reorder or hide text shown as `\\uNNNN`."""
+    return _html_escape(_INVISIBLE.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
 
 
 def claim_href(claim_id: str, prefix: str = "/claim/") -> str:

@@ -3,10 +3,9 @@ island, the allocator's score, reasons) and its timeline, in the claim's own col
 
 from __future__ import annotations
 
-from html import escape
 from typing import Any
 
-from services.dashboard.render import when
+from services.dashboard.render import escape, when
 from services.dashboard.views import colour_of
 
 

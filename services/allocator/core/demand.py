@@ -129,7 +129,7 @@ def _milli_for_tflops(tflops: float, models: frozenset[str] | None) -> int | Non
     share = tflops / model.tflops * FREE
     if not share <= FREE + 1:  # more than a device (or a number too large to round: never crash)
         return None
-    milli = math.ceil(share - 1e-9)
+    milli = _at_least_one(math.ceil(share - 1e-9))
     return milli if milli <= FREE else None
 
 
@@ -143,8 +143,15 @@ def _milli_for_memory(gib: float, models: frozenset[str] | None) -> int | None:
     share = gib / model.memory_gib * FREE
     if not share <= FREE + 1:  # more than a device (or a number too large to round: never crash)
         return None
-    milli = math.ceil(share - 1e-9)
+    milli = _at_least_one(math.ceil(share - 1e-9))
     return milli if milli <= FREE else None
+
+
+def _at_least_one(milli: int) -> int:
+    """A share is at least one thousandth of a card. `gpu_memory_gib: 1e-12` (any size the schema
+    allows, > 0) rounded to 0 and was granted a 0-milli share of a card another claim held whole,
+    again and again: two claims on one GPU, the second outside every count (session 32)."""
+    return max(milli, 1)
 
 
 def in_pool(need: Need, pool) -> Need:
