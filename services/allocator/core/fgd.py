@@ -86,8 +86,19 @@ class FGD(BinPack):
         (a fragment is the idle milli, or the slivers too small for the shape, and both shrink by
         at most what is taken), so the weighted drop is at most r times the weights' sum. Lets
         placement stop at the first node, in rank order, that reaches it."""
-        weights = sum(weight for weight, _ in ctx.typical_shapes) if ctx.typical_shapes else 1.0
+        weights = mix_weight(ctx.typical_shapes, ctx.frag)
         return int(_sigmoid(need.count * need.milli * weights * (1 + 1e-9) / 1000) * 100)
+
+
+def mix_weight(shapes, cache: FragCache) -> float:
+    """The typical shapes' weights summed (1.0 without a mix), memoised with the mix: every
+    choice's ceiling needs it (summed in the mix's order, so the same float as before)."""
+    if shapes is not cache.shapes:  # a new mix: the memos start again
+        cache.sync(shapes)
+    weights = cache.compiled.get("weights")
+    if weights is None:
+        weights = cache.compiled["weights"] = sum(weight for weight, _ in shapes) if shapes else 1.0
+    return weights
 
 
 def gpu_pods_cpu_per_milli(shapes, cache: FragCache | None = None) -> float:
@@ -105,6 +116,7 @@ def gpu_pods_cpu_per_milli(shapes, cache: FragCache | None = None) -> float:
     return rate
 
 
+CEILINGS_KEPT = 4096  # needs whose ceiling `GpuLedger.max_score` keeps (all let go when full)
 STRAND_CARDS = 16  # the most cards of one node the stranding term counts (see cpu_stranded)
 
 
@@ -224,8 +236,22 @@ class GpuLedger(FGD):
     def max_score(self, need: Need, ctx: PlacementContext) -> int:
         """FGD's bound (for a plain share, the largest fall of a card's waste) plus the
         stranding term's: `cpu_stranded` falls by at most the GPU taken less the GPU the need's
-        CPU would have served, `max(0, r - cpu / rate)`."""
-        weights = sum(weight for weight, _ in ctx.typical_shapes) if ctx.typical_shapes else 1.0
+        CPU would have served, `max(0, r - cpu / rate)`. Memoised per need with the mix (a
+        pure function of both): every choice asks it, most for needs asked before."""
+        cache = ctx.frag
+        if ctx.typical_shapes is not cache.shapes:  # a new mix: the memos start again
+            cache.sync(ctx.typical_shapes)
+        ceilings = cache.compiled.get("ceilings")
+        if ceilings is None or len(ceilings) >= CEILINGS_KEPT:
+            ceilings = cache.compiled["ceilings"] = {}
+        found = ceilings.get(need)
+        if found is None:
+            found = ceilings[need] = self._max_score(need, ctx)
+        return found
+
+    @staticmethod
+    def _max_score(need: Need, ctx: PlacementContext) -> int:
+        weights = mix_weight(ctx.typical_shapes, ctx.frag)
         taken = need.count * need.milli
         rate = gpu_pods_cpu_per_milli(ctx.typical_shapes, ctx.frag)
         strand = max(0.0, taken - need.cpu / rate) if rate > 0 and need.count else 0.0

@@ -278,12 +278,26 @@ def _placement_context(state: State, run: Pass, claim: Claim, args: tuple) -> Pl
     found = run.contexts.get(key)
     if found is not None and found.typical_shapes is shapes and found.model_prices is prices:
         return found
+    # No node held: the context is the same in every pass with the same mix and prices (and the
+    # caller's memos and draws), so it is kept in the caller's memo and the next pass takes it up
+    kept = (_CONTEXT, args, priority) if not run.held and run.ctx.memo is not None else None
+    if kept is not None:
+        found = run.ctx.memo.get(kept)
+        if (found is not None and found.typical_shapes is shapes and found.model_prices is prices
+                and found.rng is run.ctx.rng and found.frag is run.frag and found.memo is run.ctx.memo):
+            run.contexts[key] = found
+            return found
     namespace = claim.spec.namespace
     excluded = held_against(run.held, priority, namespace, bool(run.held) and crosses_namespaces(state, namespace))
     found = run.contexts[key] = PlacementContext(
         args=args, typical_shapes=shapes, rng=run.ctx.rng, excluded=excluded, memo=run.ctx.memo,
         frag=run.frag, model_prices=prices)
+    if kept is not None:
+        run.ctx.memo[kept] = found
     return found
+
+
+_CONTEXT = object()  # marks a kept placement context in the caller's memo
 
 
 def _typical_shapes(state: State, run: Pass) -> tuple:

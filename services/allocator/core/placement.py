@@ -67,7 +67,8 @@ def _choose_by_rank(state: State, need: Need, policy: Policy, ctx: PlacementCont
         groups = list(firsts)
         groups.sort(key=firsts.__getitem__)  # (rank, name): ranks differ, so by rank
     elif need.count > 0:  # read front first: the scan often stops after a few of hundreds
-        groups = state.groups_by_first_rank(need.models, need.pool, need.mig_profile, need.count, need.milli)
+        groups = state.groups_by_first_rank(need.models, need.pool, need.mig_profile, need.count, need.milli,
+                                            ctx.memo)
     else:
         groups = _groups_for(state, need)
         groups.sort(key=_first_rank)
