@@ -100,7 +100,8 @@ def _service(name: str, data: Any) -> dict:
                 "pending": data.get("pending")}
     if name == "allocator":
         return {"up": True, "last_seq": data.get("last_seq"), "pending": data.get("pending"),
-                "claims": data.get("claims"), "node_records_too_big": data.get("node_records_too_big", 0)}
+                "claims": data.get("claims"), "node_records_too_big": data.get("node_records_too_big", 0),
+                "node_records_too_big_nodes": data.get("node_records_too_big_nodes", [])}
     return {"up": True, "items": len(data) if isinstance(data, list) else None}
 
 
@@ -153,9 +154,9 @@ def _print(report: dict) -> None:
         elif name == "allocator":
             line += f"  pending {s['pending']}"
             if s.get("node_records_too_big"):  # services/allocator/node_writer.py (session 32)
-                line += (f"  NODE RECORDS TOO BIG: {s['node_records_too_big']} not written (a node holds more "
-                         "claims than one NATS message lists; its agent binds no new claim there: the "
-                         "allocator's log names it)")
+                line += (f"  NODE RECORDS TOO BIG: {', '.join(s['node_records_too_big_nodes'])} (the node "
+                         "holds more claims than one NATS message lists; its agent binds no new claim there "
+                         "until some end)")
         elif s.get("items") is not None:
             line += f"  {s['items']} {'quotas' if name == 'quota' else 'pools'}"
         typer.echo(line)
