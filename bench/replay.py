@@ -178,10 +178,11 @@ class StoredBatches:
         await asyncio.Event().wait()  # no live tail
 
 
-async def catch_up_without_read(batches: list) -> tuple[State, float]:
+async def catch_up_without_read(batches: list, log=None) -> tuple[State, float]:
     """The allocator's catch-up (its `Follower`: decode, admit, fold, shed, index flushed) over
-    batches already in memory: `seconds` less this is what reading the stream costs the rebuild."""
-    follower = Follower(StoredBatches(batches), keep_ended=False)
+    batches already in memory: `seconds` less this is what reading the stream costs the rebuild.
+    `log`: another source of the same batches (`bench.replay_offline.Frames`)."""
+    follower = Follower(log or StoredBatches(batches), keep_ended=False)
     start = time.perf_counter()
     task = asyncio.create_task(follower.run())
     await follower.caught_up.wait()

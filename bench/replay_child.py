@@ -52,6 +52,7 @@ async def main(url: str) -> dict:
     try:
         before = peak_rss_mb()  # the interpreter and its imports, before any event is read
         cpu, helpers, ready = time.process_time(), _children_cpu(), {}
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         state, seconds, freed_s = await rebuild(JetStreamEventLog(nc), Settings(nats_url=url), cpu=ready)
         # CPU seconds to caught up and freed: this process's, and its read-ahead helper's
         cpu, helpers = time.process_time() - cpu, _children_cpu() - helpers
@@ -59,6 +60,8 @@ async def main(url: str) -> dict:
                 "cpu_ready_s": round(ready["ready"], 2),
                 "helper_cpu_s": round(helpers, 2), "peak_rss_mb": round(peak_rss_mb(), 1),
                 "rss_before_mb": round(before, 1), "claims_held": len(state.claims),
+                # pages first touched (the heap's growth): each a trap into the kernel
+                "minor_faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults,
                 "digest": state_digest(state)}
     finally:
         await nc.close()

@@ -295,7 +295,7 @@ def _start_server(data_dir: Path, book: PortBook, port: int | None, users: up_au
     try:
         server = start_nats_server(data_dir / "nats", port=book.take("nats", port),
                                    config_file=users.config_file if users else None,
-                                   pass_fds=folder.fds if folder else ())
+                                   pass_fds=folder.fds if folder else (), share_machine=True)
     except NatsServerError as err:
         _say(f"cannot start nats-server: {err}")
         raise typer.Exit(1)
@@ -327,6 +327,9 @@ def system_url_variable(name: str) -> str:
 def _run_up(demo: bool, data_dir: Path, nats_url: str | None, fleet: str, port: int | None,
             ready_timeout: float, dashboard: bool = True, cluster: int = 0, auth: bool = True,
             agent_nodes: list[str] = (), systems: tuple[System, ...] = ()) -> None:
+    from gpuledger_cli import safe_output
+
+    safe_output.EXIT_WHEN_READER_GONE = False  # its children are stopped on the way out, whatever comes
     given, data_dir = data_dir, data_dir.resolve()
     log_dir = data_dir / "logs"
     try:
@@ -423,7 +426,7 @@ def _start_cluster(data_dir: Path, size: int, first_port: int | None, users: up_
     try:
         cluster = start_nats_cluster(data_dir / "nats-cluster", size, ports=[first_port or 0],
                                      config_file=users.config_file if users else None,
-                                     pass_fds=folder.fds if folder else ())
+                                     pass_fds=folder.fds if folder else (), share_machine=True)
     except NatsServerError as err:
         _say(f"cannot start the nats-server cluster: {err}")
         raise typer.Exit(1)

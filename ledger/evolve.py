@@ -212,7 +212,7 @@ def _claim_bound(state: State, e: ev.ClaimBound, seq: int) -> None:
     claim = state.claims.get(e.claim_id)
     if claim is not None and claim.status == "allocated" and claim.node == e.node:  # its own node's
         claim.status, claim.env = "bound", e.env  # shared with the event: neither is changed later
-        claim.trail.append((e.at, "bound", e.node))
+        claim.trail.append((e.at, "bound", claim.node))  # the same name: one string kept, not two
 
 
 # --- nodes and devices -------------------------------------------------------------------------

@@ -212,6 +212,8 @@ class Follower:
         else:
             self._end_catch_up()
         paced = {"linger_s": self.linger_s} if self.linger_s else {}  # logs in tests lack it
+        if not self.listeners and self.unread is None:  # nothing but the fold reads the events
+            paced["decoded"] = True  # a long catch-up's rows come decoded (`_fold_decoded`)
         with contextlib.ExitStack() as collector:
             if not self.collect_old:
                 collector.enter_context(old_generation_off())
@@ -247,8 +249,11 @@ class Follower:
 
     def _fold_stored(self, batch) -> None:
         """A stored range: decoded in one loop, folded with `fold_batch`, then shown to listeners;
-        with no listener (the allocator's catch-up), read and folded in one loop instead."""
-        if self.unread is not None and batch:
+        with no listener (the allocator's catch-up), read and folded in one loop instead, or folded
+        as the read-ahead helper decoded it (`shared.readahead.DecodedRows`, asked for by `run`)."""
+        if getattr(batch, "raw", None) is not None:
+            self._fold_decoded(batch)
+        elif self.unread is not None and batch:
             end, unread = batch[-1][0], self.unread
             batch = [message for message in batch if not unread(message[1])]
             self._fold_stored_read(batch)
@@ -309,6 +314,62 @@ class Follower:
             state.last_seq = batch[-1][0]
         if self._shed_at and len(state.claims) >= self._shed_at:
             self._shed_at = shed_ended_claims(state, self._aside()) + SHED_SLICE
+
+    def _fold_decoded(self, batch) -> None:
+        """`_fold_stored_alone` for a batch the read-ahead helper decoded: (seq, event) for each
+        row it decoded with the strict types and admitted on its subject (the checks made there
+        are the ones made here), (seq, subject, payload) for a row read here in full."""
+        if not batch:
+            return
+        if self.listeners or self.unread is not None:  # `run` asks for these only where neither is
+            self._fold_decoded_as_rows(batch)  # (a listener added after the catch-up began)
+            return
+        state, admission = self.state, self.admission
+        handlers = handlers_for(state)
+        last = batch[-1][0]
+        # rows read here are read in their place: a decision skipped moves the fence in log order
+        for seq, event in (self._read_in_place(batch) if batch.raw else batch):
+            handler = handlers.get(type(event))
+            if handler is not None:
+                try:
+                    handler(state, event, seq)
+                except Exception as err:  # logged, counted, skipped: never a stalled service
+                    admission.fold_failed(seq, event, err)
+        if last:
+            state.last_seq = last
+        if self._shed_at and len(state.claims) >= self._shed_at:
+            self._shed_at = shed_ended_claims(state, self._aside()) + SHED_SLICE
+
+    def _fold_decoded_as_rows(self, batch) -> None:
+        """A decoded batch for a follower with listeners or unread subjects (one added after the
+        catch-up began): what `_fold_stored` does with rows, the rows' subjects from the batch."""
+        unread, read = self.unread, self.admission.read
+        rows = [(row, subject) for row, subject in zip(batch, batch.subjects())
+                if unread is None or not unread(subject)]
+        decoded = [row if len(row) == 2 else (row[0], read(row[0], subject, row[2])) for row, subject in rows]
+        fold_batch(self.state, decoded, self.admission.fold_failed)
+        self.state.last_seq = max(self.state.last_seq, batch[-1][0])
+        if self._shed_at and len(self.state.claims) >= self._shed_at:
+            self._shed_at = shed_ended_claims(self.state, self._aside()) + SHED_SLICE
+        for (seq, event), (_row, subject) in zip(decoded, rows):
+            if event is None:
+                if subject == subjects.DECISIONS:
+                    self._skipped_decision(seq)
+            elif self.listeners:
+                self._tell(self.listeners, seq, subject, event)
+
+    def _read_in_place(self, batch):
+        """(seq, event) for each row of a decoded batch, the rows the helper did not admit read in
+        full here as they come (`Admission`: counted, logged, None to skip), in log order."""
+        for row in batch:
+            if len(row) == 2:
+                yield row
+                continue
+            seq, subject, data = row
+            event = self.admission.read(seq, subject, data)
+            if event is None and subject == subjects.DECISIONS:
+                self._skipped_decision(seq)
+            yield seq, event
 
     def _aside(self) -> list | None:
         """Where a catch-up's shed claims go: `dropped` until it holds FREE_LATER, then nowhere."""

@@ -362,7 +362,8 @@ class JetStreamEventLog:
                 yield StoredEvent(seq, subj, decode_event(data), headers)
 
     async def follow_raw(self, from_seq: int = 1, subject: str | None = None,
-                         stop_at: int | None = None, linger_s: float = 0.0, headers: bool = True):
+                         stop_at: int | None = None, linger_s: float = 0.0, headers: bool = True,
+                         decoded: bool = False):
         """Batches of (seq, subject, payload, headers) as they arrive, with no decoding.
 
         What is stored when the call starts is read with `shared.fastread` (a pull consumer over a
@@ -375,13 +376,16 @@ class JetStreamEventLog:
         (empty dicts; every message a service appends has some, and parsing them cost more than
         the rest of reading the frame), and the live tail's deliveries are taken as they are parsed
         (`shared.direct_tail`: no `Msg`, queue or task per message).
+        `decoded=True` (with `headers=False`), for a fold that looks at nothing but the events: a
+        long stored range read ahead by a helper process comes as `shared.readahead.DecodedRows`
+        ((seq, event) pairs the helper decoded and admitted), the rest as rows.
         """
         end = await self.last_seq() if stop_at is None else stop_at
         if end - from_seq + 1 >= FAST_READ_MIN:
             position = [from_seq]  # where the ordered consumer takes over
             # closed with this generator, not when collected: a read-ahead helper ends with it
             async with contextlib.aclosing(self._read_range(from_seq, end, subject, position,
-                                                            headers)) as stored:
+                                                            headers, decoded)) as stored:
                 async for batch in stored:
                     yield batch
             from_seq = position[0]
@@ -399,12 +403,13 @@ class JetStreamEventLog:
             yield batch
 
     async def _read_range(self, from_seq: int, end: int, subject: str | None, position: list[int],
-                          headers: bool = True):
+                          headers: bool = True, decoded: bool = False):
         """Yield [from_seq, end] through `shared.fastread`; `position[0]` ends as the first sequence
         not covered (from_seq when it could not be used, end + 1 when it read everything)."""
         try:
             if not headers and end - from_seq + 1 >= readahead.READ_AHEAD_MIN:  # a long catch-up
-                reader = await readahead.open_read_ahead(self.nc, self.stream, from_seq, end, subject)
+                reader = await readahead.open_read_ahead(self.nc, self.stream, from_seq, end, subject,
+                                                         decoded)
             else:
                 reader = await open_range_reader(self.nc, self.stream, from_seq, end, subject, headers)
             if reader is None:

@@ -12,6 +12,14 @@ admits (`AdmittedRows`): the caller's fold skips that check for them (5-8 % of a
 reads every other row in full, so what is refused is counted and logged there as before. The
 first HEAD messages are read here, in the caller, while the helper starts (0.2-0.3 s).
 
+A caller that folds every row and looks at nothing else (the allocator's catch-up, `decoded=True`)
+gets the helper's rows decoded instead (`DecodedRows`): the helper sends the payloads of the rows it
+admitted as one JSON array, which the caller decodes with one call of the same strict decoder into
+(seq, event) pairs, with no row, subject, payload or header dict made per message, no decoder call
+per message, and no authority check; the other rows come as (seq, subject, payload) for the
+caller's full read. The fold's work per message is what limits a catch-up on two cores (the helper
+and nats-server share the other), so what the caller no longer does is what the catch-up gains.
+
 The helper reads with `shared.fastread`'s RangeReader over a consumer made here, with the
 caller's own connection's address and credentials (handed over its stdin, never its command
 line). It writes at most a pipe's worth ahead of the caller (a write blocks while the pipe is
@@ -46,16 +54,24 @@ PIPE_SIZE = 1 << 20  # asked of the kernel (Linux's default pipe-max-size): a ba
 AHEAD_BYTES = 4 << 20  # taken out of the pipe ahead of the fold at most (then the helper waits)
 _READ = 1 << 20
 _FRAME = struct.Struct("<cI")  # kind, length of what follows
-BATCH, END, FAILED = b"B", b"E", b"X"
+BATCH, DECODED, END, FAILED = b"B", b"D", b"E", b"X"
 _ROWS = msgspec.msgpack.Decoder(tuple[list[tuple[int, str, bytes, dict[str, str]]], bytes])
+# a DECODED frame: the admitted rows' sequences, their payloads as one JSON array, the other rows
+# (their index in the batch, seq, subject, payload), and every row's subject in order, as msgpack
+# bytes decoded only by a caller that needs them (`DecodedRows.subjects`)
+_DECODED = msgspec.msgpack.Decoder(tuple[list[int], bytes, list[tuple[int, int, str, bytes]], bytes])
+_SUBJECTS = msgspec.msgpack.Decoder(list[str])
+_ENCODE = msgspec.msgpack.Encoder().encode
+_EVENTS = msgspec.json.Decoder(list[ev.AnyEvent])  # the strict decoder, over a whole array
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 log = logging.getLogger("gpuledger.eventlog")
 
 
 async def open_read_ahead(nc, stream: str, from_seq: int, until_seq: int,
-                          subject: str | None = None) -> "ReadAhead | None":
+                          subject: str | None = None, decoded: bool = False) -> "ReadAhead | None":
     """A reader of [from_seq, until_seq] whose batches past the first HEAD messages a helper
-    process reads, or None where `shared.fastread` cannot be used at all (as `open_range_reader`)."""
+    process reads, or None where `shared.fastread` cannot be used at all (as `open_range_reader`).
+    `decoded`: the helper's batches come as `DecodedRows` (the head's as rows all the same)."""
     split = from_seq + HEAD
     head = await open_range_reader(nc, stream, from_seq, min(until_seq, split - 1), subject, headers=False)
     if head is None:
@@ -67,12 +83,15 @@ async def open_read_ahead(nc, stream: str, from_seq: int, until_seq: int,
         except BaseException:
             await head.close()
             raise
-    return ReadAhead(head, rest)
+    return ReadAhead(head, rest, decoded)
 
 
 class ReadAhead:
-    def __init__(self, head: RangeReader, rest: RangeReader | None):
+    def __init__(self, head: RangeReader, rest: RangeReader | None, decoded: bool = False):
         self.head, self.rest = head, rest
+        # decoded rows need the strict decoder's result to be the stored event itself: not where
+        # an event type has upcasters (`schemas.events.decode_event` rewrites the payload first)
+        self.decoded = decoded and not ev.upcasts.EVENT_KINDS
         self.helper: asyncio.subprocess.Process | None = None
 
     async def batches(self) -> AsyncIterator[list[tuple[int, str, bytes, dict[str, str]]]]:
@@ -106,7 +125,8 @@ class ReadAhead:
         except OSError:  # a smaller pipe only means less is read ahead
             pass
         params = {"host": rest.host, "port": rest.port, "auth": rest.auth, "stream": rest.stream,
-                  "consumer": rest.consumer, "inbox": rest.inbox, "until_seq": rest.until_seq}
+                  "consumer": rest.consumer, "inbox": rest.inbox, "until_seq": rest.until_seq,
+                  "decoded": self.decoded}
         try:
             self.helper = await asyncio.create_subprocess_exec(
                 sys.executable or "python3", "-m", "shared.readahead", stdin=asyncio.subprocess.PIPE,
@@ -147,7 +167,11 @@ def _helper_env() -> dict[str, str]:
 async def _helper_batches(pipe: "_Pipe", helper) -> AsyncIterator[list]:
     while True:
         kind, body = await pipe.frame()
-        if kind == BATCH:
+        if kind == DECODED:
+            rows = decoded_rows(body)
+            if rows:
+                yield rows
+        elif kind == BATCH:
             rows, admitted = _ROWS.decode(body)
             if rows:
                 yield AdmittedRows(rows, admitted)
@@ -172,6 +196,45 @@ class AdmittedRows(list):
     def __init__(self, rows: list, admitted: bytes):
         super().__init__(rows)
         self.admitted = admitted if len(admitted) == len(rows) else bytes(len(rows))
+
+
+class DecodedRows(list):
+    """A batch the helper decoded, in stream order: (seq, event) for each row it decoded with the
+    strict types and the writer-authority table admitted on its subject (the checks the caller's
+    fold makes: `ledger.follower` folds these as they are), (seq, subject, payload) for each other
+    row, which the caller reads in full (undecodable, lenient, refused: counted and logged there).
+    `raw` says how many rows are of the second kind (0 nearly always); `subjects()` every row's
+    subject, for a reader that needs them after all."""
+
+    __slots__ = ("raw", "_subjects")
+
+    def __init__(self, rows: list, raw: int, subjects: bytes | list[str] = b"\x90"):
+        super().__init__(rows)
+        self.raw, self._subjects = raw, subjects
+
+    def subjects(self) -> list[str]:
+        if isinstance(self._subjects, (bytes, bytearray, memoryview)):
+            self._subjects = _SUBJECTS.decode(self._subjects)
+        if len(self._subjects) != len(self):
+            raise RangeReadError("the read-ahead helper's decoded batch lacks its rows' subjects")
+        return self._subjects
+
+
+def decoded_rows(body) -> DecodedRows:
+    """A DECODED frame's batch. The array holds only payloads the helper's strict decoder took one
+    by one, so it decodes whole; if it ever did not, the read stops here (RangeReadError) and the
+    caller reads on through nats-py from the last row it folded."""
+    try:
+        seqs, events, raw, subjects = _DECODED.decode(body)
+        events = _EVENTS.decode(events)
+    except (msgspec.DecodeError, msgspec.ValidationError) as err:
+        raise RangeReadError(f"the read-ahead helper's decoded batch did not decode: {err}") from err
+    if len(events) != len(seqs):
+        raise RangeReadError("the read-ahead helper's decoded batch has more sequences than events")
+    rows = DecodedRows(zip(seqs, events), len(raw), subjects)
+    for index, seq, subject, data in raw:  # in index order: each lands where it was read
+        rows.insert(index, (seq, subject, data))
+    return rows
 
 
 class _Pipe:
@@ -242,9 +305,13 @@ async def _serve(params: dict, out: int) -> int:
                          params["auth"], params["until_seq"], headers=False)
     reader.inbox = params["inbox"]
     encode = msgspec.msgpack.Encoder().encode
+    decoded = params.get("decoded", False)
     try:
         async for batch in reader.batches():
-            _write(out, BATCH, encode((batch, _admitted(batch))))
+            if decoded:
+                _write(out, DECODED, encode(_decoded(batch)))
+            else:
+                _write(out, BATCH, encode((batch, _admitted(batch))))
     except BrokenPipeError:  # the caller stopped reading: nothing to tell it
         return 1
     except Exception as err:
@@ -267,6 +334,27 @@ def _admitted(batch: list) -> bytes:
         if admit_of.get(type(event), refuse)(subject, event):
             marks[i] = 1
     return bytes(marks)
+
+
+def _decoded(batch: list) -> tuple[list[int], bytes, list, bytes]:
+    """A DECODED frame's parts: `_admitted`'s checks, the admitted rows' payloads joined into one
+    JSON array (each decoded alone here, so the array decodes whole), the other rows as they are,
+    and the subjects of all (msgpack)."""
+    decode, admit_of, refuse = ev.event_decoder(), authority.ADMIT, authority.admits
+    seqs, payloads, raw = [], [], []
+    for i, (seq, subject, data, _headers) in enumerate(batch):
+        try:
+            event = decode(data)
+        except Exception:  # the caller reads it in full (leniently, or counts it undecodable)
+            raw.append((i, seq, subject, data))
+            continue
+        if admit_of.get(type(event), refuse)(subject, event):
+            seqs.append(seq)
+            payloads.append(data)
+        else:
+            raw.append((i, seq, subject, data))
+    subjects = _ENCODE([row[1] for row in batch])
+    return seqs, b"[" + b",".join(payloads) + b"]", raw, subjects
 
 
 def _write(out: int, kind: bytes, body: bytes) -> None:

@@ -71,3 +71,24 @@ def test_a_file_that_is_no_written_log_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit):
         replay_offline.main(["catch-up", str(other)])
     assert "not a log written by `write`" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("frames", ["rows", "decoded"])
+def test_a_catch_up_over_the_read_ahead_helpers_frames_rebuilds_the_same_state(log_file, capsys, frames):
+    assert replay_offline.main(["catch-up", str(log_file), "--frames", frames]) == 0
+    (run,) = lines(capsys)
+    assert run["digest_checked"] and run["frames"] == frames
+
+
+async def test_rebuild_stores_the_log_and_checks_each_trees_rebuild(log_file, tmp_path, capsys):
+    """The full rebuild (`bench.replay_child`, read-ahead helper and all) from this tree, twice,
+    over the log stored once in an embedded nats-server."""
+    import asyncio
+
+    done = await asyncio.get_running_loop().run_in_executor(
+        None, replay_offline.main, ["rebuild", str(log_file), "--runs", "2"])
+    assert done == 0
+    stored, *runs = lines(capsys)
+    log = pickle.loads(log_file.read_bytes())
+    assert stored["stored_messages"] == stored["last_seq"] == log["messages"]
+    assert len(runs) == 2 and all(run["digest_checked"] and run["seconds"] > 0 for run in runs)
