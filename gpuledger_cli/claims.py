@@ -60,7 +60,8 @@ def submit(
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
     url: Optional[str] = NatsUrl,
 ) -> None:
-    """Submit a claim; with --wait, print where it was placed (or why it waits)."""
+    """Submit a claim; with --wait, print where it was placed (or why it waits). Exits 1 when the
+    claim is rejected (a pool that does not exist, a per-workload quota it breaks, ...)."""
     spec = {"claim_id": claim_id or str(uuid.uuid4()), "namespace": namespace, "gpus": gpus,
             "gpu_milli": gpu_milli, "gpu_memory_gib": gpu_memory, "model_memory_gib": model_memory,
             "mig_profile": mig, "models": model, "gpu_groups": group, "cuda_versions": cuda,
@@ -71,6 +72,8 @@ def submit(
     data = run(request(nats_url(url), subjects.command("claim.submit"),
                        {"claim": spec, "wait_seconds": wait}, timeout=wait + 10))
     _show(data, as_json)
+    if data.get("status") == "rejected":  # `claim submit ... --wait 30 && run-job` must not run it
+        raise typer.Exit(1)
 
 
 ClaimId = typer.Argument(..., help="the claim's id, or its first characters when only one claim "

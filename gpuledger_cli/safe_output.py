@@ -11,6 +11,7 @@ rich's progress bars move the cursor, carries only the CLI's own words."""
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 
@@ -44,8 +45,17 @@ class SafeStream:
             self._colours = False
 
     def write(self, text: str) -> int:
-        self._stream.write(printable(text, self._colours))
+        try:
+            self._stream.write(printable(text, self._colours))
+        except BrokenPipeError:
+            reader_gone()
         return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            reader_gone()
 
     def writelines(self, lines) -> None:
         for line in lines:
@@ -53,6 +63,24 @@ class SafeStream:
 
     def __getattr__(self, name: str):
         return getattr(self._stream, name)
+
+
+# `gpuledger events replay | head`: once the reader has gone, stop at once and quietly, as `cat`
+# does (exit 141, a shell's 128 + SIGPIPE). Before (session 32), a BrokenPipeError unwound through
+# the log reader's async generators and printed three tracebacks. `up` keeps its own shutdown (its
+# children must be stopped): it turns this off.
+EXIT_WHEN_READER_GONE = True
+
+
+def reader_gone() -> None:
+    if not EXIT_WHEN_READER_GONE:
+        raise BrokenPipeError(32, "Broken pipe")
+    try:  # nothing more reaches the pipe, not even Python's own flush at exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.__stdout__.fileno())
+    except (OSError, AttributeError, ValueError):
+        pass
+    os._exit(141)
 
 
 def install() -> None:

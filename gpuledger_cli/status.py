@@ -100,7 +100,8 @@ def _service(name: str, data: Any) -> dict:
                 "pending": data.get("pending")}
     if name == "allocator":
         return {"up": True, "last_seq": data.get("last_seq"), "pending": data.get("pending"),
-                "claims": data.get("claims")}
+                "claims": data.get("claims"), "node_records_too_big": data.get("node_records_too_big", 0),
+                "node_records_too_big_nodes": data.get("node_records_too_big_nodes", [])}
     return {"up": True, "items": len(data) if isinstance(data, list) else None}
 
 
@@ -152,6 +153,10 @@ def _print(report: dict) -> None:
             line += f"  nodes {s['nodes_ready']}/{s['nodes']} ready  claims: {claims}"
         elif name == "allocator":
             line += f"  pending {s['pending']}"
+            if s.get("node_records_too_big"):  # services/allocator/node_writer.py (session 32)
+                line += (f"  NODE RECORDS TOO BIG: {', '.join(s['node_records_too_big_nodes'])} (the node "
+                         "holds more claims than one NATS message lists; its agent binds no new claim there "
+                         "until some end)")
         elif s.get("items") is not None:
             line += f"  {s['items']} {'quotas' if name == 'quota' else 'pools'}"
         typer.echo(line)
@@ -190,7 +195,8 @@ def register(app: typer.Typer) -> None:
                timeout: float = typer.Option(2.0, "--timeout", min=0, help="seconds each service has to answer")) -> None:
         """Whether each service answers and how far it has read the log; the intake's backlog.
         Exits 1 when a service does not answer, when the log has stored nothing for twice
-        GPULEDGER_NODE_TIMEOUT_S while nodes are ready, or when the intake is full."""
+        GPULEDGER_NODE_TIMEOUT_S while nodes are ready, when the intake is full, or when the
+        allocator could not write a node's record (too many claims on one node)."""
         report = run(gather_status(nats_url(url), timeout))
         print_json(report) if as_json else _print(report)
         if any(s["up"] is None for s in report["services"].values()):
@@ -202,5 +208,8 @@ def register(app: typer.Typer) -> None:
             problems.append(f"the log is not moving: {_stalled_words(report['log_stalled'])}")
         if report["intake"].get("full"):
             problems.append(f"the intake is full ({report['intake']['full']}): {_FULL_WORDS}")
+        too_big = (report["services"].get("allocator") or {}).get("node_records_too_big")
+        if too_big:
+            problems.append(f"{too_big} node records too big to write: a node's agent binds no new claim")
         if problems:
             die("; ".join(problems))

@@ -327,6 +327,9 @@ def system_url_variable(name: str) -> str:
 def _run_up(demo: bool, data_dir: Path, nats_url: str | None, fleet: str, port: int | None,
             ready_timeout: float, dashboard: bool = True, cluster: int = 0, auth: bool = True,
             agent_nodes: list[str] = (), systems: tuple[System, ...] = ()) -> None:
+    from gpuledger_cli import safe_output
+
+    safe_output.EXIT_WHEN_READER_GONE = False  # its children are stopped on the way out, whatever comes
     given, data_dir = data_dir, data_dir.resolve()
     log_dir = data_dir / "logs"
     try:

@@ -265,7 +265,7 @@ class Group:
     first node's, kept as nodes join and leave: the decision's rank-ordered scan sorts hundreds
     of groups per claim at 10,000 nodes and reads them without a look-up."""
 
-    __slots__ = ("view", "ranks", "names", "rank0", "name0", "free", "share", "filed")
+    __slots__ = ("view", "ranks", "names", "rank0", "name0", "free", "share", "filed", "buckets")
 
     def __init__(self, view: NodeView):
         self.view = view
@@ -277,6 +277,7 @@ class Group:
         self.free: dict[tuple, int] = {}
         self.share: dict[tuple, int] = {}
         self.filed = -1
+        self.buckets: list | None = None  # its rank-ordered buckets, once filed (`_refile`)
 
     def add(self, rank: int, name: str) -> None:
         bisect.insort(self.ranks, rank)
@@ -665,7 +666,10 @@ def _refile(state: State, group: Group) -> None:
     """File the group under its first rank now. Every live group's entries carry its own first
     rank, and no two live groups share one, so entries compare by rank alone."""
     old, new = group.filed, (group.rank0 if group.ranks else -1)
-    for bucket in _buckets(state, group):
+    buckets = group.buckets
+    if buckets is None:  # a group's room never changes, nor does a bucket once made: found once
+        buckets = group.buckets = list(_buckets(state, group))
+    for bucket in buckets:
         if old >= 0:
             i = bisect.bisect_left(bucket, (old,))
             if i < len(bucket) and bucket[i][1] is group:

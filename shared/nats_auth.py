@@ -7,14 +7,18 @@ claims and read their outcomes, and each declared publishing system (`system-<na
 schemas/systems.py) may submit, release and renew on the subjects carrying its own name. `gpuledger up`, `gpuledger nats config` and deploy/nats all build
 their nats-server configuration from `roles()` here, so the three cannot drift apart.
 
-Two NATS accounts (session 31): the ledger's (`LEDGER`: the streams, services, ops and node
-agents) and the publishers' (`PUBLIC`: `publisher` and every `system-<name>`). nats-server sends a
-JetStream publish's acknowledgement to whatever reply subject the publisher names, checked against
-no permission; inside one account that put the server's own message on any ledger or outcome
-subject, where the streams stored it. PUBLIC reaches the ledger only through imports: what its
-users may publish as service imports (the acknowledgement or reply goes back through the import's
-response mapping, to the reply subject in PUBLIC, where no stream listens), what they may
-subscribe to as stream imports (`public_imports`).
+Three NATS accounts. nats-server sends a JetStream publish's acknowledgement (and a JetStream API
+answer) to whatever reply subject the publisher names, checked against no permission; inside the
+streams' account that put the server's own message on any ledger or outcome subject, where the
+streams stored it. So only the trusted writers share the streams' account (`LEDGER`: the streams,
+services, ops); the publishers (`PUBLIC`: `publisher` and every `system-<name>`, session 31) and
+the node agents (`AGENTS`: every `node-<name>` and a simulated fleet's `node-agents`, session 32)
+each have an account of their own that reaches the ledger only through imports
+(`account_imports`): what its users may publish as service imports (the acknowledgement or reply
+goes back through the import's response mapping, to the reply subject in their own account, where
+no stream listens), what they may subscribe to as stream imports (a node agent's inbox prefix too:
+its watch's deliveries are published in LEDGER). What a fleet serves (`Role.exported`) goes the
+other way, LEDGER importing it from AGENTS.
 
 JetStream is driven through request subjects (`$JS.API.<verb>.<stream>...`): a user gets the verbs
 it needs on the streams it needs. No role but ops may delete, purge or update a stream (the
@@ -41,7 +45,12 @@ DEMO_AGENTS = "node-agents"  # the simulated fleet of `up --demo`: one process f
 SECRETS_FILE = "nats-users.json"
 NKEYS_FILE = "nats-nkeys.json"  # each user's nkey seed (private: mode 0600)
 NKEY_SEED_ENV = "GPULEDGER_NATS_NKEY_SEED_FILE"  # a client's seed file (shared.natscluster)
-LEDGER_ACCOUNT, PUBLIC_ACCOUNT = "LEDGER", "PUBLIC"  # nats-server accounts (module docstring)
+LEDGER_ACCOUNT, PUBLIC_ACCOUNT, AGENTS_ACCOUNT = "LEDGER", "PUBLIC", "AGENTS"  # module docstring
+# the accounts whose users create push consumers (a node agent's watch of its record): the
+# deliveries, published in LEDGER on the user's inbox prefix, are imported as a stream
+DELIVERED_ON_INBOX = (AGENTS_ACCOUNT,)
+# requests with several answers (a pull consumer's fetch): their exports keep the response open
+STREAMED_RESPONSES = ("$JS.API.CONSUMER.MSG.NEXT.",)
 READY = "gpu.sys.ready"  # shared.service.READY_SUBJECT (kept here: shared.service imports faststream)
 
 
@@ -56,6 +65,7 @@ class Role:
     allow_responses: bool = True
     notes: str = field(default="", compare=False)
     account: str = LEDGER_ACCOUNT
+    exported: tuple[str, ...] = ()  # subscriptions it serves to LEDGER from another account
 
 
 def _info() -> list[str]:
@@ -170,7 +180,7 @@ def node_role(user: str, nodes: list[str], simulated: bool = False) -> Role:
     # in on another consumer's deliveries (another node's record) on the shared `_INBOX.>`
     inbox = user_inbox(user) if shared_reads else node_inbox(nodes[0])
     return Role(user, tuple(dict.fromkeys(pub)), (*serves, f"{inbox}.>"),
-                notes=f"node agent of {', '.join(nodes)}")
+                notes=f"node agent of {', '.join(nodes)}", account=AGENTS_ACCOUNT, exported=tuple(serves))
 
 
 PLAIN_OUTCOMES = subjects.outcome("x").rsplit(".", 1)[0] + ".>"  # gpu.outcome.claim.>: no system's
@@ -232,15 +242,37 @@ def roles(agent_nodes: list[str] = (), demo_fleet: list[str] = (),
     return out
 
 
-def public_imports(all_roles: list[Role]) -> tuple[list[str], list[str]]:
-    """What PUBLIC imports from LEDGER (and LEDGER exports to PUBLIC only): each subject a PUBLIC
-    user may publish, as a service (its reply comes back through the import, never onto a ledger
-    subject), and each it may subscribe to but its inboxes, as a stream. Nothing else of the
-    ledger's account is visible from PUBLIC; its users' permissions narrow it further."""
-    public = [r for r in all_roles if r.account == PUBLIC_ACCOUNT]
-    services = dict.fromkeys(s for r in public for s in r.publish)
-    streams = dict.fromkeys(s for r in public for s in r.subscribe if not s.startswith("_INBOX"))
-    return list(services), list(streams)
+def account_imports(all_roles: list[Role], account: str) -> tuple[list[str], list[str]]:
+    """What `account` (PUBLIC, AGENTS) imports from LEDGER, which exports it to that account only:
+    each subject its users may publish, as a service (its acknowledgement or reply comes back
+    through the import, never onto a ledger subject), and each they may subscribe to, as a stream
+    (but what they serve themselves, and inboxes unless the account's users are delivered there:
+    `DELIVERED_ON_INBOX`). A subject another import of the account covers is left out (two
+    overlapping service imports would both carry a request). Nothing else of LEDGER is visible
+    from the account; its users' permissions narrow it further."""
+    users = [r for r in all_roles if r.account == account]
+    services = _widest(s for r in users for s in r.publish)
+    inboxes = account in DELIVERED_ON_INBOX
+    streams = _widest(s for r in users for s in r.subscribe
+                      if s not in r.exported and (inboxes or not s.startswith("_INBOX")))
+    return services, streams
+
+
+def _widest(subjects_: object) -> list[str]:
+    """The subjects, in order, without duplicates or any another one covers."""
+    unique = list(dict.fromkeys(subjects_))
+    return [s for s in unique if not any(o != s and covers(o, s) for o in unique)]
+
+
+def covers(pattern: str, other: str) -> bool:
+    """Whether every subject `other` (a pattern too) matches is matched by `pattern`."""
+    want, have = pattern.split("."), other.split(".")
+    for i, token in enumerate(want):
+        if token == ">":
+            return len(have) > i
+        if i >= len(have) or have[i] == ">" or (token != "*" and (have[i] == "*" or token != have[i])):
+            return False
+    return len(want) == len(have)
 
 
 def matches(pattern: str, subject: str) -> bool:
@@ -349,33 +381,57 @@ def env_password(user: str) -> str:
     return "GPULEDGER_NATS_" + "".join(c if c.isalnum() else "_" for c in user).upper() + "_PASSWORD"
 
 
+OUTSIDE_ACCOUNTS = (PUBLIC_ACCOUNT, AGENTS_ACCOUNT)  # they reach the ledger through imports only
+
+
 def users_block(all_roles: list[Role], passwords: dict[str, str] | None = None,
                 public_keys: dict[str, str] | None = None) -> str:
-    """The `accounts { LEDGER {...} PUBLIC {...} }` block: each account's users, LEDGER's exports
-    to PUBLIC and PUBLIC's imports of them (`public_imports`). Without `passwords` each password is
-    the environment variable `env_password(user)` (how deploy/nats keeps secrets out of the file).
+    """The `accounts { LEDGER {...} PUBLIC {...} AGENTS {...} }` block: each account's users,
+    LEDGER's exports to the others and their imports of them (`account_imports`), and what AGENTS
+    serves LEDGER (a simulated fleet's commands). Without `passwords` each password is the
+    environment variable `env_password(user)` (how deploy/nats keeps secrets out of the file).
     With `public_keys` (user -> `U...` public nkey) the users are nkey users instead: the
     configuration then holds no secret at all (production: `gpuledger nats config --nkeys`)."""
-    services, streams = public_imports(all_roles)
-    to_public = f"accounts: [{json.dumps(PUBLIC_ACCOUNT)}]"
-    exports = ([f"{{service: {json.dumps(s)}, {to_public}}}" for s in services]
-               + [f"{{stream: {json.dumps(s)}, {to_public}}}" for s in streams])
-    source = f"account: {json.dumps(LEDGER_ACCOUNT)}"
-    imports = ([f"{{service: {{{source}, subject: {json.dumps(s)}}}}}" for s in services]
-               + [f"{{stream: {{{source}, subject: {json.dumps(s)}}}}}" for s in streams])
+    exports: dict[str, dict[str, list[str]]] = {a: {} for a in (LEDGER_ACCOUNT, *OUTSIDE_ACCOUNTS)}
+    imports: dict[str, list[str]] = {a: [] for a in exports}
+    for account in OUTSIDE_ACCOUNTS:
+        services, streams = account_imports(all_roles, account)
+        for kind, listed in (("service", services), ("stream", streams)):
+            for subject in listed:
+                exports[LEDGER_ACCOUNT].setdefault(f"{kind}\0{subject}", []).append(account)
+                imports[account].append(_import(kind, LEDGER_ACCOUNT, subject))
+        for subject in _widest(s for r in all_roles if r.account == account for s in r.exported):
+            exports[account].setdefault(f"service\0{subject}", []).append(LEDGER_ACCOUNT)
+            imports[LEDGER_ACCOUNT].append(_import("service", account, subject))
     lines = ["accounts {"]
-    for account, extra in ((LEDGER_ACCOUNT, ["jetstream: enabled"]), (PUBLIC_ACCOUNT, [])):
+    for account in exports:
+        # every account even without users: nats-server's reload (SIGHUP) wires the imports of an
+        # account it knows, not of one it is given anew (2.15.1), so adding the first node's user
+        # to a running server needs AGENTS to be there already
+        users = [r for r in all_roles if r.account == account]
+        extra = ["jetstream: enabled"] if account == LEDGER_ACCOUNT else []
         lines += [f"  {account} {{", *(f"    {x}" for x in extra), "    users = ["]
-        for role in (r for r in all_roles if r.account == account):
+        for role in users:
             lines += _user_lines(role, passwords, public_keys)
         lines.append("    ]")
-        listed = exports if account == LEDGER_ACCOUNT else imports
-        if listed:
-            lines += [f"    {'exports' if account == LEDGER_ACCOUNT else 'imports'} = [",
-                      *(f"      {x}" for x in listed), "    ]"]
+        for word, listed in (("exports", [_export(k, to) for k, to in exports[account].items()]),
+                             ("imports", imports[account])):
+            if listed:
+                lines += [f"    {word} = [", *(f"      {x}" for x in listed), "    ]"]
         lines.append("  }")
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def _export(key: str, accounts: list[str]) -> str:
+    kind, subject = key.split("\0")
+    streamed = kind == "service" and subject.startswith(STREAMED_RESPONSES)
+    return (f"{{{kind}: {json.dumps(subject)}, accounts: {json.dumps(accounts)}"
+            + (", response_type: stream" if streamed else "") + "}")
+
+
+def _import(kind: str, source: str, subject: str) -> str:
+    return f"{{{kind}: {{account: {json.dumps(source)}, subject: {json.dumps(subject)}}}}}"
 
 
 def _user_lines(role: Role, passwords: dict[str, str] | None, public_keys: dict[str, str] | None) -> list[str]:

@@ -144,7 +144,7 @@ class HopTimes:
         `path_ms` where the services stamped, else the five of `stored_hops_ms`), and how they
         bunch in time (`windows`: the TAIL_WINDOW_S spans of publish time that hold them; a few
         windows holding them all is a stall of something, many windows is queueing spread over
-        the run). `spans`: each tail claim's (published, seen), for `tail_cpu_waits`."""
+        the run). `spans`: each tail claim's (published, seen), for `tail_cpu_waits`; `ids`, theirs."""
         rows: dict[str, list[float]] = {}
         for claim_id, at_seen in seen.items():
             at_published = published.get(claim_id)
@@ -173,12 +173,13 @@ class HopTimes:
             window = int((found[0] - first) / TAIL_WINDOW_S)
             windows[window] = windows.get(window, 0) + 1
         largest = max(windows.items(), key=lambda item: item[1])
+        slowest = [c for c, found in rows.items() if found[-1] - found[0] >= threshold]
         return {"quantile": q, "threshold_ms": round(1000 * threshold, 2), "claims": len(slow),
                 "hops_ms": {name: {"tail": tail, "all": every}
                             for name, tail, every in zip(names, means(slow), means(list(rows.values())))},
                 "windows": len(windows), "window_s": TAIL_WINDOW_S,
                 "largest_window": {"at_s": round(largest[0] * TAIL_WINDOW_S, 2), "claims": largest[1]},
-                "spans": [(found[0], found[-1]) for found in slow]}
+                "spans": [(found[0], found[-1]) for found in slow], "ids": slowest}
 
     def _stored_path(self, claim_id: str, published: float, seen: float,
                      stored_at: dict[int, float]) -> list[float] | None:

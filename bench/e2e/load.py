@@ -56,6 +56,7 @@ class Publisher:
     failed: dict[str, str] = field(default_factory=dict)  # claim id -> last error, gave up
     retried: int = 0
     lag_max_s: float = 0.0  # how far behind its timetable the publisher fell at worst
+    late: dict[str, float] = field(default_factory=dict)  # claim id -> seconds it went out after its time
     _inbox: str = ""
 
     async def start(self) -> None:
@@ -69,7 +70,9 @@ class Publisher:
                 delay = began + i / rate - time.monotonic()
                 if delay > 0.001:
                     await asyncio.sleep(delay)
-                self.lag_max_s = max(self.lag_max_s, time.monotonic() - began - i / rate)
+                late = time.monotonic() - began - i / rate
+                self.late[claim["claim_id"]] = late
+                self.lag_max_s = max(self.lag_max_s, late)
             await self.window.acquire()
             await self._send(claim["claim_id"], msgspec.json.encode(claim), attempt=0)
         await self._settle()

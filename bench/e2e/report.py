@@ -122,6 +122,9 @@ def tail_table(tail: dict, waits: dict[str, dict[str, float]]) -> str:
              f"windows of {tail['window_s']} s (the largest: {tail['largest_window']['claims']} claims at "
              f"{tail['largest_window']['at_s']} s)",
              "| hop | tail mean ms | all mean ms |", "| --- | --- | --- |"]
+    late = tail.get("published_late_ms")
+    if late:
+        lines.append(f"| published after its time (the publisher behind) | {late['tail']} | {late['all']} |")
     lines += [f"| {name} | {hop['tail']} | {hop['all']} |" for name, hop in tail["hops_ms"].items()]
     lines += ["| process | CPU wait ms/s, tail | all |", "| --- | --- | --- |"]
     lines += [f"| {name} | {w.get('tail', 0.0)} | {w.get('all', 0.0)} |"

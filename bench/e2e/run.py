@@ -126,6 +126,7 @@ async def one_run(stack, ops, publisher_nc, options: Options, rate: float | None
     # the slowest 1 %: which hop holds their time, when they came, which process waited for a CPU then
     tail = hops.tail(sent, seen, stored_at, stamps if options.hops else None)
     result["tail_cpu_wait_ms_per_s"] = waits_between(meter.history, tail.pop("spans", []))
+    tail["published_late_ms"] = published_late(publisher.late, tail.pop("ids", []))
     result["tail"] = tail
     result["batches"] = hops.batches()
     result["allocator_batches"] = await _allocator_batches(ops)
@@ -136,6 +137,15 @@ async def one_run(stack, ops, publisher_nc, options: Options, rate: float | None
     if written is not None and records_before is not None:  # the allocator's node records (node_writer.py)
         result["node_record_writes_per_claim"] = round((written - records_before) / max(count, 1), 3)
     return result
+
+
+def published_late(late: dict[str, float], slowest: list[str]) -> dict[str, float]:
+    """How long after its time in the timetable a claim went out, on average, for the slowest
+    claims and for all (a publisher that fell behind sends what fell due at once: a burst of the
+    benchmark's own making, which the slowest claims then queue behind)."""
+    def mean_ms(values: list[float]) -> float:
+        return round(1000 * sum(values) / len(values), 2) if values else 0.0
+    return {"tail": mean_ms([late[c] for c in slowest if c in late]), "all": mean_ms(list(late.values()))}
 
 
 @contextlib.contextmanager

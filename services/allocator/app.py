@@ -52,7 +52,8 @@ async def build(ctx: ServiceContext) -> None:
             "conflicts": allocator.conflicts, "own_batches_kept": allocator.own.kept,
             "own_batches_undone": allocator.own.undone, "own_batches_undone_by": allocator.own.undone_by,
             "node_records_written": writer.writes,
-            "node_record_conflicts": writer.conflicts, "node_records_too_big": writer.too_big})
+            "node_record_conflicts": writer.conflicts, "node_records_too_big": len(writer.too_big_nodes),
+            "node_records_too_big_nodes": sorted(writer.too_big_nodes)[:20]})
 
     command(ctx.broker, subjects.query("allocator.status"), Query, status)
 

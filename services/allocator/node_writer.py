@@ -58,6 +58,7 @@ class NodeRecordWriter:
         self.conflicts = 0
         self.held = 0
         self.too_big = 0  # records not written: past the server's max payload (`_fits`)
+        self.too_big_nodes: set[str] = set()  # nodes whose latest record was not written for that
 
     def hold(self) -> None:
         """Write nothing until `release` (the allocator between its ClaimEnding marks and the fold
@@ -147,8 +148,10 @@ class NodeRecordWriter:
         every other node goes on."""
         limit = (getattr(self.nc, "max_payload", 0) or 1 << 20) - HEADERS_ROOM
         if len(data) <= limit:
+            self.too_big_nodes.discard(node)
             return True
         self.too_big += 1
+        self.too_big_nodes.add(node)
         if self.too_big % TOO_BIG_LOUD_EVERY == 1:
             log.error("node record of %s not written: its %d live claims make %d bytes, past what one "
                       "NATS message may hold (%d); its agent binds no new claim there until some end "

@@ -2,7 +2,8 @@
 the claim exactly as the first had, exit 0, with nothing saying it had ended before and that this
 call did nothing (the reply's `already`); a repeated `claim submit --id` likewise (`duplicate`).
 `gpuledger gpus` said the demo fleet had no A100 ("none") while it holds four, in MIG mode: a card
-in MIG mode is offered as its instances, which the table left out."""
+in MIG mode is offered as its instances, which the table left out. And `claim submit --wait`
+exited 0 with the claim rejected (`--pool nosuch`), so `claim submit ... && run-job` ran the job."""
 
 from __future__ import annotations
 
@@ -58,3 +59,13 @@ async def test_gpus_shows_mig_instances_of_cards_in_mig_mode(fresh_nats):
     row = next(line for line in table.stdout.splitlines() if " A100 " in line)
     assert "MIG 11 / 11" in row and "none" not in row, table.stdout
 
+
+
+async def test_a_rejected_submit_exits_1(fresh_nats):
+    url = fresh_nats.url
+    async with running(url, "claim", "allocator"):
+        done = await run_cli("claim", "submit", "-n", "team-a", "--pool", "nosuch", "--wait", "10", "--nats-url", url)
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert "rejected" in done.stdout and "pool nosuch does not exist" in done.stdout, done.stdout
+        ok = await run_cli("claim", "submit", "-n", "team-a", "--gpus", "0", "--cpu-milli", "1", "--nats-url", url)
+        assert ok.returncode == 0, ok.stdout + ok.stderr

@@ -21,6 +21,7 @@ from schemas.grants import decode_grants
 from shared.jetstream import JetStreamEventLog, ensure_streams
 from shared.natsserver import start_nats_server
 from shared.retry import until_done
+from tests.cli import run_cli
 from tests.service.helpers import h100_node, register_nodes, request, running
 
 pytestmark = pytest.mark.timeout(600)
@@ -67,6 +68,8 @@ async def test_a_node_record_past_the_max_payload_stops_nothing_else(small_paylo
                          or any(t.done() for t in allocator.tasks), "not every claim was allocated")
             dead = [t for t in allocator.tasks if t.done()]
             assert not dead, [(t.get_name(), t.exception()) for t in dead]  # before: MaxPayloadError
+            shown = await run_cli("status", "--nats-url", url)  # quota and pool-controller are down: exit 1
+            assert "NODE RECORDS TOO BIG: node-a" in shown.stdout, shown.stdout
             for claim_id in ids[:RELEASED]:  # enough end: the record fits again and is written
                 body = {"claim_id": claim_id}
                 reply = await until_done(lambda: request(nc, subjects.command("claim.release"), body), "release")
@@ -85,5 +88,7 @@ async def test_a_node_record_past_the_max_payload_stops_nothing_else(small_paylo
                 await asyncio.sleep(0.1)
             assert await record_claims() == CLAIMS - RELEASED
             assert not [t for t in allocator.tasks if t.done()]
+            shown = await run_cli("status", "--nats-url", url)  # written again: no longer shown
+            assert "NODE RECORDS TOO BIG" not in shown.stdout, shown.stdout
     finally:
         await nc.close()

@@ -10,6 +10,7 @@ import pytest
 from bench.e2e.cpu import waits_between
 from bench.e2e.hops import STORED_HOPS, HopTimes
 from bench.e2e.report import tail_table
+from bench.e2e.run import published_late
 from schemas import events as ev
 from schemas.types import ClaimSpec
 
@@ -44,7 +45,18 @@ def test_the_slowest_claims_hops_beside_every_claims():
     assert tail["windows"] == 2 and tail["largest_window"] == {"at_s": 0.5, "claims": 2}
     spans = [at for span in sorted(tail["spans"]) for at in span]
     assert spans == pytest.approx([100.5, 100.545, 100.51, 100.555, 101.5, 101.545])
+    assert sorted(tail["ids"]) == ["run-150", "run-50", "run-51"]
     assert "| stored_to_pass | 41.0 |" in tail_table(tail, {})
+
+
+def test_how_late_the_slowest_claims_went_out():
+    late = {"c1": 0.0, "c2": 0.002, "c3": 0.020, "c4": 0.018}
+    assert published_late(late, ["c3", "c4"]) == {"tail": 19.0, "all": 10.0}
+    assert published_late({}, []) == {"tail": 0.0, "all": 0.0}
+    row = tail_table({"claims": 2, "threshold_ms": 50.0, "windows": 1, "window_s": 0.1, "hops_ms": {},
+                      "largest_window": {"at_s": 1.4, "claims": 2}, "published_late_ms": {"tail": 19.0, "all": 10.0}},
+                     {})
+    assert "| published after its time (the publisher behind) | 19.0 | 10.0 |" in row
 
 
 def test_no_claim_with_every_stamp_is_no_tail():

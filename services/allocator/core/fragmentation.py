@@ -92,15 +92,26 @@ class Stats(NamedTuple):
 
 
 def card_stats(card: Card, groups) -> Stats:
+    # Cards with no room left count in no group (none fits a share, and they add 0 to the small
+    # lefts): only the others are walked, once per group (a MIG node's 32 instances count 0 here,
+    # and a full node's cards too)
+    rooms = [(left, model) for left, model in zip(card.lefts, card.models) if left]
     fits_all, small_all = [], []
     for milli, allowed, _ in groups:
         fits = small = 0
         if milli:
-            for left, model in zip(card.lefts, card.models):
-                if left >= milli and (allowed is None or model in allowed):
-                    fits += 1
-                elif left < milli:
-                    small += left
+            if allowed is None:
+                for left, _model in rooms:
+                    if left >= milli:
+                        fits += 1
+                    else:
+                        small += left
+            else:
+                for left, model in rooms:
+                    if left >= milli and model in allowed:
+                        fits += 1
+                    elif left < milli:
+                        small += left
         fits_all.append(fits)
         small_all.append(small)
     return Stats(card.cpu_free, sum(card.lefts), tuple(fits_all), tuple(small_all))
