@@ -28,6 +28,13 @@ Options:
   last slice), into `dropped` for the caller to free a part at a time once caught up, until it
   holds `FREE_LATER` claims, and freed at once after that. So a catch-up holds the live claims,
   one slice and at most FREE_LATER ended claims, not every claim of the log.
+
+A follower with no listener and no unread subjects (the allocator's) asks the log for a long
+stored range decoded (`follow_raw(decoded=True)`): the read-ahead helper has decoded and admitted
+each row already, and hands the admitted payloads over as one JSON array, decoded here in one call
+(`shared.readahead.DecodedRows`, folded by `_fold_decoded`); rows it did not admit are read in full
+here, in their place. A listener added after the catch-up began still hears every event with its
+subject (`_fold_decoded_as_rows`).
 """
 
 from __future__ import annotations

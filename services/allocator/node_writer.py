@@ -23,6 +23,7 @@ from shared.eventlog import EXPECTED_LAST_SUBJECT_SEQ
 from shared.jetstream import WRONG_LAST_SEQUENCE
 from shared.latest import latest_per_subject
 from shared.pipelined import PipelinedPublisher
+from shared.retry import until_done
 
 log = logging.getLogger("gpuledger.allocator")
 RETRY_S = 0.5
@@ -97,7 +98,10 @@ class NodeRecordWriter:
         then write what is marked, forever."""
         await self.publisher.start()
         try:
-            await self.load()
+            # a start right after nats-server's (a kill -9 under load: its JetStream API answered
+            # nothing for seconds) timed out making the reading consumer, and the allocator exited
+            # (session 32): NATS trouble is waited out here, as everywhere else
+            await until_done(self.load, "loading the node records")
             self.mark(nodes())
             self.flush()
             self.ready = True
