@@ -76,3 +76,18 @@ def _hook(nc) -> dict | None:
     nc._process_msg = process_msg
     setattr(nc, _TABLE, table)
     return table
+
+
+async def drop_direct(js, stream: str, sub, consumer: str) -> None:
+    """End a direct subscription and delete its consumer, each step best effort (shared.paced and
+    shared.direct_tail both renew their consumer this way)."""
+    if sub is not None:
+        try:
+            await sub.unsubscribe()
+        except Exception:  # the connection is closing: the subscription goes with it
+            pass
+    if consumer:
+        try:
+            await js.delete_consumer(stream, consumer)
+        except Exception:  # gone already, or the server is: it expires by itself once unheard
+            pass

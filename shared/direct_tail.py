@@ -27,7 +27,7 @@ import logging
 from nats.js import api
 from nats.js.errors import NotFoundError
 
-from shared.direct_sub import subscribe_direct
+from shared.direct_sub import drop_direct, subscribe_direct
 from shared.retry import Backoff, TRANSIENT
 
 log = logging.getLogger("gpuledger.eventlog")
@@ -232,16 +232,7 @@ class DirectTail:
         return True
 
     async def _drop(self, sub, consumer: str) -> None:
-        if sub is not None:
-            try:
-                await sub.unsubscribe()
-            except Exception:  # the connection is closing: the subscription goes with it
-                pass
-        if consumer:
-            try:
-                await self.js.delete_consumer(self.stream, consumer)
-            except Exception:  # gone already, or the server is: it goes by itself once unheard
-                pass
+        await drop_direct(self.js, self.stream, sub, consumer)
 
 
 def _reconnects(nc) -> int:

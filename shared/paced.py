@@ -23,7 +23,7 @@ from nats.aio.msg import Msg
 from nats.js import api
 
 from shared import jsreply
-from shared.direct_sub import subscribe_direct
+from shared.direct_sub import drop_direct, subscribe_direct
 from shared.retry import Backoff, TRANSIENT
 
 log = logging.getLogger("gpuledger")
@@ -100,16 +100,7 @@ class PacedTail:
 
     async def _drop(self) -> None:
         sub, self._sub, consumer, self.consumer = self._sub, None, self.consumer, ""
-        if sub is not None:
-            try:
-                await sub.unsubscribe()
-            except Exception:  # the connection is closing: the subscription goes with it
-                pass
-        if consumer:
-            try:
-                await self.js.delete_consumer(self.stream, consumer)
-            except Exception:  # gone already, or the server is: it expires by itself
-                pass
+        await drop_direct(self.js, self.stream, sub, consumer)
 
     async def _pull(self, wait_s: float) -> list | None:
         """One pull: the messages it brought (empty: none stored), None when it got no answer."""
