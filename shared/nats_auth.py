@@ -46,9 +46,22 @@ SECRETS_FILE = "nats-users.json"
 NKEYS_FILE = "nats-nkeys.json"  # each user's nkey seed (private: mode 0600)
 NKEY_SEED_ENV = "GPULEDGER_NATS_NKEY_SEED_FILE"  # a client's seed file (shared.natscluster)
 LEDGER_ACCOUNT, PUBLIC_ACCOUNT, AGENTS_ACCOUNT = "LEDGER", "PUBLIC", "AGENTS"  # module docstring
-# the accounts whose users create push consumers (a node agent's watch of its record): the
-# deliveries, published in LEDGER on the user's inbox prefix, are imported as a stream
-DELIVERED_ON_INBOX = (AGENTS_ACCOUNT,)
+
+
+def service_account(user: str) -> str:
+    """The account of one service's user (`SVC_CLAIM`, `SVC_POOL_CONTROLLER`): each service alone
+    in an account without the streams (session 33), so no reply it provokes is stored and none
+    reaches another service (an acknowledgement aimed at another service's inbox or requests)."""
+    return "SVC_" + "".join(c if c.isalnum() else "_" for c in user).upper()
+
+
+SERVICE_ACCOUNTS = tuple(service_account(u) for u in SERVICES)
+# every account but LEDGER: they reach the ledger through imports only (`account_imports`)
+OUTSIDE_ACCOUNTS = (PUBLIC_ACCOUNT, AGENTS_ACCOUNT, *SERVICE_ACCOUNTS)
+# the accounts whose users create push consumers (a service's followers, a node agent's watch of
+# its record): the deliveries, published in LEDGER on the user's inbox prefix, are imported as a
+# stream; the publishers make no consumer
+DELIVERED_ON_INBOX = (AGENTS_ACCOUNT, *SERVICE_ACCOUNTS)
 # requests with several answers (a pull consumer's fetch): their exports keep the response open
 STREAMED_RESPONSES = ("$JS.API.CONSUMER.MSG.NEXT.",)
 READY = "gpu.sys.ready"  # shared.service.READY_SUBJECT (kept here: shared.service imports faststream)
@@ -96,7 +109,7 @@ def _service(user: str, publish: list[str], serves: list[str], reads: tuple[str,
         pub += _read(stream)
     # replies and deliveries on its own inbox prefix: no service may listen to another's replies
     return Role(user, tuple(dict.fromkeys(pub)), tuple(dict.fromkeys([*serves, f"{user_inbox(user)}.>"])),
-                notes=notes)
+                notes=notes, account=service_account(user), exported=tuple(serves))
 
 
 def service_roles() -> list[Role]:
@@ -243,19 +256,64 @@ def roles(agent_nodes: list[str] = (), demo_fleet: list[str] = (),
 
 
 def account_imports(all_roles: list[Role], account: str) -> tuple[list[str], list[str]]:
-    """What `account` (PUBLIC, AGENTS) imports from LEDGER, which exports it to that account only:
-    each subject its users may publish, as a service (its acknowledgement or reply comes back
-    through the import, never onto a ledger subject), and each they may subscribe to, as a stream
-    (but what they serve themselves, and inboxes unless the account's users are delivered there:
-    `DELIVERED_ON_INBOX`). A subject another import of the account covers is left out (two
+    """What `account` (PUBLIC, AGENTS, a service's) imports from LEDGER, which exports it to that
+    account only: each subject its users may publish, as a service (its acknowledgement or reply
+    comes back through the import, never onto a ledger subject), and each they may subscribe to, as
+    a stream (but what they serve themselves, and inboxes unless the account's users are delivered
+    there: `DELIVERED_ON_INBOX`). What another account serves is imported from there instead
+    (`served_imports`), and a subject another import of the account covers is left out (two
     overlapping service imports would both carry a request). Nothing else of LEDGER is visible
     from the account; its users' permissions narrow it further."""
     users = [r for r in all_roles if r.account == account]
-    services = _widest(s for r in users for s in r.publish)
+    served = [t for _, t in _served(all_roles, account)]
+    services = _widest(s for r in users for s in r.publish if not any(overlaps(s, t) for t in served))
     inboxes = account in DELIVERED_ON_INBOX
+    elsewhere = {t for _, t in published_imports(all_roles, account)}
     streams = _widest(s for r in users for s in r.subscribe
-                      if s not in r.exported and (inboxes or not s.startswith("_INBOX")))
+                      if s not in r.exported and s not in elsewhere and (inboxes or not s.startswith("_INBOX")))
     return services, streams
+
+
+def published_imports(all_roles: list[Role], account: str) -> list[tuple[str, str]]:
+    """(source account, subject): the stream imports of `account` from the one other account whose
+    users publish what its users subscribe to (a publisher's live outcomes, from the claim
+    service's account), not from LEDGER: then nothing in LEDGER carries the subscription, so no
+    push consumer (which delivers in LEDGER, whoever made it) can be pointed at a publisher waiting
+    for its outcome (session 33; docs/security.md)."""
+    out = []
+    for subject in (s for r in all_roles if r.account == account for s in r.subscribe
+                    if s not in r.exported and not s.startswith("_INBOX")):
+        sources = {r.account for r in all_roles if r.account not in (account, LEDGER_ACCOUNT)
+                   and any(covers(p, subject) for p in r.publish)}
+        if len(sources) == 1:
+            out.append((sources.pop(), subject))
+    return list(dict.fromkeys(out))
+
+
+def _served(all_roles: list[Role], account: str) -> list[tuple[str, str]]:
+    """(account, subject) of what the users of every other account serve (`Role.exported`)."""
+    out = [(r.account, t) for r in all_roles if r.account != account for t in r.exported]
+    return list(dict.fromkeys(out))
+
+
+def served_imports(all_roles: list[Role], account: str) -> list[tuple[str, str]]:
+    """(source account, subject): the service imports of `account` from the accounts that serve
+    what its users may publish (LEDGER's ops asks every service; the dashboard the services'
+    queries; a publisher a claim submit, straight from the claim service's account). Each the
+    narrower of the publish right and the served subject; a partial overlap (neither covers the
+    other) is refused, as no import could carry it exactly."""
+    out: list[tuple[str, str]] = []
+    publish = [s for r in all_roles if r.account == account for s in r.publish]
+    for source, served in _served(all_roles, account):
+        for subject in publish:
+            if covers(served, subject):
+                out.append((source, subject))
+            elif covers(subject, served):
+                out.append((source, served))
+            elif overlaps(subject, served):
+                raise ValueError(f"{account}: {subject!r} overlaps {served!r} of {source} only in part")
+    wanted = _widest(t for _, t in out)
+    return [(a, t) for a, t in dict.fromkeys(out) if t in wanted]
 
 
 def _widest(subjects_: object) -> list[str]:
@@ -273,6 +331,19 @@ def covers(pattern: str, other: str) -> bool:
         if i >= len(have) or have[i] == ">" or (token != "*" and (have[i] == "*" or token != have[i])):
             return False
     return len(want) == len(have)
+
+
+def overlaps(a: str, b: str) -> bool:
+    """Whether some subject is matched by both patterns."""
+    x, y = a.split("."), b.split(".")
+    for i in range(max(len(x), len(y))):
+        if i >= len(x) or i >= len(y):
+            return False
+        if x[i] == ">" or y[i] == ">":
+            return True
+        if "*" not in (x[i], y[i]) and x[i] != y[i]:
+            return False
+    return True
 
 
 def matches(pattern: str, subject: str) -> bool:
@@ -381,9 +452,6 @@ def env_password(user: str) -> str:
     return "GPULEDGER_NATS_" + "".join(c if c.isalnum() else "_" for c in user).upper() + "_PASSWORD"
 
 
-OUTSIDE_ACCOUNTS = (PUBLIC_ACCOUNT, AGENTS_ACCOUNT)  # they reach the ledger through imports only
-
-
 def users_block(all_roles: list[Role], passwords: dict[str, str] | None = None,
                 public_keys: dict[str, str] | None = None) -> str:
     """The `accounts { LEDGER {...} PUBLIC {...} AGENTS {...} }` block: each account's users,
@@ -400,9 +468,12 @@ def users_block(all_roles: list[Role], passwords: dict[str, str] | None = None,
             for subject in listed:
                 exports[LEDGER_ACCOUNT].setdefault(f"{kind}\0{subject}", []).append(account)
                 imports[account].append(_import(kind, LEDGER_ACCOUNT, subject))
-        for subject in _widest(s for r in all_roles if r.account == account for s in r.exported):
-            exports[account].setdefault(f"service\0{subject}", []).append(LEDGER_ACCOUNT)
-            imports[LEDGER_ACCOUNT].append(_import("service", account, subject))
+    for account in exports:  # what the services (and a fleet) serve or publish, to those who use it
+        for kind, listed in (("service", served_imports(all_roles, account)),
+                             ("stream", published_imports(all_roles, account))):
+            for source, subject in listed:
+                exports[source].setdefault(f"{kind}\0{subject}", []).append(account)
+                imports[account].append(_import(kind, source, subject))
     lines = ["accounts {"]
     for account in exports:
         # every account even without users: nats-server's reload (SIGHUP) wires the imports of an
