@@ -7,18 +7,20 @@ claims and read their outcomes, and each declared publishing system (`system-<na
 schemas/systems.py) may submit, release and renew on the subjects carrying its own name. `gpuledger up`, `gpuledger nats config` and deploy/nats all build
 their nats-server configuration from `roles()` here, so the three cannot drift apart.
 
-Three NATS accounts. nats-server sends a JetStream publish's acknowledgement (and a JetStream API
-answer) to whatever reply subject the publisher names, checked against no permission; inside the
-streams' account that put the server's own message on any ledger or outcome subject, where the
-streams stored it. So only the trusted writers share the streams' account (`LEDGER`: the streams,
-services, ops); the publishers (`PUBLIC`: `publisher` and every `system-<name>`, session 31) and
-the node agents (`AGENTS`: every `node-<name>` and a simulated fleet's `node-agents`, session 32)
-each have an account of their own that reaches the ledger only through imports
-(`account_imports`): what its users may publish as service imports (the acknowledgement or reply
-goes back through the import's response mapping, to the reply subject in their own account, where
-no stream listens), what they may subscribe to as stream imports (a node agent's inbox prefix too:
-its watch's deliveries are published in LEDGER). What a fleet serves (`Role.exported`) goes the
-other way, LEDGER importing it from AGENTS.
+Several NATS accounts. nats-server sends a JetStream publish's acknowledgement (and a JetStream
+API answer) to whatever reply subject the publisher names, checked against no permission; inside
+the streams' account that put the server's own message on any ledger or outcome subject, where the
+streams stored it. So only ops shares the streams' account (`LEDGER`); the publishers (`PUBLIC`:
+`publisher` and every `system-<name>`, session 31), the node agents (`AGENTS`: every `node-<name>`
+and a simulated fleet's `node-agents`, session 32) and each service (`SVC_<NAME>`, session 33)
+have accounts of their own that reach the ledger only through imports (`account_imports`): what
+their users may publish as service imports (the acknowledgement or reply goes back through the
+import's response mapping, to the reply subject in their own account, where no stream listens),
+what they may subscribe to as stream imports (a service's or node agent's inbox prefix too: its
+consumers' deliveries are published in LEDGER). What a service or a fleet serves (`Role.exported`)
+goes the other way: whoever may ask it imports it from the serving account (`served_imports`), and
+a publisher's live outcomes come from the claim service's account, which publishes them
+(`published_imports`), so nothing in LEDGER subscribes where a push consumer could be aimed at them.
 
 JetStream is driven through request subjects (`$JS.API.<verb>.<stream>...`): a user gets the verbs
 it needs on the streams it needs. No role but ops may delete, purge or update a stream (the
@@ -78,7 +80,7 @@ class Role:
     allow_responses: bool = True
     notes: str = field(default="", compare=False)
     account: str = LEDGER_ACCOUNT
-    exported: tuple[str, ...] = ()  # subscriptions it serves to LEDGER from another account
+    exported: tuple[str, ...] = ()  # subscriptions it serves, from its account, to who may ask
 
 
 def _info() -> list[str]:
@@ -454,9 +456,10 @@ def env_password(user: str) -> str:
 
 def users_block(all_roles: list[Role], passwords: dict[str, str] | None = None,
                 public_keys: dict[str, str] | None = None) -> str:
-    """The `accounts { LEDGER {...} PUBLIC {...} AGENTS {...} }` block: each account's users,
-    LEDGER's exports to the others and their imports of them (`account_imports`), and what AGENTS
-    serves LEDGER (a simulated fleet's commands). Without `passwords` each password is the
+    """The `accounts { LEDGER {...} PUBLIC {...} AGENTS {...} SVC_<NAME> {...} }` block: each
+    account's users, LEDGER's exports to the others and their imports of them (`account_imports`),
+    what the services and a simulated fleet serve to those who ask it (`served_imports`) and the
+    claim service's outcomes to the publishers (`published_imports`). Without `passwords` each password is the
     environment variable `env_password(user)` (how deploy/nats keeps secrets out of the file).
     With `public_keys` (user -> `U...` public nkey) the users are nkey users instead: the
     configuration then holds no secret at all (production: `gpuledger nats config --nkeys`)."""
