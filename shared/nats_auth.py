@@ -18,7 +18,7 @@ their users may publish as service imports (the acknowledgement or reply goes ba
 import's response mapping, to the reply subject in their own account, where no stream listens),
 what they may subscribe to as stream imports (a service's or node agent's inbox prefix too: its
 consumers' deliveries are published in LEDGER). What a service or a fleet serves (`Role.exported`)
-goes the other way: whoever may ask it imports it from the serving account (`served_imports`), and
+goes the other way: LEDGER imports it from the serving account (`served_imports`), and
 a publisher's live outcomes come from the claim service's account, which publishes them
 (`published_imports`), so nothing in LEDGER subscribes where a push consumer could be aimed at them.
 
@@ -80,7 +80,7 @@ class Role:
     allow_responses: bool = True
     notes: str = field(default="", compare=False)
     account: str = LEDGER_ACCOUNT
-    exported: tuple[str, ...] = ()  # subscriptions it serves, from its account, to who may ask
+    exported: tuple[str, ...] = ()  # subscriptions it serves, from its account, to LEDGER
 
 
 def _info() -> list[str]:
@@ -263,12 +263,12 @@ def account_imports(all_roles: list[Role], account: str) -> tuple[list[str], lis
     comes back through the import, never onto a ledger subject), and each they may subscribe to, as
     a stream (but what they serve themselves, and inboxes unless the account's users are delivered
     there: `DELIVERED_ON_INBOX`). What another account serves is imported from there instead
-    (`served_imports`), and a subject another import of the account covers is left out (two
+    (LEDGER imports it: `served_imports`, so a request from another account crosses LEDGER, where
+    ops sees it, as before), and a subject another import of the account covers is left out (two
     overlapping service imports would both carry a request). Nothing else of LEDGER is visible
     from the account; its users' permissions narrow it further."""
     users = [r for r in all_roles if r.account == account]
-    served = [t for _, t in _served(all_roles, account)]
-    services = _widest(s for r in users for s in r.publish if not any(overlaps(s, t) for t in served))
+    services = _widest(s for r in users for s in r.publish)
     inboxes = account in DELIVERED_ON_INBOX
     elsewhere = {t for _, t in published_imports(all_roles, account)}
     streams = _widest(s for r in users for s in r.subscribe
@@ -292,28 +292,13 @@ def published_imports(all_roles: list[Role], account: str) -> list[tuple[str, st
     return list(dict.fromkeys(out))
 
 
-def _served(all_roles: list[Role], account: str) -> list[tuple[str, str]]:
-    """(account, subject) of what the users of every other account serve (`Role.exported`)."""
-    out = [(r.account, t) for r in all_roles if r.account != account for t in r.exported]
-    return list(dict.fromkeys(out))
-
-
-def served_imports(all_roles: list[Role], account: str) -> list[tuple[str, str]]:
-    """(source account, subject): the service imports of `account` from the accounts that serve
-    what its users may publish (LEDGER's ops asks every service; the dashboard the services'
-    queries; a publisher a claim submit, straight from the claim service's account). Each the
-    narrower of the publish right and the served subject; a partial overlap (neither covers the
-    other) is refused, as no import could carry it exactly."""
-    out: list[tuple[str, str]] = []
-    publish = [s for r in all_roles if r.account == account for s in r.publish]
-    for source, served in _served(all_roles, account):
-        for subject in publish:
-            if covers(served, subject):
-                out.append((source, subject))
-            elif covers(subject, served):
-                out.append((source, served))
-            elif overlaps(subject, served):
-                raise ValueError(f"{account}: {subject!r} overlaps {served!r} of {source} only in part")
+def served_imports(all_roles: list[Role]) -> list[tuple[str, str]]:
+    """(source account, subject): LEDGER's service imports of what the users of the other accounts
+    serve (`Role.exported`: each service's `gpu.cmd|qry.<area>.>`, a fleet's commands). Ops asks
+    them there, and so does every other account through its own import of LEDGER (the dashboard's
+    `gpu.qry.>`, a publisher's `gpu.cmd.claim.submit`): a request crosses two imports, and ops
+    sees it in LEDGER as before."""
+    out = [(r.account, t) for r in all_roles if r.account != LEDGER_ACCOUNT for t in r.exported]
     wanted = _widest(t for _, t in out)
     return [(a, t) for a, t in dict.fromkeys(out) if t in wanted]
 
@@ -458,8 +443,8 @@ def users_block(all_roles: list[Role], passwords: dict[str, str] | None = None,
                 public_keys: dict[str, str] | None = None) -> str:
     """The `accounts { LEDGER {...} PUBLIC {...} AGENTS {...} SVC_<NAME> {...} }` block: each
     account's users, LEDGER's exports to the others and their imports of them (`account_imports`),
-    what the services and a simulated fleet serve to those who ask it (`served_imports`) and the
-    claim service's outcomes to the publishers (`published_imports`). Without `passwords` each password is the
+    what the services and a simulated fleet serve, to LEDGER (`served_imports`), and the claim
+    service's outcomes to the publishers (`published_imports`). Without `passwords` each password is the
     environment variable `env_password(user)` (how deploy/nats keeps secrets out of the file).
     With `public_keys` (user -> `U...` public nkey) the users are nkey users instead: the
     configuration then holds no secret at all (production: `gpuledger nats config --nkeys`)."""
@@ -471,12 +456,13 @@ def users_block(all_roles: list[Role], passwords: dict[str, str] | None = None,
             for subject in listed:
                 exports[LEDGER_ACCOUNT].setdefault(f"{kind}\0{subject}", []).append(account)
                 imports[account].append(_import(kind, LEDGER_ACCOUNT, subject))
-    for account in exports:  # what the services (and a fleet) serve or publish, to those who use it
-        for kind, listed in (("service", served_imports(all_roles, account)),
-                             ("stream", published_imports(all_roles, account))):
-            for source, subject in listed:
-                exports[source].setdefault(f"{kind}\0{subject}", []).append(account)
-                imports[account].append(_import(kind, source, subject))
+    for source, subject in served_imports(all_roles):  # what the services (and a fleet) serve
+        exports[source].setdefault(f"service\0{subject}", []).append(LEDGER_ACCOUNT)
+        imports[LEDGER_ACCOUNT].append(_import("service", source, subject))
+    for account in OUTSIDE_ACCOUNTS:  # a publisher's outcomes, from the claim service's account
+        for source, subject in published_imports(all_roles, account):
+            exports[source].setdefault(f"stream\0{subject}", []).append(account)
+            imports[account].append(_import("stream", source, subject))
     lines = ["accounts {"]
     for account in exports:
         # every account even without users: nats-server's reload (SIGHUP) wires the imports of an
