@@ -198,7 +198,7 @@ async def _misplaced_since(js, since: dict[str, int], aims: set[str]) -> int:
     return count
 
 
-async def run(data_dir: Path, host: str, port: int, times: int) -> list[Found]:
+async def run(data_dir: Path, host: str, port: int, times: int, ops_listens: bool = True) -> list[Found]:
     passwords = json.loads((data_dir / nats_auth.SECRETS_FILE).read_text())
     url = lambda user: nats_auth.user_url(user, passwords[user], host, port)  # noqa: E731
     ops = await nats.connect(url(nats_auth.OPS), inbox_prefix=nats_auth.user_inbox(nats_auth.OPS))
@@ -217,7 +217,7 @@ async def run(data_dir: Path, host: str, port: int, times: int) -> list[Found]:
         try:
             found = await provoke(attacker, ops, role, node, aims, times)
             found.pushed = await push_onto(attacker, ops, role, node, [a for a in aims if not may_publish(role, a)],
-                                           publisher)
+                                           publisher, ops_listens)
         finally:
             await attacker.close()
         out.append(found)
@@ -243,8 +243,10 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=4222)
     parser.add_argument("--times", type=int, default=20, help="provocations per target and kind")
+    parser.add_argument("--no-ops-listener", action="store_true",
+                        help="push consumers' aims: only a publisher listens (on outcome subjects), not ops")
     args = parser.parse_args()
-    for found in asyncio.run(run(args.data_dir, args.host, args.port, args.times)):
+    for found in asyncio.run(run(args.data_dir, args.host, args.port, args.times, not args.no_ops_listener)):
         pushed = found.pushed or Pushed()
         print(json.dumps({"user": found.user, "sent": found.sent, "stored": found.stored,
                           "stored_total": found.total, "push_made": pushed.made,
