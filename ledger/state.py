@@ -173,6 +173,9 @@ class Claim:
     # what `claim explain` shows after the submit line, as (at, kind, *details) entries: the fold
     # only keeps references (no string formatting per event); `history` formats them when asked
     trail: list[tuple] = field(default_factory=list)
+    # the publishing system that submitted it (`ClaimSubmitted.system`; "" for ops and the shared
+    # `publisher`): a gang is the waiting claims of one namespace and one system with its gang id
+    system: str = ""
 
     @property
     def claim_id(self) -> str:
@@ -204,8 +207,8 @@ class Claim:
 _new_claim = object.__new__
 
 
-def new_claim(spec: ClaimSpec, seq: int, at: float) -> Claim:
-    """`Claim(spec, seq, at, last_activity=at)`, as the fold of a submit makes one (200k of them
+def new_claim(spec: ClaimSpec, seq: int, at: float, system: str = "") -> Claim:
+    """`Claim(spec, seq, at, last_activity=at, system=system)`, as the fold of a submit makes one (200k of them
     in a 1M-event replay): every field set here, none through the dataclass's `__init__`, whose
     keyword defaults and default factories cost twice this. Keep it in step with `Claim`'s fields
     (tests/speed/test_replay_catchup_fold.py compares the two)."""
@@ -218,6 +221,7 @@ def new_claim(spec: ClaimSpec, seq: int, at: float) -> Claim:
     claim.borrowed_from, claim.env, claim.end_reason = "", {}, ""
     claim.tflops_m = claim.limit_tflops_m = 0
     claim.trail = []
+    claim.system = system
     return claim
 
 
