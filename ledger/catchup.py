@@ -19,6 +19,7 @@ Change a fold in `ledger.evolve` or `ledger.holdings` and its twin here together
 from __future__ import annotations
 
 from schemas import events as ev
+from schemas import lenient
 
 from ledger.evolve import HANDLERS, apply_decision, refresh_typical
 from ledger.holdings import fitting_units, park_if_fleet_bound
@@ -244,6 +245,10 @@ def _event_batch(state: State, e: ev.EventBatch, seq: int) -> None:
 
 CATCH_UP = {
     **HANDLERS,
+    # what the read-ahead helper hands over in place of submits of claims that end later in the
+    # range (`schemas.lenient.unchecked_submits`): the same fields, read without the constraints
+    lenient.unchecked_submits(): _event_batch,
+    lenient.lenient_twin(ev.ClaimSubmitted): _claim_submitted,
     ev.ClaimSubmitted: _claim_submitted,
     ev.ClaimReleased: _claim_released,
     ev.DecisionBatch: _decision_batch,

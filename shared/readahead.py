@@ -43,11 +43,13 @@ import struct
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Union
 
 import msgspec
 
 from schemas import authority
 from schemas import events as ev
+from schemas import lenient
 from shared.fastread import RangeReader, RangeReadError, open_range_reader
 
 READ_AHEAD_MIN = 50_000  # stored messages; below this a helper's start costs more than it saves
@@ -66,7 +68,8 @@ _DECODED = msgspec.msgpack.Decoder(tuple[list[int], bytes, list[tuple[int, int, 
 _CHANGED = msgspec.msgpack.Decoder(list[tuple[int, int, str, bytes, bool]])
 _SUBJECTS = msgspec.msgpack.Decoder(list[str])
 _ENCODE = msgspec.msgpack.Encoder().encode
-_EVENTS = msgspec.json.Decoder(list[ev.AnyEvent])  # the strict decoder, over a whole array
+# the strict decoder, over a whole array (and the helper's unchecked submits: `DecodedFrames`)
+_EVENTS = msgspec.json.Decoder(list[Union[ev.AnyEvent, lenient.unchecked_submits()]])
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 log = logging.getLogger("gpuledger.eventlog")
 
@@ -394,6 +397,8 @@ def _decoded(batch: list) -> tuple[list[int], bytes, list, bytes, bytes]:
 # activity times, history), which nothing else folded reads apart from whether the claim is live
 _PRIVATE = (ev.ClaimBound, ev.LeaseRenewed, ev.ClaimActivity)
 LOOKAHEAD = 32_768  # messages read past a batch before its frame is sent (when dropping dead events)
+_BATCH_HEAD = b'{"type":"EventBatch"'  # how an EventBatch's payload starts (the tag first)
+_UNCHECKED_HEAD = b'{"type":"' + lenient.UNCHECKED_SUBMITS.encode() + b'"'
 
 
 class DecodedFrames:
@@ -493,29 +498,38 @@ class DecodedFrames:
                 raw.append((i, seq, subject, data))
                 continue
             if slim is not None and i != last:
-                kept = slim(event, seq)
+                kept = slim(event, seq, data)
                 if kept is None:
                     changed.append((i, seq, subject, data, False))
                     continue
                 if kept is not event:
                     changed.append((i, seq, subject, data, True))
-                    data = ev.encode_event(kept)
+                    data = kept if type(kept) is bytes else ev.encode_event(kept)
             seqs.append(seq)
             payloads.append(data)
         subjects = _ENCODE([row[1] for row in batch])
         return seqs, b"[" + b",".join(payloads) + b"]", raw, subjects, _ENCODE(changed) if changed else b""
 
-    def _slim(self, event, seq: int):
+    def _slim(self, event, seq: int, data: bytes):
         """`event` as the caller needs it: None where all of it is about claims released later,
-        a copy without those parts, or itself."""
+        a copy without those parts, the payload of submits of such claims only as unchecked
+        submits (`schemas.lenient.unchecked_submits`: read without the pattern checks this process
+        made already), or itself."""
         kind, released = type(event), self.released
         if kind in _PRIVATE:
             return None if released.get(event.claim_id, 0) > seq else event
+        if kind is ev.ClaimSubmitted:
+            if released.get(event.claim.claim_id, 0) > seq:
+                return _UNCHECKED_HEAD + b',"events":[' + data + b"]}"
+            return event
         if kind is ev.DecisionBatch:
             kept = [d for d in event.decisions
                     if type(d) is not ev.ClaimPending or released.get(d.claim_id, 0) <= seq]
             return event if len(kept) == len(event.decisions) else msgspec.structs.replace(event, decisions=kept)
         if kind is ev.EventBatch:
+            if data.startswith(_BATCH_HEAD) and all(
+                    type(m) is ev.ClaimSubmitted and released.get(m.claim.claim_id, 0) > seq for m in event.events):
+                return _UNCHECKED_HEAD + data[len(_BATCH_HEAD):]  # the same members, read unchecked
             kept = [m for m in event.events if type(m) not in _PRIVATE or released.get(m.claim_id, 0) <= seq]
             if len(kept) == len(event.events):
                 return event

@@ -171,6 +171,10 @@ def hostile_log() -> list:
         ev.EventBatch(events=[released("m"), claim("n"), released("n")]),
         # rows the caller reads in full, among the rest
         (subjects.DECISIONS, b"not json"), (subjects.INTAKE_BATCHES, lenient),
+        # the helper's own form of submits it checked, stored by someone: no event type, undecodable
+        (subjects.INTAKE_BATCHES, b'{"type":"UncheckedSubmits","events":[{"type":"ClaimSubmitted",'
+                                  b'"claim":{"claim_id":"u","namespace":"team-a"}}]}'),
+        (subjects.claim("u"), released("u")),
         (subjects.node("n0"), ev.NodeHeartbeat(node="n1", at=7.0)),  # forged
         released("a"), released("g1"), released("h"), released("i"), released("j", reason="gave up"),
         ev.NodeHeartbeat(node="n0", at=11.0),
@@ -178,7 +182,10 @@ def hostile_log() -> list:
 
 
 async def test_a_hostile_log_folds_the_same_from_the_frames():
-    assert await assert_same(rows_of(hostile_log())) > 0
+    rows = rows_of(hostile_log())
+    assert await assert_same(rows) > 0
+    follower = await catch_up(FramedLog([rows]))
+    assert follower.admission.undecodable == 2 and "u" not in follower.state.ended  # no JSON, forged
 
 
 async def test_a_forged_release_ends_nothing_before_it():
@@ -197,8 +204,11 @@ async def test_events_of_claims_released_later_are_left_out():
                     ev.LeaseRenewed(claim_id="a", at=3.0), ev.ClaimActivity(claim_id="a", at=3.0),
                     released("a"), released("b"), ev.NodeHeartbeat(node="n0", at=12.0)])
     framed = FramedLog([rows])
+    kinds = {type(event).__name__ for body in framed.frames for _seq, event in readahead.decoded_rows(body)}
+    assert "UncheckedSubmits" in kinds and "ClaimSubmitted" not in kinds
     follower = await catch_up(framed)
-    assert framed.left_out == 3 and framed.changed == 4  # 3 rows out, the batch without b's pending
+    # 3 rows out, the batch without b's pending, both submits unchecked
+    assert framed.left_out == 3 and framed.changed == 6
     assert follower.state.last_seq == len(rows) and follower.state.last_decision_seq == 4
     assert set(follower.state.ended) == {"a", "b"} and not follower.state.claims
 
