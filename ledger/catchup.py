@@ -23,6 +23,7 @@ from schemas import lenient
 
 from ledger.evolve import HANDLERS, apply_decision, refresh_typical
 from ledger.holdings import fitting_units, park_if_fleet_bound
+from ledger.node_claims import ROOM
 from ledger.shapes import bound_models
 from ledger.state import FREE, State, new_claim
 
@@ -56,6 +57,10 @@ def _claim_released(state: State, e: ev.ClaimReleased, seq: int) -> None:
                     freed_model[unit.model] = epoch
         node = state.nodes.get(claim.node) if claim.node else None
         if node is not None:
+            view = node.view  # as `holdings.free`: a node near its cap frees room for its models
+            if view is not None and view.claims_room < ROOM:
+                for model in view.static.models:
+                    freed_model[model] = epoch
             node.cpu_free += spec.cpu_milli
             node.mem_free += spec.memory_mib
             node.claims.pop(cid, None)
