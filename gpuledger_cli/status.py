@@ -50,7 +50,11 @@ async def gather_status(url: str, timeout: float) -> dict:
             report["log_error"] = why
         last_stored = _unix_time(state.get("last_ts", ""))
         if last_stored is not None and state.get("last_seq"):
-            report["log_idle_s"] = round(max(0.0, time.time() - last_stored), 1)
+            # on one clock: the server's time of the answer (`ts`) against its time of the last
+            # append, not this host's clock (one off by a minute called a busy log stalled)
+            server_now = _unix_time((log or {}).get("ts", ""))
+            now = server_now if server_now is not None else time.time()
+            report["log_idle_s"] = round(max(0.0, now - last_stored), 1)
         services = {}
         for name, subject, payload in PROBES:
             data, why = await _ask(conn, subject, payload, timeout)

@@ -207,7 +207,7 @@ def _claim_submitted(state: State, e: ev.ClaimSubmitted, seq: int) -> None:
     if claim_id in claims or claim_id in state.ended:
         return  # a retried submit beyond the dedup window: stored twice, counted once
     submitted = state.submitted = state.submitted + 1
-    claims[claim_id] = new_claim(spec, seq or submitted, e.at)
+    claims[claim_id] = new_claim(spec, seq or submitted, e.at, e.system)
     state.pending[claim_id] = None
     state.queue[claim_id] = None
     models = spec.models

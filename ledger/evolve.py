@@ -76,7 +76,7 @@ def _claim_submitted(state: State, e: ev.ClaimSubmitted, seq: int) -> None:
     if claim_id in state.claims or claim_id in state.ended:
         return  # a retried submit beyond the dedup window: stored twice, counted once
     state.submitted += 1
-    state.claims[claim_id] = new_claim(spec, seq or state.submitted, e.at)
+    state.claims[claim_id] = new_claim(spec, seq or state.submitted, e.at, e.system)
     state.pending[claim_id] = None
     state.queue[claim_id] = None
     key = (spec.gpus, spec.gpu_milli, spec.mig_profile, spec.cpu_milli,

@@ -33,7 +33,9 @@ class Load:
 class Worker:
     claim_id: str
     status: str  # the claim's status: pending | allocated | bound | released | evicted | ...
-    last_active: float  # submit time while pending; then max(allocation, last reported activity)
+    # its last sign of life (announced, submitted, allocated, renewed, active), on the clock `now`
+    # is on: the claim service's time of hearing it (services/claim/heard.py)
+    last_active: float
 
     @property
     def live(self) -> bool:

@@ -36,6 +36,7 @@ from ledger.follower import Follower
 from ledger.state import State
 from services.claim.releases import ReleaseAppender
 from services.claim.availability import availability
+from services.claim.heard import WORKER_SIGNS, HeardHere
 from services.claim.seed_api import (SeedCreateEndpoint, SeedUpdateEndpoint, decode_create_endpoint,
                                      decode_update_endpoint)
 from services.claim.autoscaler import LIVE, EndpointView, Load, Scaling, Worker, decide_scaling
@@ -235,10 +236,13 @@ class EndpointBook:
             n += 1
         return ids
 
-    def view(self, name: str, state: State) -> EndpointView:
+    def view(self, name: str, state: State, heard: HeardHere | None = None) -> EndpointView:
+        """The endpoint and its workers; with `heard`, each worker's last sign of life is when this
+        service heard it, on its own clock (services/claim/heard.py); without, the log's times
+        (pure runs on one clock)."""
         endpoint = self.endpoints[name]
         return EndpointView(endpoint.spec, endpoint.load,
-                            tuple(self._worker(state, c, name) for c in self.workers.get(name, ())))
+                            tuple(self._worker(state, c, name, heard) for c in self.workers.get(name, ())))
 
     def missing_claims(self, name: str, state: State) -> list[str]:
         """Workers a stored step added whose claim is not in the log (the writer stopped between)."""
@@ -249,18 +253,23 @@ class EndpointBook:
         return (claim.spec.endpoint == name and claim.spec.namespace == endpoint.namespace
                 and claim.seq > self.announced_seq.get(claim.claim_id, 0))
 
-    def _worker(self, state: State, claim_id: str, name: str) -> Worker:
+    def _worker(self, state: State, claim_id: str, name: str, heard: HeardHere | None) -> Worker:
         claim = state.claims.get(claim_id)
         if claim is not None and not self._ours(claim, name):
             # another claim holds the id (submitted before the step announced it, or of another
             # endpoint or namespace): not this endpoint's worker, never released by it; the
             # autoscaler adds another worker in its place
-            return Worker(claim_id, "taken", self.announced.get(claim_id, 0.0))
+            return Worker(claim_id, "taken", self._announced(claim_id, heard))
         if claim is None:  # announced by a step, claim not folded yet: it is starting
             status = "releasing" if claim_id in self.releasing else "pending"
-            return Worker(claim_id, status, self.announced.get(claim_id, 0.0))
+            return Worker(claim_id, status, self._announced(claim_id, heard))
         status = "releasing" if claim_id in self.releasing and claim.status in LIVE else claim.status
+        if heard is not None:
+            return Worker(claim_id, status, heard.last(claim_id))
         return Worker(claim_id, status, max(claim.submitted_at, claim.allocated_at, claim.last_activity))
+
+    def _announced(self, claim_id: str, heard: HeardHere | None) -> float:
+        return heard.last(claim_id) if heard is not None else self.announced.get(claim_id, 0.0)
 
 
 # --- the service -------------------------------------------------------------------------------
@@ -275,6 +284,9 @@ class Endpoints:
         self.releases = ReleaseAppender(event_log, follower, clock)  # where any claim's release goes
         self.book = EndpointBook()
         follower.listeners.append(self.book.apply)
+        # idle workers are judged by when this service heard them, on its own clock (heard.py)
+        self.heard = HeardHere(lambda: self.clock(), lambda: self.follower.state, _is_worker, WORKER_SIGNS)
+        follower.after_live.append(self.heard.hear)
         self._writing = asyncio.Lock()
         self._wake = asyncio.Event()
 
@@ -435,9 +447,11 @@ class Endpoints:
         done = []
         async with self._writing:
             await self.catch_up()
+            self.heard.begin()
+            self.heard.prune()
             for name in [n for n, e in self.book.endpoints.items() if not e.deleted]:
                 await self._submit_claims(name, self.book.missing_claims(name, self.state))
-                step = decide_scaling(self.book.view(name, self.state), self.clock())
+                step = decide_scaling(self.book.view(name, self.state, self.heard), self.clock())
                 if step.changes and await self._scale(name, step):
                     done.append(step)
         return done
@@ -475,6 +489,10 @@ class Endpoints:
         event = ev.ClaimReleased(claim_id=claim_id, reason=reason, by="endpoint-autoscaler", at=self.clock())
         appended = await self.releases.append([event])
         await self.follower.wait_for_seq(appended.seq)
+
+
+def _is_worker(spec: ClaimSpec) -> bool:
+    return bool(spec.endpoint)
 
 
 def _invalid(err: EndpointInvalid, seed: bool) -> Reply:

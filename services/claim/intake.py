@@ -23,6 +23,7 @@ from nats.js import api
 
 from schemas import events as ev
 from schemas import subjects, systems
+from schemas.outcomes import encode_outcome
 from schemas.seed import CLAIM_WIRE, SeedClaimSpec, convert_seed, from_seed_claim, is_seed_claim, seed_field
 from schemas.strict_json import check_no_duplicate_keys
 from schemas.types import ClaimSpec, Reason
@@ -36,6 +37,7 @@ from shared.telemetry import inject_headers, tracer
 
 from services.claim.intake_pull import StandingPull
 from services.claim.intake_stamps import CURRENT as STAMPS, IntakeStamps
+from services.claim.outcome_view import rejected_outcome
 
 log = logging.getLogger("gpuledger.claim")
 DURABLE = "claim-intake"
@@ -336,8 +338,21 @@ async def _accept(service, data: bytes, headers: dict[str, str], specs: dict[str
         field = err.field.removeprefix("claim.")
         if _seed_spelled(data):  # answered in the names the publisher wrote
             field = seed_field(field, CLAIM_WIRE) if field else field
-        await _reject(service, spec.claim_id, err.code, err.message, field, data, specs, seq, system)
+        elsewhere = err.code == "conflict" and _held_by_another(service, spec.claim_id, specs, owners, system)
+        await _reject(service, spec.claim_id, err.code, err.message, field, data, specs, seq, system, elsewhere)
         return None
+
+
+def _held_by_another(service, claim_id: str, specs: dict[str, ClaimSpec], owners: dict[str, str] | None,
+                     system: str) -> bool:
+    """The id is a claim of another submitter (another system, or ops and the shared publisher
+    for a system, or a system for them): its outcome is on another subject than this sender's, so
+    the sender's stays empty unless the refusal is written there (`_outcome_of_refusal`)."""
+    if claim_id in service.state.claims:
+        return service.owner(claim_id) != system
+    if claim_id in specs:
+        return (owners or {}).get(claim_id, "") != system
+    return False
 
 
 def _seed_spelled(data: bytes) -> bool:
@@ -395,10 +410,13 @@ def _batch_id(claim_ids: list[str]) -> str:
 
 
 async def _reject(service, claim_id: str, code: str, message: str, field: str, data: bytes,
-                  specs: dict[str, ClaimSpec], seq: int = 0, system: str = "") -> None:
+                  specs: dict[str, ClaimSpec], seq: int = 0, system: str = "",
+                  held_by_another: bool = False) -> None:
     """A refusal on the claim's subject, so its sender can look it up, unless that id is already
-    a claim: a different claim (or a malformed payload) reusing the id must never touch it."""
-    event = await _dead_letter(service, claim_id, code, message, field, data, seq, system)
+    a claim: a different claim (or a malformed payload) reusing the id must never touch it.
+    `held_by_another`: the id is another submitter's claim, whose outcome is on another subject
+    than the sender's: the refusal is written on the sender's own (`_outcome_of_refusal`)."""
+    event = await _dead_letter(service, claim_id, code, message, field, data, seq, system, held_by_another)
     if claim_id and not _known(service, claim_id, specs):
         await _refuse_on_subject(service, claim_id, event)
 
@@ -438,7 +456,7 @@ def _known(service, claim_id: str, specs: dict[str, ClaimSpec]) -> bool:
 
 
 async def _dead_letter(service, claim_id: str, code: str, message: str, field: str, data: bytes,
-                       seq: int = 0, system: str = "") -> ev.ClaimRejected:
+                       seq: int = 0, system: str = "", held_by_another: bool = False) -> ev.ClaimRejected:
     """Every refusal once on the dead-letter subject: keyed on the intake message's sequence, so
     a redelivery (the service died before its ack) is stored once."""
     # bounded: a refusal quoting a value near the max payload could not be stored (wording.py)
@@ -451,9 +469,26 @@ async def _dead_letter(service, claim_id: str, code: str, message: str, field: s
     # debug, not info: one line per refused message is a line per message of a flood of bad ones
     # (the refusal itself is stored, on the dead-letter subject and the claim's own)
     log.debug("intake rejected claim %r: %s", claim_id, message)
-    await service.log.append(subjects.DEAD_LETTER + ".intake", event,
-                             msg_id=f"dead-intake-{seq}" if seq else None)
+    stored = await service.log.append(subjects.DEAD_LETTER + ".intake", event,
+                                      msg_id=f"dead-intake-{seq}" if seq else None)
+    if held_by_another:
+        await _outcome_of_refusal(service, event, stored.seq)
     return event
+
+
+async def _outcome_of_refusal(service, event: ev.ClaimRejected, seq: int) -> None:
+    """The refusal as the sender's outcome (`rejected`, final, nothing of the other claim) on its own
+    outcome subject, which holds nothing else: the outcome writer writes the outcomes of what the
+    fold holds, and a dead letter is never folded. Session 33: a system publishing an id another
+    system held waited for ever, its subject empty. Written before the intake message is acked:
+    should it fail, the message comes again (its dead letter is stored once, by its msg id) and this
+    is written then; built from the log's record alone, so a second writing is the same message."""
+    nc = getattr(service.log, "nc", None)
+    if nc is None:  # an in-memory log (tests): no outcome stream
+        return
+    outcome = rejected_outcome(event, seq)
+    await nc.jetstream().publish(subjects.outcome(event.claim_id, outcome.system), encode_outcome(outcome),
+                                 stream=subjects.OUTCOMES_STREAM)
 
 
 _TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")

@@ -5,6 +5,8 @@ request is appended against, so two replicas never give a slot more requests tha
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from schemas import events as ev
 
 
@@ -36,10 +38,17 @@ class SlotBook:
         requests = self.running.get(slot_id)
         return min(requests, key=lambda r: (requests[r], r)) if requests else None
 
-    def overdue(self, now: float, timeout_s: float) -> list[tuple[str, str]]:
-        """(slot, request) of every request running longer than `timeout_s`, oldest first."""
-        late = [(started, slot, request) for slot, requests in self.running.items()
-                for request, started in requests.items() if now - started >= timeout_s]
+    def overdue(self, now: float, timeout_s: float,
+                started_at: Callable[[str, str], float] | None = None) -> list[tuple[str, str]]:
+        """(slot, request) of every request running longer than `timeout_s`, oldest first. With
+        `started_at` (the claim service's time of hearing each start: services/claim/heard.py),
+        judged by it, `now` on the same clock; without, by the start's time in the log."""
+        late = []
+        for slot, requests in self.running.items():
+            for request, logged in requests.items():
+                started = started_at(slot, request) if started_at is not None else logged
+                if now - started >= timeout_s:
+                    late.append((started, slot, request))
         return [(slot, request) for _, slot, request in sorted(late)]
 
     def forget(self, slot_id: str) -> None:

@@ -23,6 +23,7 @@ from schemas.reasons import never_satisfiable_here
 from schemas.types import ClaimSpec
 from ledger.state import State
 from services.claim.availability import availability
+from services.claim.heard import SLOT_SIGNS, HeardHere
 from services.claim.slot_book import SlotBook
 from services.claim.slot_core import Slot, SlotKey, plan_slot, stale_slots, warm_slot
 from services.claim.slot_models import load_models
@@ -49,6 +50,11 @@ class Slots:
         self.slots: dict[str, Slot] = {}
         self.book = SlotBook()
         claims.follower.listeners.append(self.book.on_event)
+        # a slot's idleness and its requests' age are judged by when this service heard them, on
+        # its own clock (heard.py): never the allocator's, an agent's or another replica's time
+        self.heard = HeardHere(lambda: self.clock(), lambda: self.claims.follower.state, _is_slot,
+                               SLOT_SIGNS)
+        claims.follower.after_live.append(self.heard.hear)
         self._lock = asyncio.Lock()
 
     @property
@@ -56,7 +62,11 @@ class Slots:
         return self.claims.state
 
     def _sync(self) -> None:
-        """Slots from the fold: one per helix-slot claim; ended when its claim ended."""
+        """Slots from the fold: one per helix-slot claim; ended when its claim ended. A slot's
+        `last_activity` is when this service last heard of it (its submit, its requests' starts
+        and finishes), on its own clock (heard.py)."""
+        if self.claims.follower.caught_up.is_set():  # what it caught up on counts from now
+            self.heard.begin()
         for claim_id, claim in self.state.claims.items():
             if claim.spec.workload != WORKLOAD:
                 continue
@@ -66,14 +76,14 @@ class Slots:
                 slot = self.slots[claim_id] = Slot(
                     claim_id, SlotKey(labels.get("model", ""), labels.get("runtime", ""), labels.get("lora", "")),
                     max(claim.spec.gpus, 1), claim.spec.gpu_memory_gib, int(labels.get("concurrency", "1")),
-                    max(claim.submitted_at, claim.last_activity))
+                    self.heard.last(claim_id))
             if slot is None:
                 continue
             slot.ended = claim.status not in LIVE
             if slot.ended:
                 self.book.forget(claim_id)
             slot.active = self.book.active(claim_id)
-            slot.last_activity = max(slot.last_activity, self.book.last_activity.get(claim_id, 0.0))
+            slot.last_activity = max(slot.last_activity, self.heard.last(claim_id))
 
     def _live(self) -> list[Slot]:
         return [s for s in self.slots.values() if not s.ended]
@@ -175,6 +185,7 @@ class Slots:
             self._sync()
             now = self.clock()
             await self._time_out_requests(now)
+            self.heard.prune()
             doomed = stale_slots(self._live(), now, stale_after_s)
             if self._a_slot_waits_for_room():
                 doomed += [s for s in stale_slots(self._live(), now, 0.0) if s not in doomed][:1]
@@ -187,7 +198,7 @@ class Slots:
         """Requests running past the timeout give their concurrency back (their client died)."""
         if self.request_timeout_s <= 0:
             return
-        for slot_id, request_id in self.book.overdue(now, self.request_timeout_s):
+        for slot_id, request_id in self.book.overdue(now, self.request_timeout_s, self.heard.started):
             late = ev.SlotRequestFinished(slot_id=slot_id, request_id=request_id, reason="timeout", at=now)
             if await self._append_fenced(slot_id, late, f"slot-finish-{request_id}"):
                 log.info("slot %s: request %s timed out after %.0f s", slot_id, request_id, self.request_timeout_s)
@@ -220,6 +231,10 @@ class Slots:
                     log.info("released stale slots %s", ", ".join(released))
             except Exception:  # an infrastructure hiccup: log it, try again next tick
                 log.exception("slot clean-up failed")
+
+
+def _is_slot(spec: ClaimSpec) -> bool:
+    return spec.workload == WORKLOAD
 
 
 async def register_slots(ctx: ServiceContext) -> Slots:

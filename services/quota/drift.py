@@ -4,8 +4,13 @@ Two mismatches, each reported once by `DriftDetected` and closed by `DriftCleare
 - `unallocated-process`: a process runs on a device and no allocation holding the device brought
   it (it came while the device was free, or outlived the claim that held it): one per process;
 - `idle-allocation`: an allocation whose devices have shown no process and no utilisation for
-  longer than `stale_after_s`, measured in the node agent's own observation times (so the
-  verdict is a function of the log, not of when the service happens to look).
+  longer than `stale_after_s`, measured in the node agent's own observation times only: idle from
+  the agent's first report after the allocation (`Claim.reported_at`) or its last report of a
+  busy device, to its latest report (so the verdict is a function of the log, not of when the
+  service happens to look). Until session 33 it counted from the allocator's time of the
+  allocation: an agent an hour ahead had every allocation reported idle at its first idle report,
+  one an hour behind had none reported for an hour (the allocator's `AllocationUnused` judges the
+  same way, services/allocator/core/timers.py).
 """
 
 from __future__ import annotations
@@ -56,12 +61,12 @@ def _unallocated(state: State, obs: Observations, node: str, uuid: str, at: floa
 
 
 def _idle(claim, obs: Observations, node: str, at: float, stale_after_s: float, release_after_s: float):
-    if not claim.holds_devices:
-        return None
+    if not claim.holds_devices or claim.reported_at <= 0:
+        return None  # no report since the allocation: nothing of the agent's to compare with
     watched = [g.uuid for g in claim.grants if g.uuid in obs.last]
     if not watched:
         return None  # the node agent does not report these devices: nothing to compare
-    last_busy = max([claim.allocated_at] + [obs.active_at.get(u, 0.0) for u in watched])
+    last_busy = max([claim.reported_at] + [obs.active_at.get(u, 0.0) for u in watched])
     idle_for = at - last_busy
     if idle_for <= stale_after_s:
         return None

@@ -76,12 +76,12 @@ def test_nats_image_is_the_server_the_suite_tests_against(compose):
 
 def test_jaeger_takes_otlp_and_the_webhook_and_dashboard_are_published(compose):
     services = compose["services"]
-    assert "4318:4318" in services["jaeger"]["ports"] and services["jaeger"]["image"].startswith(
+    assert "127.0.0.1:4318:4318" in services["jaeger"]["ports"] and services["jaeger"]["image"].startswith(
         "jaegertracing/all-in-one:")
     assert services["jaeger"]["environment"]["COLLECTOR_OTLP_ENABLED"] == "true"
     assert "8443:8443" in services["pool-controller"]["ports"]
     assert services["pool-controller"]["environment"]["GPULEDGER_ADMISSION_PORT"] == "8443"
-    assert "8080:8080" in services["dashboard"]["ports"]
+    assert "127.0.0.1:8080:8080" in services["dashboard"]["ports"]
 
 
 def test_prometheus_scrapes_every_service_and_the_dashboard_merges_the_same(compose):

@@ -15,6 +15,7 @@ from tests.quota.test_drift import STALE, allocate, apply, kinds, observed, view
 def test_usage_reported_for_another_node_s_device_is_not_believed():
     view = view_of(node("n1", 2), node("n2", 2), claim("c1"))
     allocate(view, "c1", "n1-gpu0", at=50.0)
+    apply(view, [observed(50.0, **{"n1-gpu0": []})])  # n1's own agent, first report since: idle from here
     apply(view, [observed(700.0, **{"n1-gpu0": []})])  # n1's own agent: idle
     forged = ev.UsageObserved(node="n2", at=700.0, devices=[
         DeviceUsage(uuid="n1-gpu0", pids=[666], utilization_percent=100, memory_used_mib=1024)])

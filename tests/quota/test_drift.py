@@ -67,6 +67,7 @@ def test_a_process_on_an_allocated_device_is_no_drift():
 def test_an_allocation_idle_past_the_stale_threshold_is_reported_and_clears_when_busy():
     view = view_of(node("n1", 2), claim("c1"))
     allocate(view, "c1", "n1-gpu0", at=50.0)
+    apply(view, [observed(50.0, **{"n1-gpu0": []})])  # the agent's first report since: idle from here
     apply(view, [observed(600.0, **{"n1-gpu0": []})])
     assert drift_changes(view, {"n1"}, STALE, at=600.0) == []  # idle 550 s: not yet
     apply(view, [observed(700.0, **{"n1-gpu0": []})])
@@ -81,7 +82,7 @@ def test_an_allocation_idle_past_the_stale_threshold_is_reported_and_clears_when
 def test_an_idle_report_clears_when_the_allocation_ends():
     view = view_of(node("n1", 2), claim("c1"))
     allocate(view, "c1", "n1-gpu0", at=0.0)
-    apply(view, [observed(1000.0, **{"n1-gpu0": []})])
+    apply(view, [observed(1.0, **{"n1-gpu0": []}), observed(1000.0, **{"n1-gpu0": []})])
     apply(view, drift_changes(view, {"n1"}, STALE, at=1000.0))
     assert DriftKey("idle-allocation", "n1", "", "c1") in view.drifts
     apply(view, [ev.ClaimReleased(claim_id="c1", at=1001.0)])

@@ -157,7 +157,7 @@ async def test_drift_is_reported_once_and_shown_by_status(quota_stack):
     await log.append(subjects.node("n1"), node("n1", 4))
     await allocate(log, "c1", "team-a", "n1-gpu0", at=0.0)
     usage = [DeviceUsage(uuid="n1-gpu0"), DeviceUsage(uuid="n1-gpu3", pids=[4242], memory_used_mib=2048)]
-    for at in (1000.0, 1010.0):
+    for at in (1.0, 1000.0, 1010.0):  # idle from the agent's first report since the allocation
         await log.append(subjects.node("n1"), ev.UsageObserved(node="n1", devices=usage, at=at))
 
     async def detected():

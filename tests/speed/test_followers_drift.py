@@ -86,9 +86,10 @@ def test_a_process_seen_between_two_claims_is_both_and_reported_once_both_are_ov
 
 
 def test_a_process_on_a_device_long_free_is_a_process_of_no_claim():
+    """Long on the agent's clock: from its first word after the free (here a report at 6.5)."""
     view = view_with(node("n1", 2), claim("c1"), allocated("c1", "n1-gpu0", 5.0),
-                     ev.ClaimReleased(claim_id="c1", at=6.0),
-                     seen(6.0 + FORMER_HOLDERS_S + 1, **{"n1-gpu0": [7]}))
+                     ev.ClaimReleased(claim_id="c1", at=6.0), seen(6.5, **{"n1-gpu0": []}),
+                     seen(6.5 + FORMER_HOLDERS_S + 1, **{"n1-gpu0": [7]}))
     assert reports(view, settling={"c1"}) == [("DriftDetected", "n1-gpu0", 7, "")]
 
 
@@ -100,8 +101,9 @@ def test_a_process_seen_before_its_allocation_was_stored_is_the_allocations():
 
 
 def test_a_process_seen_before_the_decision_was_made_stays_a_process_of_no_claim():
+    """Before, on the agent's clock: its agent wrote again (a heartbeat) before the decision came."""
     view = view_with(node("n1", 2), claim("c1"), seen(4.0, **{"n1-gpu0": [7]}),
-                     allocated("c1", "n1-gpu0", 5.0))
+                     ev.NodeHeartbeat(node="n1", at=4.5), allocated("c1", "n1-gpu0", 5.0))
     assert reports(view) == [("DriftDetected", "n1-gpu0", 7, "")]
 
 
