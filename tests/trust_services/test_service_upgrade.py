@@ -30,9 +30,11 @@ async def test_a_service_binds_what_it_made_in_ledger_from_its_own_account(tmp_p
     old, new = tmp_path / "old.conf", tmp_path / "new.conf"
     old.write_text(nats_auth.users_block(_old_roles(), passwords))
     new.write_text(nats_auth.users_block(nats_auth.roles(), passwords))
-    claim_account = nats_auth.service_account("claim")
-    assert f"  {claim_account} {{" not in old.read_text()
-    assert '{user: "claim"' in new.read_text().split(f"  {claim_account} {{")[1].split("\n  }")[0]
+    def users_of(conf, account):
+        return conf.read_text().split(f"\n  {account} {{")[1].split("\n  }")[0]
+
+    claim_account = nats_auth.service_account("claim")  # the claim user: in LEDGER before, its own after
+    assert '{user: "claim"' in users_of(old, "LEDGER") and '{user: "claim"' in users_of(new, claim_account)
 
     def url(server, user):
         return nats_auth.user_url(user, passwords[user], "127.0.0.1", server.port)
