@@ -36,6 +36,7 @@ import asyncio
 import bisect
 import collections
 import fcntl
+import gc
 import json
 import logging
 import os
@@ -61,11 +62,10 @@ _FRAME = struct.Struct("<cI")  # kind, length of what follows
 BATCH, DECODED, END, FAILED = b"B", b"D", b"E", b"X"
 _ROWS = msgspec.msgpack.Decoder(tuple[list[tuple[int, str, bytes, dict[str, str]]], bytes])
 # a DECODED frame: the admitted rows' sequences, their payloads as one JSON array, the other rows
-# (their index in the batch, seq, subject, payload), and, as msgpack bytes decoded only by a caller
-# that needs them, every row's subject in order (`DecodedRows.subjects`) and the rows left out or
-# sent in part (`_CHANGED`: index, seq, subject, payload as stored, whether a part was sent)
-_DECODED = msgspec.msgpack.Decoder(tuple[list[int], bytes, list[tuple[int, int, str, bytes]], bytes, bytes])
-_CHANGED = msgspec.msgpack.Decoder(list[tuple[int, int, str, bytes, bool]])
+# (their index in the batch, seq, subject, payload), every row's subject in order as msgpack bytes
+# decoded only by a caller that needs them (`DecodedRows.subjects`; none with `drop_dead`), the
+# indexes of the rows left out, and how many were sent in part (`DecodedFrames`)
+_DECODED = msgspec.msgpack.Decoder(tuple[list[int], bytes, list[tuple[int, int, str, bytes]], bytes, list[int], int])
 _SUBJECTS = msgspec.msgpack.Decoder(list[str])
 _ENCODE = msgspec.msgpack.Encoder().encode
 # the strict decoder, over a whole array (and the helper's unchecked submits: `DecodedFrames`)
@@ -213,50 +213,29 @@ class DecodedRows(list):
     strict types and the writer-authority table admitted on its subject (the checks the caller's
     fold makes: `ledger.follower` folds these as they are), (seq, subject, payload) for each other
     row, which the caller reads in full (undecodable, lenient, refused: counted and logged there).
-    `raw` says how many rows are of the second kind (0 nearly always). Where the helper left out
-    the events of claims released later (`DecodedFrames`, `drop_dead`), some rows are missing or
-    carry a part of their event; `stored_rows()` gives every stored row for a reader that must see
-    all of them after all, and `subjects()` their subjects."""
+    `raw` says how many rows are of the second kind (0 nearly always); `subjects()` every row's
+    subject, for a reader that needs them after all. Where the helper left out the events of claims
+    released later (`DecodedFrames`, `drop_dead`), `gone` holds the indexes of the stored rows left
+    out and `rewritten` counts those sent in part; such a batch carries no subjects (its reader
+    folds and nothing else: `ledger.follower` asks for it only then)."""
 
-    __slots__ = ("raw", "_subjects", "_changed")
+    __slots__ = ("raw", "_subjects", "gone", "rewritten")
 
-    def __init__(self, rows: list, raw: int, subjects: bytes | list[str] = b"\x90", changed: bytes = b""):
+    def __init__(self, rows: list, raw: int, subjects: bytes | list[str] = b"\x90", gone: list | None = None,
+                 rewritten: int = 0):
         super().__init__(rows)
-        self.raw, self._subjects, self._changed = raw, subjects, changed
+        self.raw, self._subjects, self.gone, self.rewritten = raw, subjects, gone or [], rewritten
 
     def subjects(self) -> list[str]:
-        """Every stored row's subject, in order (the rows left out too)."""
         if isinstance(self._subjects, (bytes, bytearray, memoryview)):
+            if not self._subjects:
+                raise RuntimeError("a batch read ahead without the events of claims released later "
+                                   "(drop_dead) reached a reader that needs every event: a follower "
+                                   "that drops ended claims must have its listeners before it runs")
             self._subjects = _SUBJECTS.decode(self._subjects)
-        if len(self._subjects) != len(self) + sum(1 for row in self._changes() if not row[4]):
+        if len(self._subjects) != len(self):
             raise RangeReadError("the read-ahead helper's decoded batch lacks its rows' subjects")
         return self._subjects
-
-    def stored_rows(self) -> list:
-        """One row per stored message, in order: (seq, event) as here, or (seq, subject, payload)
-        as stored for the rows read in full, left out, or sent with a part of their event."""
-        changes = self._changes()
-        if not changes:
-            return list(self)
-        rows, sent, changes = [], iter(self), iter(changes)
-        change = next(changes, None)
-        while True:
-            if change is not None and change[0] == len(rows):
-                index, seq, subject, data, was_sent = change
-                if was_sent:
-                    next(sent)  # the part sent stands for it no more
-                rows.append((seq, subject, data))
-                change = next(changes, None)
-                continue
-            row = next(sent, None)
-            if row is None:
-                return rows
-            rows.append(row)
-
-    def _changes(self) -> list:
-        if isinstance(self._changed, (bytes, bytearray, memoryview)):
-            self._changed = _CHANGED.decode(self._changed) if self._changed else []
-        return self._changed
 
 
 def decoded_rows(body) -> DecodedRows:
@@ -264,24 +243,17 @@ def decoded_rows(body) -> DecodedRows:
     by one, so it decodes whole; if it ever did not, the read stops here (RangeReadError) and the
     caller reads on through nats-py from the last row it folded."""
     try:
-        seqs, events, raw, subjects, changed = _DECODED.decode(body)
+        seqs, events, raw, subjects, gone, rewritten = _DECODED.decode(body)
         events = _EVENTS.decode(events)
     except (msgspec.DecodeError, msgspec.ValidationError) as err:
         raise RangeReadError(f"the read-ahead helper's decoded batch did not decode: {err}") from err
     if len(events) != len(seqs):
         raise RangeReadError("the read-ahead helper's decoded batch has more sequences than events")
-    rows = DecodedRows(zip(seqs, events), len(raw), subjects, changed)
-    if raw:
-        _place_raw(rows, raw)
-    return rows
-
-
-def _place_raw(rows: DecodedRows, raw: list) -> None:
-    """The rows sent as they are, each where it was read among the rows sent (indexes count the
-    stored rows: those left out are skipped over)."""
-    gone = sorted(change[0] for change in rows._changes() if not change[4])
+    rows = DecodedRows(zip(seqs, events), len(raw), subjects, gone, rewritten)
     for index, seq, subject, data in raw:  # in index order: each lands where it was read
-        rows.insert(index - bisect.bisect_left(gone, index), (seq, subject, data))
+        # (an index counts the stored rows: those left out before it are not here)
+        rows.insert(index - bisect.bisect_left(gone, index) if gone else index, (seq, subject, data))
+    return rows
 
 
 class _Pipe:
@@ -387,7 +359,7 @@ def _admitted(batch: list) -> bytes:
     return bytes(marks)
 
 
-def _decoded(batch: list) -> tuple[list[int], bytes, list, bytes, bytes]:
+def _decoded(batch: list) -> tuple[list[int], bytes, list, bytes, list[int], int]:
     """A DECODED frame's parts, nothing dropped (`DecodedFrames` without `drop_dead`)."""
     frames = DecodedFrames(False)
     return frames._parts(frames._read(batch))
@@ -414,9 +386,10 @@ class DecodedFrames:
     claim for good (a submit of an ended id is a repeat), or finds no claim, in which case the
     events left out found none either; an ended claim leaves the caller's state, so nothing those
     events wrote survives into it. A third of a replay's messages are bindings of claims released
-    later, and each cost the caller its decode and fold. What is left out still travels, raw and
-    undecoded, for a caller that would have to show every event after all (`DecodedRows.rows`).
-    The last row of a batch is never left out: its sequence is the batch's position."""
+    later, and each cost the caller its decode and fold. Such frames carry no subjects: a caller
+    that would have to show every event after all (a listener added once the catch-up began) is
+    stopped with an error (`DecodedRows.subjects`) rather than shown some of them. The last row of
+    a batch is never left out: its sequence is the batch's position."""
 
     def __init__(self, drop_dead: bool, lookahead: int = LOOKAHEAD):
         self.drop_dead, self.lookahead = drop_dead, lookahead
@@ -451,6 +424,7 @@ class DecodedFrames:
         """(the batch, each row's event where decoded and admitted, else None); admitted releases
         noted."""
         decode, admit_of, refuse, drop = self.decode, self.admit_of, self.refuse, self.drop_dead
+        released, order, released_kind = self.released, self.release_order.append, ev.ClaimReleased
         events = []
         for seq, subject, data, _headers in batch:
             try:
@@ -464,17 +438,15 @@ class DecodedFrames:
             events.append(event)
             if drop:
                 kind = type(event)
-                if kind is ev.ClaimReleased:
-                    self._released(event.claim_id, seq)
+                if kind is released_kind:
+                    released[event.claim_id] = seq
+                    order((seq, event.claim_id))
                 elif kind is ev.EventBatch:
                     for member in event.events:
-                        if type(member) is ev.ClaimReleased:
-                            self._released(member.claim_id, seq)
+                        if type(member) is released_kind:
+                            released[member.claim_id] = seq
+                            order((seq, member.claim_id))
         return batch, events
-
-    def _released(self, claim_id: str, seq: int) -> None:
-        self.released[claim_id] = seq
-        self.release_order.append((seq, claim_id))
 
     def _frame(self, read: tuple[list, list]) -> bytes:
         batch = read[0]
@@ -486,29 +458,29 @@ class DecodedFrames:
                     del released[claim_id]
         return _ENCODE(self._parts(read, self._slim))
 
-    def _parts(self, read: tuple[list, list], slim=None) -> tuple[list[int], bytes, list, bytes, bytes]:
+    def _parts(self, read: tuple[list, list], slim=None) -> tuple[list[int], bytes, list, bytes, list[int], int]:
         """The frame's parts: the admitted rows' sequences and payloads (one JSON array), the other
-        rows (index, seq, subject, payload), all subjects (msgpack), and the rows left out or
-        rewritten as stored (index, seq, subject, payload, still sent rewritten) in msgpack."""
+        rows (index, seq, subject, payload), all subjects (msgpack; none when leaving events out),
+        the indexes of the rows left out, how many rows were sent in part."""
         batch, events = read
-        seqs, payloads, raw, changed = [], [], [], []
+        seqs, payloads, raw, gone, rewritten = [], [], [], [], 0
         last = len(batch) - 1
         for i, ((seq, subject, data, _headers), event) in enumerate(zip(batch, events)):
             if event is None:
                 raw.append((i, seq, subject, data))
                 continue
-            if slim is not None and i != last:
+            if slim is not None and type(event) in _SLIMMED and i != last:
                 kept = slim(event, seq, data)
                 if kept is None:
-                    changed.append((i, seq, subject, data, False))
+                    gone.append(i)
                     continue
                 if kept is not event:
-                    changed.append((i, seq, subject, data, True))
+                    rewritten += 1
                     data = kept if type(kept) is bytes else ev.encode_event(kept)
             seqs.append(seq)
             payloads.append(data)
-        subjects = _ENCODE([row[1] for row in batch])
-        return seqs, b"[" + b",".join(payloads) + b"]", raw, subjects, _ENCODE(changed) if changed else b""
+        subjects = b"" if slim is not None else _ENCODE([row[1] for row in batch])
+        return seqs, b"[" + b",".join(payloads) + b"]", raw, subjects, gone, rewritten
 
     def _slim(self, event, seq: int, data: bytes):
         """`event` as the caller needs it: None where all of it is about claims released later,
@@ -523,18 +495,30 @@ class DecodedFrames:
                 return _UNCHECKED_HEAD + b',"events":[' + data + b"]}"
             return event
         if kind is ev.DecisionBatch:
-            kept = [d for d in event.decisions
-                    if type(d) is not ev.ClaimPending or released.get(d.claim_id, 0) <= seq]
-            return event if len(kept) == len(event.decisions) else msgspec.structs.replace(event, decisions=kept)
+            dead = [d for d in event.decisions
+                    if type(d) is ev.ClaimPending and released.get(d.claim_id, 0) > seq]
+            return _without(event, dead, data) if dead else event
         if kind is ev.EventBatch:
-            if data.startswith(_BATCH_HEAD) and all(
-                    type(m) is ev.ClaimSubmitted and released.get(m.claim.claim_id, 0) > seq for m in event.events):
-                return _UNCHECKED_HEAD + data[len(_BATCH_HEAD):]  # the same members, read unchecked
+            if data.startswith(_BATCH_HEAD):
+                for member in event.events:
+                    if type(member) is not ev.ClaimSubmitted or released.get(member.claim.claim_id, 0) <= seq:
+                        break
+                else:  # all submits of claims released later: the same members, read unchecked
+                    return _UNCHECKED_HEAD + data[len(_BATCH_HEAD):]
             kept = [m for m in event.events if type(m) not in _PRIVATE or released.get(m.claim_id, 0) <= seq]
             if len(kept) == len(event.events):
                 return event
             return msgspec.structs.replace(event, events=kept) if kept else None
         return event
+
+
+_SLIMMED = frozenset((*_PRIVATE, ev.ClaimSubmitted, ev.DecisionBatch, ev.EventBatch))  # what `_slim` may change
+
+
+def _without(batch: ev.DecisionBatch, dead: list, data: bytes) -> ev.DecisionBatch:
+    """The decision batch without the decisions `dead` (encoded again by the caller of `_slim`)."""
+    gone = set(map(id, dead))
+    return msgspec.structs.replace(batch, decisions=[d for d in batch.decisions if id(d) not in gone])
 
 
 def _write(out: int, kind: bytes, body: bytes) -> None:
@@ -546,6 +530,9 @@ def _write(out: int, kind: bytes, body: bytes) -> None:
 
 def main() -> int:
     params = json.loads(sys.stdin.readline())
+    # what the helper holds (a lookahead of decoded events, `DecodedFrames`) forms no cycles: the
+    # collector would only scan it again and again (a third of the helper's CPU)
+    gc.disable()
     out = os.dup(sys.stdout.fileno())
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # a stray print must not corrupt a frame
     os.set_blocking(out, True)
