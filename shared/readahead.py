@@ -380,9 +380,9 @@ class DecodedFrames:
 
     `drop_dead` (a caller that drops ended claims, the allocator's catch-up: `keep_ended=False`):
     a batch's frame waits until LOOKAHEAD more messages were read, and events that only change
-    their own claim's fields (`_PRIVATE`: bindings, renewals, activity; `ClaimPending` decisions,
-    which set the claim's reasons and whether the queue walk visits it) are left out where an
-    admitted ClaimReleased of that claim comes later in what was read. Such a release ends the
+    their own claim's fields (`_PRIVATE`: bindings, renewals, activity) are left out where an
+    admitted ClaimReleased of that claim comes later in what was read; submits of such claims are
+    sent as unchecked submits (their pattern checks made here already). Such a release ends the
     claim for good (a submit of an ended id is a repeat), or finds no claim, in which case the
     events left out found none either; an ended claim leaves the caller's state, so nothing those
     events wrote survives into it. A third of a replay's messages are bindings of claims released
@@ -420,35 +420,47 @@ class DecodedFrames:
             ready.append(self._frame(self.waiting.popleft()))
         return ready
 
-    def _read(self, batch: list) -> tuple[list, list]:
-        """(the batch, each row's event where decoded and admitted, else None); admitted releases
-        noted."""
+    def _read(self, batch: list) -> tuple[list, bytearray, list]:
+        """(the batch, each row's kind, each row's key): `_RAW` for a row the caller reads in full
+        (undecodable, or not admitted on its subject), `_KEEP` for one sent as stored, and with
+        `drop_dead` the kinds `_frame` may leave out or send in part, keyed by their claim ids (the
+        decoded event itself only for a batch with a binding, renewal or activity among other
+        events: the events are not kept while the lookahead waits). Admitted releases noted."""
         decode, admit_of, refuse, drop = self.decode, self.admit_of, self.refuse, self.drop_dead
         released, order, released_kind = self.released, self.release_order.append, ev.ClaimReleased
-        events = []
-        for seq, subject, data, _headers in batch:
+        kinds, keys = bytearray(len(batch)), [None] * len(batch) if drop else None
+        for i, (seq, subject, data, _headers) in enumerate(batch):
             try:
                 event = decode(data)
             except Exception:  # the caller reads it in full (leniently, or counts it undecodable)
-                events.append(None)
                 continue
-            if not admit_of.get(type(event), refuse)(subject, event):
-                events.append(None)
+            kind = type(event)
+            if not admit_of.get(kind, refuse)(subject, event):
                 continue
-            events.append(event)
-            if drop:
-                kind = type(event)
-                if kind is released_kind:
-                    released[event.claim_id] = seq
-                    order((seq, event.claim_id))
-                elif kind is ev.EventBatch:
-                    for member in event.events:
-                        if type(member) is released_kind:
-                            released[member.claim_id] = seq
-                            order((seq, member.claim_id))
-        return batch, events
+            kinds[i] = _KEEP
+            if not drop:
+                continue
+            if kind is released_kind:
+                released[event.claim_id] = seq
+                order((seq, event.claim_id))
+            elif kind in _PRIVATE:
+                kinds[i], keys[i] = _ONE_PRIVATE, event.claim_id
+            elif kind is ev.ClaimSubmitted:
+                kinds[i], keys[i] = _ONE_SUBMIT, event.claim.claim_id
+            elif kind is ev.EventBatch:
+                members = event.events
+                for member in members:
+                    if type(member) is released_kind:
+                        released[member.claim_id] = seq
+                        order((seq, member.claim_id))
+                if all(type(m) is ev.ClaimSubmitted for m in members):
+                    if members and data.startswith(_BATCH_HEAD):
+                        kinds[i], keys[i] = _SUBMITS, [m.claim.claim_id for m in members]
+                elif any(type(m) in _PRIVATE for m in members):
+                    kinds[i], keys[i] = _MIXED, event
+        return batch, kinds, keys
 
-    def _frame(self, read: tuple[list, list]) -> bytes:
+    def _frame(self, read: tuple) -> bytes:
         batch = read[0]
         if batch:  # a release before this batch cannot end a claim after any of its rows
             first, released, order = batch[0][0], self.released, self.release_order
@@ -456,69 +468,57 @@ class DecodedFrames:
                 seq, claim_id = order.popleft()
                 if released.get(claim_id) == seq:
                     del released[claim_id]
-        return _ENCODE(self._parts(read, self._slim))
+        return _ENCODE(self._parts(read, True))
 
-    def _parts(self, read: tuple[list, list], slim=None) -> tuple[list[int], bytes, list, bytes, list[int], int]:
+    def _parts(self, read: tuple, slim: bool = False) -> tuple[list[int], bytes, list, bytes, list[int], int]:
         """The frame's parts: the admitted rows' sequences and payloads (one JSON array), the other
         rows (index, seq, subject, payload), all subjects (msgpack; none when leaving events out),
-        the indexes of the rows left out, how many rows were sent in part."""
-        batch, events = read
+        the indexes of the rows left out, how many rows were sent in part. With `slim`: a binding,
+        renewal or activity of a claim released later is left out, submits of such claims only are
+        sent as unchecked submits (`schemas.lenient.unchecked_submits`: read without the pattern
+        checks made here already), a batch without its members of the first kind."""
+        batch, kinds, keys = read
+        released = self.released
         seqs, payloads, raw, gone, rewritten = [], [], [], [], 0
         last = len(batch) - 1
-        for i, ((seq, subject, data, _headers), event) in enumerate(zip(batch, events)):
-            if event is None:
+        for i, (seq, subject, data, _headers) in enumerate(batch):
+            kind = kinds[i]
+            if kind == _RAW:
                 raw.append((i, seq, subject, data))
                 continue
-            if slim is not None and type(event) in _SLIMMED and i != last:
-                kept = slim(event, seq, data)
-                if kept is None:
-                    gone.append(i)
-                    continue
-                if kept is not event:
-                    rewritten += 1
-                    data = kept if type(kept) is bytes else ev.encode_event(kept)
+            if kind != _KEEP and slim and i != last:
+                key = keys[i]
+                if kind == _ONE_PRIVATE:
+                    if released.get(key, 0) > seq:
+                        gone.append(i)
+                        continue
+                elif kind == _ONE_SUBMIT:
+                    if released.get(key, 0) > seq:
+                        data = _UNCHECKED_HEAD + b',"events":[' + data + b"]}"
+                        rewritten += 1
+                elif kind == _SUBMITS:
+                    for claim_id in key:
+                        if released.get(claim_id, 0) <= seq:
+                            break
+                    else:  # the same members, read unchecked
+                        data = _UNCHECKED_HEAD + data[len(_BATCH_HEAD):]
+                        rewritten += 1
+                else:  # _MIXED
+                    members = key.events
+                    kept = [m for m in members if type(m) not in _PRIVATE or released.get(m.claim_id, 0) <= seq]
+                    if not kept:
+                        gone.append(i)
+                        continue
+                    if len(kept) != len(members):
+                        data = ev.encode_event(msgspec.structs.replace(key, events=kept))
+                        rewritten += 1
             seqs.append(seq)
             payloads.append(data)
-        subjects = b"" if slim is not None else _ENCODE([row[1] for row in batch])
+        subjects = b"" if slim else _ENCODE([row[1] for row in batch])
         return seqs, b"[" + b",".join(payloads) + b"]", raw, subjects, gone, rewritten
 
-    def _slim(self, event, seq: int, data: bytes):
-        """`event` as the caller needs it: None where all of it is about claims released later,
-        a copy without those parts, the payload of submits of such claims only as unchecked
-        submits (`schemas.lenient.unchecked_submits`: read without the pattern checks this process
-        made already), or itself."""
-        kind, released = type(event), self.released
-        if kind in _PRIVATE:
-            return None if released.get(event.claim_id, 0) > seq else event
-        if kind is ev.ClaimSubmitted:
-            if released.get(event.claim.claim_id, 0) > seq:
-                return _UNCHECKED_HEAD + b',"events":[' + data + b"]}"
-            return event
-        if kind is ev.DecisionBatch:
-            dead = [d for d in event.decisions
-                    if type(d) is ev.ClaimPending and released.get(d.claim_id, 0) > seq]
-            return _without(event, dead, data) if dead else event
-        if kind is ev.EventBatch:
-            if data.startswith(_BATCH_HEAD):
-                for member in event.events:
-                    if type(member) is not ev.ClaimSubmitted or released.get(member.claim.claim_id, 0) <= seq:
-                        break
-                else:  # all submits of claims released later: the same members, read unchecked
-                    return _UNCHECKED_HEAD + data[len(_BATCH_HEAD):]
-            kept = [m for m in event.events if type(m) not in _PRIVATE or released.get(m.claim_id, 0) <= seq]
-            if len(kept) == len(event.events):
-                return event
-            return msgspec.structs.replace(event, events=kept) if kept else None
-        return event
 
-
-_SLIMMED = frozenset((*_PRIVATE, ev.ClaimSubmitted, ev.DecisionBatch, ev.EventBatch))  # what `_slim` may change
-
-
-def _without(batch: ev.DecisionBatch, dead: list, data: bytes) -> ev.DecisionBatch:
-    """The decision batch without the decisions `dead` (encoded again by the caller of `_slim`)."""
-    gone = set(map(id, dead))
-    return msgspec.structs.replace(batch, decisions=[d for d in batch.decisions if id(d) not in gone])
+_RAW, _KEEP, _ONE_PRIVATE, _ONE_SUBMIT, _SUBMITS, _MIXED = range(6)  # a row's kind (`DecodedFrames._read`)
 
 
 def _write(out: int, kind: bytes, body: bytes) -> None:
