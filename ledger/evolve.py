@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 
 from schemas import events as ev
+from schemas import lenient
 from schemas.types import DeviceInfo, PoolSpec
 
 from ledger.admission import loud
@@ -76,7 +77,7 @@ def _claim_submitted(state: State, e: ev.ClaimSubmitted, seq: int) -> None:
     if claim_id in state.claims or claim_id in state.ended:
         return  # a retried submit beyond the dedup window: stored twice, counted once
     state.submitted += 1
-    state.claims[claim_id] = new_claim(spec, seq or state.submitted, e.at)
+    state.claims[claim_id] = new_claim(spec, seq or state.submitted, e.at, e.system)
     state.pending[claim_id] = None
     state.queue[claim_id] = None
     key = (spec.gpus, spec.gpu_milli, spec.mig_profile, spec.cpu_milli,
@@ -596,6 +597,12 @@ _HANDLERS = {
     ev.DecisionBatch: _decision_batch,
     ev.EventBatch: _event_batch,
 }
+
+# submits the read-ahead helper checked already and hands over read without the constraints, in
+# a batch of their own (`schemas.lenient.unchecked_submits`; only ever from its frames, for claims
+# that end later in the range folded): folded as the batch and the submits they stand for
+_HANDLERS[lenient.unchecked_submits()] = _event_batch
+_HANDLERS[lenient.lenient_twin(ev.ClaimSubmitted)] = _claim_submitted
 
 HANDLERS = _HANDLERS  # event type -> its fold (for loops that call the handlers themselves)
 # ledger/catchup.py has twins of the release, allocation and pending-decision folds (and of

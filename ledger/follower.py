@@ -221,6 +221,8 @@ class Follower:
         paced = {"linger_s": self.linger_s} if self.linger_s else {}  # logs in tests lack it
         if not self.listeners and self.unread is None:  # nothing but the fold reads the events
             paced["decoded"] = True  # a long catch-up's rows come decoded (`_fold_decoded`)
+            if not self.keep_ended:  # ended claims leave the state: what only they kept need not come
+                paced["drop_dead"] = True  # (`shared.readahead.DecodedFrames`)
         with contextlib.ExitStack() as collector:
             if not self.collect_old:
                 collector.enter_context(old_generation_off())
@@ -351,7 +353,7 @@ class Follower:
         """A decoded batch for a follower with listeners or unread subjects (one added after the
         catch-up began): what `_fold_stored` does with rows, the rows' subjects from the batch."""
         unread, read = self.unread, self.admission.read
-        rows = [(row, subject) for row, subject in zip(batch, batch.subjects())
+        rows = [(row, subject) for row, subject in zip(batch.stored_rows(), batch.subjects())
                 if unread is None or not unread(subject)]
         decoded = [row if len(row) == 2 else (row[0], read(row[0], subject, row[2])) for row, subject in rows]
         fold_batch(self.state, decoded, self.admission.fold_failed)

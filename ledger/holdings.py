@@ -13,6 +13,7 @@ from typing import Callable
 from schemas.reasons import never_satisfiable_here
 from schemas.types import Grant
 
+from ledger.node_claims import ROOM
 from ledger.state import FREE, Claim, Node, NodeView, State, Unit, reindex_node, reindex_used, restore_view
 
 _CLAIM_FIELDS = Claim.__slots__ if hasattr(Claim, "__slots__") else ()
@@ -256,6 +257,10 @@ def free(state: State, claim: Claim, status: str, reason: str,
                     unit.milli_free += milli
                     freed_model[unit.model] = epoch
     if node is not None:
+        view = node.view
+        if view is not None and view.claims_room < ROOM:  # near its cap: claims waiting for it may fit
+            for model in view.static.models:
+                freed_model[model] = epoch
         node.cpu_free += spec.cpu_milli
         node.mem_free += spec.memory_mib
         node.claims.pop(cid, None)

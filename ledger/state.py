@@ -16,6 +16,8 @@ from typing import Any, NamedTuple
 
 from schemas.types import ClaimSpec, Grant, PoolSpec, QuotaSpec, Reason
 
+from ledger import node_claims
+
 FREE = 1000  # milli-GPU in one unit
 
 
@@ -84,6 +86,7 @@ class NodeStatic(NamedTuple):
     cuda: str
     cpu_total: int
     mem_total: int
+    max_claims: int = node_claims.CEILING  # the node's cap of live claims (ledger/node_claims.py)
 
 
 class _ViewFields(NamedTuple):
@@ -91,6 +94,9 @@ class _ViewFields(NamedTuple):
     cpu_free: int
     mem_free: int
     units: tuple[UnitView, ...]
+    # grants the node may still take (a CPU-only claim counts one), up to node_claims.ROOM: a
+    # node far from its cap shares its view with nodes like it, whatever their claim counts
+    claims_room: int = node_claims.ROOM
 
 
 class NodeView(_ViewFields):
@@ -173,6 +179,9 @@ class Claim:
     # what `claim explain` shows after the submit line, as (at, kind, *details) entries: the fold
     # only keeps references (no string formatting per event); `history` formats them when asked
     trail: list[tuple] = field(default_factory=list)
+    # the publishing system that submitted it (`ClaimSubmitted.system`; "" for ops and the shared
+    # `publisher`): a gang is the waiting claims of one namespace and one system with its gang id
+    system: str = ""
 
     @property
     def claim_id(self) -> str:
@@ -204,8 +213,8 @@ class Claim:
 _new_claim = object.__new__
 
 
-def new_claim(spec: ClaimSpec, seq: int, at: float) -> Claim:
-    """`Claim(spec, seq, at, last_activity=at)`, as the fold of a submit makes one (200k of them
+def new_claim(spec: ClaimSpec, seq: int, at: float, system: str = "") -> Claim:
+    """`Claim(spec, seq, at, last_activity=at, system=system)`, as the fold of a submit makes one (200k of them
     in a 1M-event replay): every field set here, none through the dataclass's `__init__`, whose
     keyword defaults and default factories cost twice this. Keep it in step with `Claim`'s fields
     (tests/speed/test_replay_catchup_fold.py compares the two)."""
@@ -218,6 +227,7 @@ def new_claim(spec: ClaimSpec, seq: int, at: float) -> Claim:
     claim.borrowed_from, claim.env, claim.end_reason = "", {}, ""
     claim.tflops_m = claim.limit_tflops_m = 0
     claim.trail = []
+    claim.system = system
     return claim
 
 
@@ -531,7 +541,7 @@ def unit_view(unit: Unit) -> UnitView:
 def node_static(node: Node) -> NodeStatic:
     models = tuple(sorted({u.model for u in node.units}))
     return NodeStatic(models, tuple(sorted(node.labels.items())), node.cuda, node.cpu_total,
-                      node.mem_total)
+                      node.mem_total, node_claims.max_claims(node.units, node.labels))
 
 
 def reindex_node(state: State, node: Node) -> None:
@@ -555,13 +565,17 @@ def reindex_used(state: State, node: Node) -> None:
         reindex_node(state, node)
         return
     units = []
+    grants = 0
     for seen, unit in zip(old.units, node.units):
-        if seen.milli_free == unit.milli_free and seen.holders == len(unit.holders):
+        holders = len(unit.holders)
+        grants += holders
+        if seen.milli_free == unit.milli_free and seen.holders == holders:
             units.append(seen)
         else:
             units.append(unit_view(unit))
     _unindex(state, node.rank, old)
-    _join(state, node, NodeView(old.static, node.cpu_free, node.mem_free, tuple(units)))
+    room = node_claims.room(old.static.max_claims, len(node.claims), grants)
+    _join(state, node, NodeView(old.static, node.cpu_free, node.mem_free, tuple(units), room))
 
 
 def restore_view(state: State, node: Node, view: NodeView | None) -> None:
@@ -626,8 +640,9 @@ def _index(state: State, node: Node) -> None:
     if not node.schedulable:
         node.view = None
         return
-    _join(state, node, NodeView(node.static, node.cpu_free, node.mem_free,
-                                tuple(unit_view(u) for u in node.units)))
+    units = tuple(unit_view(u) for u in node.units)
+    room = node_claims.room(node.static.max_claims, len(node.claims), sum(u.holders for u in units))
+    _join(state, node, NodeView(node.static, node.cpu_free, node.mem_free, units, room))
 
 
 def _join(state: State, node: Node, view: NodeView) -> None:

@@ -33,6 +33,8 @@ headers (a follower's catch-up): the rows carry empty header dicts.
 from __future__ import annotations
 
 import asyncio
+import bisect
+import collections
 import fcntl
 import json
 import logging
@@ -41,11 +43,13 @@ import struct
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Union
 
 import msgspec
 
 from schemas import authority
 from schemas import events as ev
+from schemas import lenient
 from shared.fastread import RangeReader, RangeReadError, open_range_reader
 
 READ_AHEAD_MIN = 50_000  # stored messages; below this a helper's start costs more than it saves
@@ -57,21 +61,26 @@ _FRAME = struct.Struct("<cI")  # kind, length of what follows
 BATCH, DECODED, END, FAILED = b"B", b"D", b"E", b"X"
 _ROWS = msgspec.msgpack.Decoder(tuple[list[tuple[int, str, bytes, dict[str, str]]], bytes])
 # a DECODED frame: the admitted rows' sequences, their payloads as one JSON array, the other rows
-# (their index in the batch, seq, subject, payload), and every row's subject in order, as msgpack
-# bytes decoded only by a caller that needs them (`DecodedRows.subjects`)
-_DECODED = msgspec.msgpack.Decoder(tuple[list[int], bytes, list[tuple[int, int, str, bytes]], bytes])
+# (their index in the batch, seq, subject, payload), and, as msgpack bytes decoded only by a caller
+# that needs them, every row's subject in order (`DecodedRows.subjects`) and the rows left out or
+# sent in part (`_CHANGED`: index, seq, subject, payload as stored, whether a part was sent)
+_DECODED = msgspec.msgpack.Decoder(tuple[list[int], bytes, list[tuple[int, int, str, bytes]], bytes, bytes])
+_CHANGED = msgspec.msgpack.Decoder(list[tuple[int, int, str, bytes, bool]])
 _SUBJECTS = msgspec.msgpack.Decoder(list[str])
 _ENCODE = msgspec.msgpack.Encoder().encode
-_EVENTS = msgspec.json.Decoder(list[ev.AnyEvent])  # the strict decoder, over a whole array
+# the strict decoder, over a whole array (and the helper's unchecked submits: `DecodedFrames`)
+_EVENTS = msgspec.json.Decoder(list[Union[ev.AnyEvent, lenient.unchecked_submits()]])
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 log = logging.getLogger("gpuledger.eventlog")
 
 
 async def open_read_ahead(nc, stream: str, from_seq: int, until_seq: int,
-                          subject: str | None = None, decoded: bool = False) -> "ReadAhead | None":
+                          subject: str | None = None, decoded: bool = False,
+                          drop_dead: bool = False) -> "ReadAhead | None":
     """A reader of [from_seq, until_seq] whose batches past the first HEAD messages a helper
     process reads, or None where `shared.fastread` cannot be used at all (as `open_range_reader`).
-    `decoded`: the helper's batches come as `DecodedRows` (the head's as rows all the same)."""
+    `decoded`: the helper's batches come as `DecodedRows` (the head's as rows all the same);
+    with `drop_dead`, without the events of claims released later (`DecodedFrames`)."""
     split = from_seq + HEAD
     head = await open_range_reader(nc, stream, from_seq, min(until_seq, split - 1), subject, headers=False)
     if head is None:
@@ -83,12 +92,13 @@ async def open_read_ahead(nc, stream: str, from_seq: int, until_seq: int,
         except BaseException:
             await head.close()
             raise
-    return ReadAhead(head, rest, decoded)
+    return ReadAhead(head, rest, decoded, drop_dead)
 
 
 class ReadAhead:
-    def __init__(self, head: RangeReader, rest: RangeReader | None, decoded: bool = False):
-        self.head, self.rest = head, rest
+    def __init__(self, head: RangeReader, rest: RangeReader | None, decoded: bool = False,
+                 drop_dead: bool = False):
+        self.head, self.rest, self.drop_dead = head, rest, drop_dead
         # decoded rows need the strict decoder's result to be the stored event itself: not where
         # an event type has upcasters (`schemas.events.decode_event` rewrites the payload first)
         self.decoded = decoded and not ev.upcasts.EVENT_KINDS
@@ -126,7 +136,7 @@ class ReadAhead:
             pass
         params = {"host": rest.host, "port": rest.port, "auth": rest.auth, "stream": rest.stream,
                   "consumer": rest.consumer, "inbox": rest.inbox, "until_seq": rest.until_seq,
-                  "decoded": self.decoded}
+                  "decoded": self.decoded, "drop_dead": self.drop_dead}
         try:
             self.helper = await asyncio.create_subprocess_exec(
                 sys.executable or "python3", "-m", "shared.readahead", stdin=asyncio.subprocess.PIPE,
@@ -203,21 +213,50 @@ class DecodedRows(list):
     strict types and the writer-authority table admitted on its subject (the checks the caller's
     fold makes: `ledger.follower` folds these as they are), (seq, subject, payload) for each other
     row, which the caller reads in full (undecodable, lenient, refused: counted and logged there).
-    `raw` says how many rows are of the second kind (0 nearly always); `subjects()` every row's
-    subject, for a reader that needs them after all."""
+    `raw` says how many rows are of the second kind (0 nearly always). Where the helper left out
+    the events of claims released later (`DecodedFrames`, `drop_dead`), some rows are missing or
+    carry a part of their event; `stored_rows()` gives every stored row for a reader that must see
+    all of them after all, and `subjects()` their subjects."""
 
-    __slots__ = ("raw", "_subjects")
+    __slots__ = ("raw", "_subjects", "_changed")
 
-    def __init__(self, rows: list, raw: int, subjects: bytes | list[str] = b"\x90"):
+    def __init__(self, rows: list, raw: int, subjects: bytes | list[str] = b"\x90", changed: bytes = b""):
         super().__init__(rows)
-        self.raw, self._subjects = raw, subjects
+        self.raw, self._subjects, self._changed = raw, subjects, changed
 
     def subjects(self) -> list[str]:
+        """Every stored row's subject, in order (the rows left out too)."""
         if isinstance(self._subjects, (bytes, bytearray, memoryview)):
             self._subjects = _SUBJECTS.decode(self._subjects)
-        if len(self._subjects) != len(self):
+        if len(self._subjects) != len(self) + sum(1 for row in self._changes() if not row[4]):
             raise RangeReadError("the read-ahead helper's decoded batch lacks its rows' subjects")
         return self._subjects
+
+    def stored_rows(self) -> list:
+        """One row per stored message, in order: (seq, event) as here, or (seq, subject, payload)
+        as stored for the rows read in full, left out, or sent with a part of their event."""
+        changes = self._changes()
+        if not changes:
+            return list(self)
+        rows, sent, changes = [], iter(self), iter(changes)
+        change = next(changes, None)
+        while True:
+            if change is not None and change[0] == len(rows):
+                index, seq, subject, data, was_sent = change
+                if was_sent:
+                    next(sent)  # the part sent stands for it no more
+                rows.append((seq, subject, data))
+                change = next(changes, None)
+                continue
+            row = next(sent, None)
+            if row is None:
+                return rows
+            rows.append(row)
+
+    def _changes(self) -> list:
+        if isinstance(self._changed, (bytes, bytearray, memoryview)):
+            self._changed = _CHANGED.decode(self._changed) if self._changed else []
+        return self._changed
 
 
 def decoded_rows(body) -> DecodedRows:
@@ -225,16 +264,24 @@ def decoded_rows(body) -> DecodedRows:
     by one, so it decodes whole; if it ever did not, the read stops here (RangeReadError) and the
     caller reads on through nats-py from the last row it folded."""
     try:
-        seqs, events, raw, subjects = _DECODED.decode(body)
+        seqs, events, raw, subjects, changed = _DECODED.decode(body)
         events = _EVENTS.decode(events)
     except (msgspec.DecodeError, msgspec.ValidationError) as err:
         raise RangeReadError(f"the read-ahead helper's decoded batch did not decode: {err}") from err
     if len(events) != len(seqs):
         raise RangeReadError("the read-ahead helper's decoded batch has more sequences than events")
-    rows = DecodedRows(zip(seqs, events), len(raw), subjects)
-    for index, seq, subject, data in raw:  # in index order: each lands where it was read
-        rows.insert(index, (seq, subject, data))
+    rows = DecodedRows(zip(seqs, events), len(raw), subjects, changed)
+    if raw:
+        _place_raw(rows, raw)
     return rows
+
+
+def _place_raw(rows: DecodedRows, raw: list) -> None:
+    """The rows sent as they are, each where it was read among the rows sent (indexes count the
+    stored rows: those left out are skipped over)."""
+    gone = sorted(change[0] for change in rows._changes() if not change[4])
+    for index, seq, subject, data in raw:  # in index order: each lands where it was read
+        rows.insert(index - bisect.bisect_left(gone, index), (seq, subject, data))
 
 
 class _Pipe:
@@ -306,12 +353,16 @@ async def _serve(params: dict, out: int) -> int:
     reader.inbox = params["inbox"]
     encode = msgspec.msgpack.Encoder().encode
     decoded = params.get("decoded", False)
+    frames = DecodedFrames(params.get("drop_dead", False))
     try:
         async for batch in reader.batches():
             if decoded:
-                _write(out, DECODED, encode(_decoded(batch)))
+                for body in frames.add(batch):
+                    _write(out, DECODED, body)
             else:
                 _write(out, BATCH, encode((batch, _admitted(batch))))
+        for body in frames.finish():
+            _write(out, DECODED, body)
     except BrokenPipeError:  # the caller stopped reading: nothing to tell it
         return 1
     except Exception as err:
@@ -336,25 +387,154 @@ def _admitted(batch: list) -> bytes:
     return bytes(marks)
 
 
-def _decoded(batch: list) -> tuple[list[int], bytes, list, bytes]:
-    """A DECODED frame's parts: `_admitted`'s checks, the admitted rows' payloads joined into one
-    JSON array (each decoded alone here, so the array decodes whole), the other rows as they are,
-    and the subjects of all (msgpack)."""
-    decode, admit_of, refuse = ev.event_decoder(), authority.ADMIT, authority.admits
-    seqs, payloads, raw = [], [], []
-    for i, (seq, subject, data, _headers) in enumerate(batch):
-        try:
-            event = decode(data)
-        except Exception:  # the caller reads it in full (leniently, or counts it undecodable)
-            raw.append((i, seq, subject, data))
-            continue
-        if admit_of.get(type(event), refuse)(subject, event):
+def _decoded(batch: list) -> tuple[list[int], bytes, list, bytes, bytes]:
+    """A DECODED frame's parts, nothing dropped (`DecodedFrames` without `drop_dead`)."""
+    frames = DecodedFrames(False)
+    return frames._parts(frames._read(batch))
+
+
+# fold only their claim's own fields (`ledger.evolve`: status allocated -> bound, env, lease and
+# activity times, history), which nothing else folded reads apart from whether the claim is live
+_PRIVATE = (ev.ClaimBound, ev.LeaseRenewed, ev.ClaimActivity)
+LOOKAHEAD = 32_768  # messages read past a batch before its frame is sent (when dropping dead events)
+_BATCH_HEAD = b'{"type":"EventBatch"'  # how an EventBatch's payload starts (the tag first)
+_UNCHECKED_HEAD = b'{"type":"' + lenient.UNCHECKED_SUBMITS.encode() + b'"'
+
+
+class DecodedFrames:
+    """The helper's DECODED frames, batch after batch: each row decoded with the strict types and
+    asked the authority table about (the caller's own checks), the admitted rows' payloads joined
+    into one JSON array, the others as they are.
+
+    `drop_dead` (a caller that drops ended claims, the allocator's catch-up: `keep_ended=False`):
+    a batch's frame waits until LOOKAHEAD more messages were read, and events that only change
+    their own claim's fields (`_PRIVATE`: bindings, renewals, activity; `ClaimPending` decisions,
+    which set the claim's reasons and whether the queue walk visits it) are left out where an
+    admitted ClaimReleased of that claim comes later in what was read. Such a release ends the
+    claim for good (a submit of an ended id is a repeat), or finds no claim, in which case the
+    events left out found none either; an ended claim leaves the caller's state, so nothing those
+    events wrote survives into it. A third of a replay's messages are bindings of claims released
+    later, and each cost the caller its decode and fold. What is left out still travels, raw and
+    undecoded, for a caller that would have to show every event after all (`DecodedRows.rows`).
+    The last row of a batch is never left out: its sequence is the batch's position."""
+
+    def __init__(self, drop_dead: bool, lookahead: int = LOOKAHEAD):
+        self.drop_dead, self.lookahead = drop_dead, lookahead
+        self.decode, self.admit_of, self.refuse = ev.event_decoder(), authority.ADMIT, authority.admits
+        self.waiting: collections.deque = collections.deque()  # read batches, their frames not sent
+        self.waiting_rows = 0  # rows in `waiting`
+        self.released: dict[str, int] = {}  # claim id -> sequence of its last admitted release read
+        self.release_order: collections.deque = collections.deque()  # (seq, claim id), as read
+
+    def add(self, batch: list) -> list[bytes]:
+        """The frames ready once `batch` (rows in stream order) was read."""
+        read = self._read(batch)
+        if not self.drop_dead:
+            return [_ENCODE(self._parts(read))]
+        self.waiting.append(read)
+        self.waiting_rows += len(batch)
+        ready = []
+        while self.waiting and self.waiting_rows - len(self.waiting[0][0]) >= self.lookahead:
+            oldest = self.waiting.popleft()
+            self.waiting_rows -= len(oldest[0])
+            ready.append(self._frame(oldest))
+        return ready
+
+    def finish(self) -> list[bytes]:
+        """The frames still waiting, once the range is read."""
+        ready = []
+        while self.waiting:
+            ready.append(self._frame(self.waiting.popleft()))
+        return ready
+
+    def _read(self, batch: list) -> tuple[list, list]:
+        """(the batch, each row's event where decoded and admitted, else None); admitted releases
+        noted."""
+        decode, admit_of, refuse, drop = self.decode, self.admit_of, self.refuse, self.drop_dead
+        events = []
+        for seq, subject, data, _headers in batch:
+            try:
+                event = decode(data)
+            except Exception:  # the caller reads it in full (leniently, or counts it undecodable)
+                events.append(None)
+                continue
+            if not admit_of.get(type(event), refuse)(subject, event):
+                events.append(None)
+                continue
+            events.append(event)
+            if drop:
+                kind = type(event)
+                if kind is ev.ClaimReleased:
+                    self._released(event.claim_id, seq)
+                elif kind is ev.EventBatch:
+                    for member in event.events:
+                        if type(member) is ev.ClaimReleased:
+                            self._released(member.claim_id, seq)
+        return batch, events
+
+    def _released(self, claim_id: str, seq: int) -> None:
+        self.released[claim_id] = seq
+        self.release_order.append((seq, claim_id))
+
+    def _frame(self, read: tuple[list, list]) -> bytes:
+        batch = read[0]
+        if batch:  # a release before this batch cannot end a claim after any of its rows
+            first, released, order = batch[0][0], self.released, self.release_order
+            while order and order[0][0] < first:
+                seq, claim_id = order.popleft()
+                if released.get(claim_id) == seq:
+                    del released[claim_id]
+        return _ENCODE(self._parts(read, self._slim))
+
+    def _parts(self, read: tuple[list, list], slim=None) -> tuple[list[int], bytes, list, bytes, bytes]:
+        """The frame's parts: the admitted rows' sequences and payloads (one JSON array), the other
+        rows (index, seq, subject, payload), all subjects (msgpack), and the rows left out or
+        rewritten as stored (index, seq, subject, payload, still sent rewritten) in msgpack."""
+        batch, events = read
+        seqs, payloads, raw, changed = [], [], [], []
+        last = len(batch) - 1
+        for i, ((seq, subject, data, _headers), event) in enumerate(zip(batch, events)):
+            if event is None:
+                raw.append((i, seq, subject, data))
+                continue
+            if slim is not None and i != last:
+                kept = slim(event, seq, data)
+                if kept is None:
+                    changed.append((i, seq, subject, data, False))
+                    continue
+                if kept is not event:
+                    changed.append((i, seq, subject, data, True))
+                    data = kept if type(kept) is bytes else ev.encode_event(kept)
             seqs.append(seq)
             payloads.append(data)
-        else:
-            raw.append((i, seq, subject, data))
-    subjects = _ENCODE([row[1] for row in batch])
-    return seqs, b"[" + b",".join(payloads) + b"]", raw, subjects
+        subjects = _ENCODE([row[1] for row in batch])
+        return seqs, b"[" + b",".join(payloads) + b"]", raw, subjects, _ENCODE(changed) if changed else b""
+
+    def _slim(self, event, seq: int, data: bytes):
+        """`event` as the caller needs it: None where all of it is about claims released later,
+        a copy without those parts, the payload of submits of such claims only as unchecked
+        submits (`schemas.lenient.unchecked_submits`: read without the pattern checks this process
+        made already), or itself."""
+        kind, released = type(event), self.released
+        if kind in _PRIVATE:
+            return None if released.get(event.claim_id, 0) > seq else event
+        if kind is ev.ClaimSubmitted:
+            if released.get(event.claim.claim_id, 0) > seq:
+                return _UNCHECKED_HEAD + b',"events":[' + data + b"]}"
+            return event
+        if kind is ev.DecisionBatch:
+            kept = [d for d in event.decisions
+                    if type(d) is not ev.ClaimPending or released.get(d.claim_id, 0) <= seq]
+            return event if len(kept) == len(event.decisions) else msgspec.structs.replace(event, decisions=kept)
+        if kind is ev.EventBatch:
+            if data.startswith(_BATCH_HEAD) and all(
+                    type(m) is ev.ClaimSubmitted and released.get(m.claim.claim_id, 0) > seq for m in event.events):
+                return _UNCHECKED_HEAD + data[len(_BATCH_HEAD):]  # the same members, read unchecked
+            kept = [m for m in event.events if type(m) not in _PRIVATE or released.get(m.claim_id, 0) <= seq]
+            if len(kept) == len(event.events):
+                return event
+            return msgspec.structs.replace(event, events=kept) if kept else None
+        return event
 
 
 def _write(out: int, kind: bytes, body: bytes) -> None:

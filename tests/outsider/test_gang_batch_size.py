@@ -11,10 +11,12 @@ from __future__ import annotations
 import asyncio
 import json
 
+import msgspec
 import nats
 import pytest
 
 from schemas import subjects
+from ledger import node_claims
 from shared.jetstream import JetStreamEventLog
 from tests.contract.test_outcomes import outcome_when
 from tests.service.helpers import h100_node, register_nodes, running
@@ -38,7 +40,9 @@ async def publish_all(js, claims: list[dict]) -> None:
 async def test_a_wide_gang_is_placed_in_batches_that_fit_and_a_huge_gang_size_is_refused(fresh_nats):
     async with running(fresh_nats.url, "claim", "allocator") as (claim, _):
         nc = await nats.connect(fresh_nats.url)
-        await register_nodes(JetStreamEventLog(nc), *(h100_node(f"node-{i}") for i in range(4)))
+        # a node holds at most 1,000 live claims (session 33; 190 by default): 5 nodes at that cap
+        nodes = [msgspec.structs.replace(h100_node(f"node-{i}"), labels={node_claims.LABEL: "1000"}) for i in range(5)]
+        await register_nodes(JetStreamEventLog(nc), *nodes)
         js = nc.jetstream()
         await publish_all(js, [member(MEMBERS, 4096)])
         refused = await outcome_when(js, member(MEMBERS, 4096)["claim_id"], lambda o: o.final)

@@ -6,18 +6,21 @@ exited, again at every start (the claims stay), and `gpuledger up` stopped the s
 on that folder did the same. Now that record is not written (logged, counted in the allocator's
 status) and everything else goes on; it is written again once enough claims end. Here the
 server's max payload is 128 KB and 1,000 claims with 120-character ids make a record of about
-150 KB."""
+150 KB. Since session 33 a node holds at most its cap of live claims (placement: at most 1,000, a
+record well under the default 1 MB), so here the node's label sets its cap to those 1,000."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 
+import msgspec
 import nats
 import pytest
 
 from schemas import subjects
 from schemas.grants import decode_grants
+from ledger import node_claims
 from shared.jetstream import JetStreamEventLog, ensure_streams
 from shared.natsserver import start_nats_server
 from shared.retry import until_done
@@ -55,7 +58,9 @@ async def test_a_node_record_past_the_max_payload_stops_nothing_else(small_paylo
     ids = [f"crowd-{i:04d}-{'x' * 110}" for i in range(CLAIMS)]
     try:
         async with running(url, "claim", "allocator") as (claim, allocator):
-            await register_nodes(JetStreamEventLog(nc), h100_node("node-a"))
+            # its cap of live claims at the ceiling (session 33, ledger/node_claims.py): 1,000 fit
+            node = msgspec.structs.replace(h100_node("node-a"), labels={node_claims.LABEL: str(CLAIMS)})
+            await register_nodes(JetStreamEventLog(nc), node)
             for claim_id in ids:
                 await js.publish(subjects.INTAKE_CLAIMS, json.dumps(
                     {"claim_id": claim_id, "namespace": "team-a", "gpus": 0, "cpu_milli": 1}).encode(),

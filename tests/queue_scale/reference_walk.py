@@ -13,8 +13,8 @@ from services.allocator.core.starvation import hold_node_if_starving
 
 def reference_walk(failed_at: dict | None):
     def walk_queue(state: State, run: Pass, epoch: int) -> None:
-        done_gangs: set[tuple[str, str]] = set()
-        held_gangs: set[tuple[str, str]] = set()
+        done_gangs: set[tuple[str, str, str]] = set()
+        held_gangs: set[tuple[str, str, str]] = set()
         if failed_at is not None and run.ctx.check_timers:
             forget_ended(state, failed_at)
         skip = failed_at is not None and not run.ctx.check_timers
@@ -28,14 +28,14 @@ def reference_walk(failed_at: dict | None):
                     and not _joined(state, claim):
                 if not claim.spec.gang_id:
                     hold_node_if_starving(state, run, claim)
-                elif (claim.spec.namespace, claim.spec.gang_id) not in held_gangs:  # (session 29)
-                    held_gangs.add((claim.spec.namespace, claim.spec.gang_id))
+                elif (claim.spec.namespace, claim.system, claim.spec.gang_id) not in held_gangs:  # (29, 33)
+                    held_gangs.add((claim.spec.namespace, claim.system, claim.spec.gang_id))
                     hold_if_starving(state, run, claim.spec.gang_id, claim.spec.namespace, claim)
                 continue
             if claim.spec.gang_id:
-                if (claim.spec.namespace, claim.spec.gang_id) not in done_gangs:
-                    done_gangs.add((claim.spec.namespace, claim.spec.gang_id))
-                    place_gang(state, run, claim.spec.gang_id, claim.spec.namespace)
+                if (claim.spec.namespace, claim.system, claim.spec.gang_id) not in done_gangs:
+                    done_gangs.add((claim.spec.namespace, claim.system, claim.spec.gang_id))
+                    place_gang(state, run, claim.spec.gang_id, claim.spec.namespace, system=claim.system)
             else:
                 place_one(state, run, claim)
             if failed_at is not None and claim.status == "pending":
@@ -49,4 +49,4 @@ def _joined(state: State, claim) -> bool:
     the gang last failed) is tried, not passed over: its last member may complete it."""
     if not claim.spec.gang_id:
         return False
-    return any(not m.reasons for m in gang_members(state, claim.spec.gang_id, claim.spec.namespace))
+    return any(not m.reasons for m in gang_members(state, claim.spec.gang_id, claim.spec.namespace, claim.system))

@@ -14,6 +14,7 @@ import pytest
 from schemas import events as ev
 from schemas import subjects
 from schemas.types import ClaimSpec
+from ledger import node_claims
 from services.claim.intake import decode_claim
 from shared.jetstream import JetStreamEventLog
 from tests.fleet import Ledger, h100_node
@@ -54,7 +55,9 @@ async def wait_status(nc, claim_id: str, wanted: str, timeout: float = 20.0) -> 
 async def stack(fresh_nats):
     async with running(fresh_nats.url, "claim", "allocator", "quota") as contexts:
         nc = await nats.connect(fresh_nats.url)
-        await register_nodes(JetStreamEventLog(nc), service_node("n0"))
+        # a cap of 1,000 live claims (session 33: 190 by default), for the 400 claims of one test
+        node = msgspec.structs.replace(service_node("n0"), labels={node_claims.LABEL: "1000"})
+        await register_nodes(JetStreamEventLog(nc), node)
         yield nc, contexts
         await nc.close()
 

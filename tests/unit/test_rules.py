@@ -71,6 +71,16 @@ CASES = [
      "2 nodes lack 2 free GPUs in one NVLink island (policy contiguous)"),
     ("not-contiguous", "one GPU is always contiguous", view(unit(island=0), unit(island=1, index=1)),
      need(count=1), True, True, None),
+    # session 33: a node's cap of live claims and grants (ledger/node_claims.py)
+    ("node-claims-full", "far from its cap", view(), need(count=2), True, True, None),
+    ("node-claims-full", "room for the grants", view()._replace(claims_room=2), need(count=2), True, True, None),
+    ("node-claims-full", "room for fewer grants", view()._replace(claims_room=1), need(count=2), True, False,
+     "2 nodes have as many live claims (or device grants) as they may hold (a node's cap: label "
+     "gpuledger.io/max-claims, else 110 + 10 per device, at most 1000)"),
+    ("node-claims-full", "a CPU-only claim counts one", view()._replace(claims_room=0),
+     need(count=0, models=None), True, False,
+     "2 nodes have as many live claims (or device grants) as they may hold (a node's cap: label "
+     "gpuledger.io/max-claims, else 110 + 10 per device, at most 1000)"),
 ]
 
 
@@ -98,7 +108,8 @@ def test_the_codes_and_their_order_are_stable():
     # codes are in the log (ClaimPending reasons) and in users' scripts; the order decides which
     # reason a node is counted under
     assert [r.code for r in RULES] == ["node-selector", "no-such-gpu", "cuda-incompatible",
-                                       "gpu-unhealthy", "host-resources", "no-free-gpu", "not-contiguous"]
+                                       "gpu-unhealthy", "host-resources", "no-free-gpu", "not-contiguous",
+                                       "node-claims-full"]
 
 
 def test_a_claim_that_leaves_an_argument_empty_is_not_checked_by_that_rule():
@@ -134,5 +145,5 @@ def test_rule_arguments_come_from_the_claim():
     spec = ClaimSpec(claim_id="c", namespace="n", node_selector={"zone": "a", "rack": "r1"},
                      cuda_versions=["12.8", "12.4"], policy="contiguous")
     args = rules.rule_args(spec, State())
-    assert args == ((("rack", "r1"), ("zone", "a")), None, ("12.8", "12.4"), None, None, None, True)
+    assert args == ((("rack", "r1"), ("zone", "a")), None, ("12.8", "12.4"), None, None, None, True, True)
     assert Rule("x", lambda *_: True, lambda *_: "").decided_by_pick is False  # new rules are checked

@@ -7,6 +7,7 @@ from collections import Counter
 
 from schemas.types import Reason
 
+from ledger import node_claims
 from ledger.state import FREE, NodeView, State
 from services.allocator.core import rules
 from services.allocator.core.demand import Need
@@ -87,7 +88,8 @@ def _fails_empty(memo: dict | None, view: NodeView, need: Need, ctx: PlacementCo
 def _empty(view: NodeView) -> NodeView:
     """The node as it would be with nothing allocated and every device healthy."""
     units = tuple(u._replace(milli_free=FREE, holders=0, healthy=True) for u in view.units)
-    return view._replace(cpu_free=view.static.cpu_total, mem_free=view.static.mem_total, units=units)
+    return view._replace(cpu_free=view.static.cpu_total, mem_free=view.static.mem_total, units=units,
+                         claims_room=node_claims.room(view.static.max_claims, 0, 0))
 
 
 def never_reason(state: State, needs: list[Need], ctx: PlacementContext) -> Reason | None:

@@ -17,12 +17,11 @@ from services.allocator.core.starvation import hold_nodes_for_gang
 from services.allocator.core.waiting_limit import gang_over_waiting_limit
 
 
-def place_gang(state: State, run: Pass, gang_id: str, namespace: str, tell: bool = True) -> None:
+def place_gang(state: State, run: Pass, gang_id: str, namespace: str, *, system: str, tell: bool = True) -> None:
     """All members or none, in this one pass (so they land in one appended batch). A gang is its
-    namespace's: a claim of another namespace naming the same gang_id is not a member (session 29:
-    one that could never fit, or a gang_size of 4096, held another team's gang back for ever).
-    `tell`: False past the pass's budget (a gang that waits is told why in the next pass)."""
-    members = gang_members(state, gang_id, namespace)
+    namespace's and its submitting system's (`gang_members`). `tell`: False past the pass's budget
+    (a gang that waits is told why in the next pass)."""
+    members = gang_members(state, gang_id, namespace, system)
     # at most MAX_GANG_SIZE at once (the intake refuses a larger gang_size; a log written before
     # may hold one): the whole gang is one batch, one NATS message, or every append fails
     wanted = min(max(max(m.spec.gang_size for m in members), 1), MAX_GANG_SIZE)
@@ -68,18 +67,23 @@ def place_gang(state: State, run: Pass, gang_id: str, namespace: str, tell: bool
         hold_nodes_for_gang(state, run, members)
 
 
-def gang_members(state: State, gang_id: str, namespace: str) -> list:
-    """The gang's waiting members, in submit order."""
+def gang_members(state: State, gang_id: str, namespace: str, system: str) -> list:
+    """The gang's waiting members, in submit order: the waiting claims with its gang id of one
+    namespace, submitted by one system (`Claim.system`; "" for ops and the shared `publisher`).
+    A claim of another namespace (session 29), or of another system in the same namespace (session
+    33: the shared `publisher` may claim in any namespace), naming the same gang id is not a
+    member: one that could never fit, or a gang_size of 4096, held that gang back for ever."""
     members = [claim for claim in map(state.claims.__getitem__, state.pending)
-               if claim.spec.gang_id == gang_id and claim.spec.namespace == namespace]
+               if claim.spec.gang_id == gang_id and claim.spec.namespace == namespace and claim.system == system]
     members.sort(key=lambda c: c.seq)
     return members
 
 
 def hold_if_starving(state: State, run: Pass, gang_id: str, namespace: str, oldest) -> None:
-    """A gang passed over (nothing new could help it) still holds its nodes if it starves."""
+    """A gang passed over (nothing new could help it) still holds its nodes if it starves.
+    `oldest`: its oldest waiting member (whose system is the gang's)."""
     if run.ctx.now - submitted_at(run.ctx, oldest) >= run.ctx.starvation_after_s:  # (cheap: none is younger)
-        hold_nodes_for_gang(state, run, gang_members(state, gang_id, namespace))
+        hold_nodes_for_gang(state, run, gang_members(state, gang_id, namespace, oldest.system))
 
 
 def _wait(state: State, run: Pass, gang_id: str, members: list, reasons: list[Reason]) -> None:

@@ -62,7 +62,7 @@ def walk_queue(state: State, run: Pass, epoch: int) -> None:
     # (order, bucket, position, end): the bucket's members from `position` up to `end` are visited
     heap = [(_order(b, pos, shares), b, pos, len(b.members)) for b, pos in fronts]
     heapify(heap)
-    done_gangs: set[tuple[str, str]] = set()
+    done_gangs: set[tuple[str, str, str]] = set()
     visit = _Visit(state, run, epoch, index, done_gangs)
     passed = _PassedOver(state, run)
     budget = run.ctx.max_decisions
@@ -261,9 +261,9 @@ class _Visit:
     (None: nothing more of this bucket in this pass)."""
 
     def __init__(self, state: State, run: Pass, epoch: int, index: WaitingIndex,
-                 done_gangs: set[tuple[str, str]]):
+                 done_gangs: set[tuple[str, str, str]]):
         self.state, self.run, self.epoch, self.index, self.done_gangs = state, run, epoch, index, done_gangs
-        self.held_gangs: set[tuple[str, str]] = set()  # gangs passed over that held their nodes
+        self.held_gangs: set[tuple[str, str, str]] = set()  # gangs passed over that held their nodes
         self.timers = run.ctx.check_timers
         # past the pass's decision budget: the walk goes on to place what fits, and tells no claim
         # why it waits (no ClaimPending, eviction or refusal: the next pass does that)
@@ -288,10 +288,10 @@ class _Visit:
         elif settled and not self.timers and nothing_new_for(state, claim, bucket.epoch) and not _joined(bucket, gang):
             return self._gang_passed_over(claim) if gang else self._alike(bucket, pos, claim, told=False)
         if gang:
-            key = (claim.spec.namespace, gang)  # gang ids are per namespace
+            key = (claim.spec.namespace, claim.system, gang)  # gang ids are per namespace and system
             if key not in self.done_gangs:
                 self.done_gangs.add(key)
-                place_gang(state, self.run, gang, claim.spec.namespace)
+                place_gang(state, self.run, gang, claim.spec.namespace, system=claim.system)
                 if claim.status == "pending":
                     self._failed(bucket, pos, claim, own=False)
                     bucket.settled_upto = bucket.ords[-1]  # its gang was decided whole
@@ -320,10 +320,10 @@ class _Visit:
         if settled and not self.timers and nothing_new_for(self.state, claim, bucket.epoch) and not _joined(bucket, gang):
             return self._gang_passed_over(claim) if gang else self._alike(bucket, pos, claim, told=False)
         if gang:
-            key = (claim.spec.namespace, gang)
+            key = (claim.spec.namespace, claim.system, gang)
             if key not in self.done_gangs:
                 self.done_gangs.add(key)
-                place_gang(self.state, self.run, gang, claim.spec.namespace, tell=False)
+                place_gang(self.state, self.run, gang, claim.spec.namespace, system=claim.system, tell=False)
             return None
         if place_quietly(self.state, self.run, claim):
             self.index.placed.append((bucket, claim, bucket.ords[pos]))
@@ -335,7 +335,7 @@ class _Visit:
 
     def _gang_passed_over(self, claim: Claim) -> None:
         """A gang nothing new could help is not tried; it holds its nodes if it starves (once)."""
-        key = (claim.spec.namespace, claim.spec.gang_id)
+        key = (claim.spec.namespace, claim.system, claim.spec.gang_id)
         if key not in self.held_gangs:
             self.held_gangs.add(key)
             hold_if_starving(self.state, self.run, claim.spec.gang_id, claim.spec.namespace, claim)

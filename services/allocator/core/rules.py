@@ -26,6 +26,7 @@ from typing import Any, Callable, Hashable, NamedTuple
 from schemas.catalogue import MODELS, cuda_compatible
 from schemas.types import ClaimSpec
 
+from ledger import node_claims
 from ledger.state import FREE, NodeView, State
 from services.allocator.core.demand import Need
 from services.allocator.core.picks import eligible, fitting_units, one_island_fits
@@ -96,11 +97,21 @@ def units_free(view: NodeView, need: Need, _: None) -> bool:
     return need.count == 0 or len(fitting_units(view, need)) >= need.count
 
 
+def claims_room(view: NodeView, need: Need, _: bool) -> bool:
+    """Room under the node's cap of live claims and grants (ledger/node_claims.py) for one more
+    claim and its grants (a CPU-only claim counts one)."""
+    return view.claims_room >= (need.count or 1)
+
+
 # --- the messages -----------------------------------------------------------------------------
 
 
 def _in_pool(need: Need) -> str:
     return f" in pool {need.pool}" if need.pool else ""
+
+
+def _they(nodes: Nodes) -> str:
+    return "it" if nodes.count == 1 else "they"
 
 
 def _wanted(need: Need) -> str:
@@ -137,6 +148,14 @@ RULES: tuple[Rule, ...] = (
          f"({'policy contiguous' if arg is True else 'tensor-parallel'})",
          argument=lambda spec, state: True if spec.policy == "contiguous" else (
              "tensor-parallel" if spec.model_memory_gib > 0 else False), explain_rank=1),
+    # last: a node that would take the claim but for its cap says so (session 33; the cap keeps a
+    # node's record for its agent, one NATS message, well under the max payload). Every claim
+    # asks for it (its argument is always True), so placement checks it on each candidate view.
+    Rule("node-claims-full", claims_room,
+         lambda n, need, _: f"{n} {n.have} as many live claims (or device grants) as {_they(n)} may "
+         f"hold (a node's cap: label {node_claims.LABEL}, else {node_claims.BASE} + "
+         f"{node_claims.PER_DEVICE} per device, at most {node_claims.CEILING})",
+         argument=lambda spec, state: True, explain_rank=1),
 )
 
 # Not rules of a node view, but reasons placement gives: every rule passes on a node a starving

@@ -48,8 +48,13 @@ _KEY = msgspec.msgpack.Encoder()
 
 
 def alike_key(claim: Claim) -> bytes:
-    """Equal for claims whose specs are equal but for the claim id (the bucket they share)."""
-    return _KEY.encode(msgspec.structs.replace(claim.spec, claim_id=""))
+    """Equal for claims whose specs are equal but for the claim id (the bucket they share), and
+    for a gang's members, submitted by one system: a gang is one system's (gangs.gang_members), and
+    a bucket's gang members behind one whose gang was decided are not visited in that pass."""
+    key = _KEY.encode(msgspec.structs.replace(claim.spec, claim_id=""))
+    if claim.system and claim.spec.gang_id:
+        return key + b"\x01" + claim.system.encode()
+    return key
 
 
 def use_stamp(state: State, run, claim: Claim) -> tuple | None:

@@ -1,0 +1,57 @@
+"""How many claims one node may hold at once: its cap, as a kubelet takes at most `maxPods`.
+
+Why: a node's live claims go to its agent as one record, one NATS message (schemas.grants), and
+nothing bounded them: about 20,000 CPU-only claims of 1 milli-CPU on one node (session 32's
+outsider) made a record past nats-server's 1 MB max payload. Placement now refuses a node whose
+live claims or device grants reached its cap (services/allocator/core/rules.py,
+`node-claims-full`: the claim waits, or goes to another node).
+
+The cap of a node, from its registration (pure: the same in every fold):
+- its label `gpuledger.io/max-claims` (a whole number, set by its agent: GPULEDGER_NODE_LABELS),
+  at most CEILING; a value that is no whole number from 1 up is ignored;
+- else BASE + PER_DEVICE for each of its devices (a card, or a MIG instance), or the device's
+  time-slices where its pool gives it more (slices_per_unit), at most CEILING. An 8-card node:
+  190; 8 cards in 7 MIG instances each: 670; 8 cards of 64 time-slices: 622.
+
+What it bounds: a node is full when its live claims, or the device grants they hold (a claim of
+8 GPUs holds 8), reach the cap, and a claim takes a node only with room for its grants. A record
+entry costs at most 235 bytes for the claim (a 128-character id, a 63-character namespace) plus
+200 for each grant (a 63-character node name and an NVML UUID; 415 for a 256-character UUID, the
+longest an inventory may register), so a record stays under CEILING x 435 bytes = 435 KB (650 KB
+with the longest UUIDs), well under the 1 MB max payload (tests/sched_limits checks the figures).
+"""
+
+from __future__ import annotations
+
+LABEL = "gpuledger.io/max-claims"
+# kubelet's default maxPods: room for CPU-only claims and the claims sharing a node's devices
+BASE = 110
+# claims sharing one device (HAMi's default deviceSplitCount), unless its time-slices are more
+PER_DEVICE = 10
+CEILING = 1000  # no node's cap is more: what keeps its record well under 1 MB (above)
+# the most one claim holds on a node (a claim has at most 64 GPUs): the room a node view keeps
+# counts up to this, so nodes far from their cap share views as before
+ROOM = 64
+
+
+def max_claims(units, labels: dict[str, str]) -> int:
+    """A node's cap, from its devices (`ledger.state.Unit`s, each with `max_holders`, its
+    time-slices: 0 for none) and its labels."""
+    asked = _whole(labels.get(LABEL, ""))
+    if asked is not None:
+        return min(asked, CEILING)
+    return min(BASE + sum(max(unit.max_holders, PER_DEVICE) for unit in units), CEILING)
+
+
+def room(cap: int, claims: int, grants: int) -> int:
+    """How many more grants (a CPU-only claim counts one) a node may take, up to ROOM."""
+    left = cap - (claims if claims > grants else grants)
+    return ROOM if left >= ROOM else (left if left > 0 else 0)
+
+
+def _whole(text: str) -> int | None:
+    text = text.strip()
+    if not (text.isascii() and text.isdigit()) or len(text) > 9:  # ("١٢" and "²" are no cap)
+        return None
+    value = int(text)
+    return value if value >= 1 else None
