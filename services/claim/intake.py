@@ -258,6 +258,29 @@ async def handle_intake_batch(service, messages: list[tuple]) -> None:
     accepted: dict[str, ev.ClaimSubmitted] = {}
     specs: dict[str, ClaimSpec] = {}
     owners: dict[str, str] = {}  # claim id -> its system, for the claims in `specs` that have one
+    in_flight = _in_flight(service)
+    try:
+        await _take_batch(service, messages, accepted, specs, owners, in_flight)
+    finally:
+        for claim_id in accepted:  # folded by now (or failed, to come again): the fold answers for them
+            in_flight.pop(claim_id, None)
+
+
+def _in_flight(service) -> dict[str, tuple[ClaimSpec, str]]:
+    """Claims this service took from the intake and has not folded yet, with their systems, across
+    its intake consumers (the plain intake's and the systems'): each drains and appends on its own,
+    and a claim one of them took is not in the fold until its batch is read back. The same new id
+    taken by both at once was appended twice (session 33: 10 of 200 ids published at once by the
+    shared publisher and a system), and the later claim (or, appended alone under its id as msg id,
+    deduplicated away) never had an outcome."""
+    in_flight = getattr(service, "intake_in_flight", None)
+    if in_flight is None:
+        in_flight = service.intake_in_flight = {}
+    return in_flight
+
+
+async def _take_batch(service, messages: list[tuple], accepted: dict, specs: dict, owners: dict,
+                      in_flight: dict) -> None:
     with tracer().start_as_current_span("claim.intake") as span:  # one span per drained batch
         span.set_attribute("gpuledger.messages", len(messages))
         # the trace of a claim its publisher sent none: this span's, the same for the whole batch
@@ -266,9 +289,10 @@ async def handle_intake_batch(service, messages: list[tuple]) -> None:
         stamps = STAMPS.get()
         for data, headers, *rest in messages:
             seq, system = rest[0] if rest else 0, rest[1] if len(rest) > 1 else ""
-            event = await _accept(service, data, headers, specs, seq, system, owners, current)
+            event = await _accept(service, data, headers, specs, seq, system, owners, current, in_flight)
             if event is not None:
                 accepted[event.claim.claim_id], specs[event.claim.claim_id] = event, event.claim
+                in_flight[event.claim.claim_id] = (event.claim, system)
                 if system:
                     owners[event.claim.claim_id] = system
                 if stamps is not None:
@@ -320,7 +344,8 @@ def split_under(events: list[ev.ClaimSubmitted], limit: int) -> list[list[ev.Cla
 
 async def _accept(service, data: bytes, headers: dict[str, str], specs: dict[str, ClaimSpec], seq: int = 0,
                   system: str = "", owners: dict[str, str] | None = None,
-                  current_trace: dict[str, str] | None = None) -> ev.ClaimSubmitted | None:
+                  current_trace: dict[str, str] | None = None,
+                  in_flight: dict[str, tuple[ClaimSpec, str]] | None = None) -> ev.ClaimSubmitted | None:
     # no span per claim (they cost a third of this service): the batch has one, and a publisher's
     # own trace context travels on in the claim's `trace`
     try:
@@ -330,6 +355,9 @@ async def _accept(service, data: bytes, headers: dict[str, str], specs: dict[str
                       name_the_key(field_of(err), data, decode_claim), data, specs, seq, system)
         return None
     trace = trace_of(headers)
+    taken = in_flight.get(spec.claim_id) if in_flight else None
+    if taken is not None and spec.claim_id not in specs:  # another consumer's batch has it, unfolded
+        specs, owners = {**specs, spec.claim_id: taken[0]}, {**(owners or {}), spec.claim_id: taken[1]}
     try:
         return service.prepare(spec, trace or None, pending=specs, system=system, pending_owners=owners,
                                current_trace=current_trace)
@@ -452,7 +480,7 @@ def _known(service, claim_id: str, specs: dict[str, ClaimSpec]) -> bool:
     """The id, or its subject (`col_a` is `col.a`'s), already belongs to a claim."""
     state = service.state
     return (claim_id in state.claims or claim_id in state.ended or claim_id in specs
-            or bool(service.shares_subject(claim_id, specs)))
+            or claim_id in _in_flight(service) or bool(service.shares_subject(claim_id, specs)))
 
 
 async def _dead_letter(service, claim_id: str, code: str, message: str, field: str, data: bytes,
