@@ -267,15 +267,16 @@ async def handle_intake_batch(service, messages: list[tuple]) -> None:
 
 
 def _in_flight(service) -> dict[str, tuple[ClaimSpec, str]]:
-    """Claims this service took from the intake and has not folded yet, with their systems, across
-    its intake consumers (the plain intake's and the systems'): each drains and appends on its own,
+    """Claims this service took and has not folded yet, with their systems (`ClaimService.in_flight`),
+    across its intake consumers (the plain intake's and the systems') and submit requests: each
+    drains and appends on its own,
     and a claim one of them took is not in the fold until its batch is read back. The same new id
     taken by both at once was appended twice (session 33: 10 of 200 ids published at once by the
     shared publisher and a system), and the later claim (or, appended alone under its id as msg id,
     deduplicated away) never had an outcome."""
-    in_flight = getattr(service, "intake_in_flight", None)
-    if in_flight is None:
-        in_flight = service.intake_in_flight = {}
+    in_flight = getattr(service, "in_flight", None)
+    if in_flight is None:  # a stand-in service of a test
+        in_flight = service.in_flight = {}
     return in_flight
 
 

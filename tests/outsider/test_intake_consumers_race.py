@@ -9,8 +9,10 @@ outcome), and 25 more were appended alone under the id as their msg id, the seco
 away by JetStream without a word: 35 senders waited for ever. And a malformed payload naming an id
 the other consumer had just appended in an EventBatch (the claim's own subject still empty) was
 refused on that subject, where the fold ends a pending claim on its refusal (session 31's open
-"refusal's fence" item). Here the two batches run side by side in one service, the second drained
-while the first's append is on its way, as the two consumers do.
+"refusal's fence" item). A submit request (`gpu.cmd.claim.submit`) the same: taken while an intake batch
+held its id unfolded, it was appended too and answered with the other claim's view (its namespace,
+devices and env), `duplicate: false`. Here the two run side by side in one service, the second
+while the first's append is on its way, as the consumers and the requests do.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from schemas import events as ev
 from schemas import subjects
 from schemas.systems import parse_systems
 from services.claim.app import ClaimService
+from schemas.types import ClaimSpec
 from services.claim.intake import handle_intake_batch
+from shared.commands import DomainError
 from shared.jetstream import JetStreamEventLog, ensure_streams
 
 pytestmark = pytest.mark.timeout(120)
@@ -37,6 +41,7 @@ async def service(fresh_nats):
     await ensure_streams(nc.jetstream())
     claims = ClaimService(JetStreamEventLog(nc), systems=parse_systems("billing:team-a"))
     follow = asyncio.create_task(claims.follower.run())
+    await asyncio.wait_for(claims.follower.caught_up.wait(), 60)
     yield claims
     follow.cancel()
     await nc.close()
@@ -75,3 +80,22 @@ async def test_a_malformed_payload_naming_an_id_the_other_consumer_took_leaves_t
     assert service.state.claims["held-1"].status == "pending", service.state.claims["held-1"].status
     on_subject = [e for s, e in await stored(service, ev.ClaimRejected) if s == subjects.claim("held-1")]
     assert not on_subject, on_subject
+
+
+async def test_a_submit_request_for_an_id_an_intake_batch_took_is_refused(service):
+    batch = handle_intake_batch(service, [(claim("sub-1"), {}, 1, ""), (claim("sub-2"), {}, 2, "")])
+    spec = ClaimSpec(claim_id="sub-1", namespace="team-a", gpus=0, cpu_milli=3)
+    _, answer = await asyncio.gather(batch, service.submit(spec, system="billing"), return_exceptions=True)
+    assert isinstance(answer, DomainError) and answer.code == "conflict", answer
+    submitted = [e.claim.claim_id for _, e in await stored(service, ev.ClaimSubmitted)]
+    assert submitted.count("sub-1") == 1, submitted
+
+
+async def test_an_intake_claim_for_an_id_a_submit_request_took_is_refused(service):
+    spec = ClaimSpec(claim_id="req-1", namespace="team-a", gpus=0, cpu_milli=3)
+    submit = service.submit(spec, system="billing")
+    batch = handle_intake_batch(service, [(claim("req-1"), {}, 1, ""), (claim("req-2"), {}, 2, "")])
+    answer, _ = await asyncio.gather(submit, batch)
+    assert answer["claim_id"] == "req-1" and answer.get("system") == "billing", answer
+    submitted = [e.claim.claim_id for _, e in await stored(service, ev.ClaimSubmitted)]
+    assert submitted.count("req-1") == 1, submitted
