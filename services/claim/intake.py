@@ -353,7 +353,7 @@ async def _accept(service, data: bytes, headers: dict[str, str], specs: dict[str
         spec = decode_claim(data)
     except Exception as err:  # msgspec's errors, invalid UTF-8 (ValueError), nesting (RecursionError)
         await _reject(service, _readable_id(data, headers), "invalid", decode_error(err, data),
-                      name_the_key(field_of(err), data, decode_claim), data, specs, seq, system)
+                      name_the_key(field_of(err), data, decode_claim), data, specs, seq, system, owners)
         return None
     trace = trace_of(headers)
     taken = in_flight.get(spec.claim_id) if in_flight else None
@@ -367,8 +367,7 @@ async def _accept(service, data: bytes, headers: dict[str, str], specs: dict[str
         field = err.field.removeprefix("claim.")
         if _seed_spelled(data):  # answered in the names the publisher wrote
             field = seed_field(field, CLAIM_WIRE) if field else field
-        elsewhere = err.code == "conflict" and _held_by_another(service, spec.claim_id, specs, owners, system)
-        await _reject(service, spec.claim_id, err.code, err.message, field, data, specs, seq, system, elsewhere)
+        await _reject(service, spec.claim_id, err.code, err.message, field, data, specs, seq, system, owners)
         return None
 
 
@@ -377,11 +376,14 @@ def _held_by_another(service, claim_id: str, specs: dict[str, ClaimSpec], owners
     """The id is a claim of another submitter (another system, or ops and the shared publisher
     for a system, or a system for them): its outcome is on another subject than this sender's, so
     the sender's stays empty unless the refusal is written there (`_outcome_of_refusal`)."""
-    if claim_id in service.state.claims:
+    if not claim_id:
+        return False
+    if claim_id in service.state.claims or claim_id in service.state.ended:
         return service.owner(claim_id) != system
     if claim_id in specs:
         return (owners or {}).get(claim_id, "") != system
-    return False
+    taken = _in_flight(service).get(claim_id)  # another consumer's batch, or a submit
+    return taken is not None and taken[1] != system
 
 
 def _seed_spelled(data: bytes) -> bool:
@@ -440,12 +442,13 @@ def _batch_id(claim_ids: list[str]) -> str:
 
 async def _reject(service, claim_id: str, code: str, message: str, field: str, data: bytes,
                   specs: dict[str, ClaimSpec], seq: int = 0, system: str = "",
-                  held_by_another: bool = False) -> None:
+                  owners: dict[str, str] | None = None) -> None:
     """A refusal on the claim's subject, so its sender can look it up, unless that id is already
-    a claim: a different claim (or a malformed payload) reusing the id must never touch it.
-    `held_by_another`: the id is another submitter's claim, whose outcome is on another subject
-    than the sender's: the refusal is written on the sender's own (`_outcome_of_refusal`)."""
-    event = await _dead_letter(service, claim_id, code, message, field, data, seq, system, held_by_another)
+    a claim: a different claim (or a malformed payload) reusing the id must never touch it. Where
+    that claim is another submitter's, its outcome is on another subject than the sender's: the
+    refusal is written on the sender's own (`_outcome_of_refusal`), whatever was refused."""
+    elsewhere = _held_by_another(service, claim_id, specs, owners, system)
+    event = await _dead_letter(service, claim_id, code, message, field, data, seq, system, elsewhere)
     if claim_id and not _known(service, claim_id, specs):
         await _refuse_on_subject(service, claim_id, event)
 
