@@ -353,7 +353,7 @@ class Follower:
         """A decoded batch for a follower with listeners or unread subjects (one added after the
         catch-up began): what `_fold_stored` does with rows, the rows' subjects from the batch."""
         unread, read = self.unread, self.admission.read
-        rows = [(row, subject) for row, subject in zip(batch.stored_rows(), batch.subjects())
+        rows = [(row, subject) for row, subject in zip(batch, batch.subjects())
                 if unread is None or not unread(subject)]
         decoded = [row if len(row) == 2 else (row[0], read(row[0], subject, row[2])) for row, subject in rows]
         fold_batch(self.state, decoded, self.admission.fold_failed)

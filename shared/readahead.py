@@ -36,6 +36,7 @@ import asyncio
 import bisect
 import collections
 import fcntl
+import gc
 import json
 import logging
 import os
@@ -61,11 +62,10 @@ _FRAME = struct.Struct("<cI")  # kind, length of what follows
 BATCH, DECODED, END, FAILED = b"B", b"D", b"E", b"X"
 _ROWS = msgspec.msgpack.Decoder(tuple[list[tuple[int, str, bytes, dict[str, str]]], bytes])
 # a DECODED frame: the admitted rows' sequences, their payloads as one JSON array, the other rows
-# (their index in the batch, seq, subject, payload), and, as msgpack bytes decoded only by a caller
-# that needs them, every row's subject in order (`DecodedRows.subjects`) and the rows left out or
-# sent in part (`_CHANGED`: index, seq, subject, payload as stored, whether a part was sent)
-_DECODED = msgspec.msgpack.Decoder(tuple[list[int], bytes, list[tuple[int, int, str, bytes]], bytes, bytes])
-_CHANGED = msgspec.msgpack.Decoder(list[tuple[int, int, str, bytes, bool]])
+# (their index in the batch, seq, subject, payload), every row's subject in order as msgpack bytes
+# decoded only by a caller that needs them (`DecodedRows.subjects`; none with `drop_dead`), the
+# indexes of the rows left out, and how many were sent in part (`DecodedFrames`)
+_DECODED = msgspec.msgpack.Decoder(tuple[list[int], bytes, list[tuple[int, int, str, bytes]], bytes, list[int], int])
 _SUBJECTS = msgspec.msgpack.Decoder(list[str])
 _ENCODE = msgspec.msgpack.Encoder().encode
 # the strict decoder, over a whole array (and the helper's unchecked submits: `DecodedFrames`)
@@ -213,50 +213,29 @@ class DecodedRows(list):
     strict types and the writer-authority table admitted on its subject (the checks the caller's
     fold makes: `ledger.follower` folds these as they are), (seq, subject, payload) for each other
     row, which the caller reads in full (undecodable, lenient, refused: counted and logged there).
-    `raw` says how many rows are of the second kind (0 nearly always). Where the helper left out
-    the events of claims released later (`DecodedFrames`, `drop_dead`), some rows are missing or
-    carry a part of their event; `stored_rows()` gives every stored row for a reader that must see
-    all of them after all, and `subjects()` their subjects."""
+    `raw` says how many rows are of the second kind (0 nearly always); `subjects()` every row's
+    subject, for a reader that needs them after all. Where the helper left out the events of claims
+    released later (`DecodedFrames`, `drop_dead`), `gone` holds the indexes of the stored rows left
+    out and `rewritten` counts those sent in part; such a batch carries no subjects (its reader
+    folds and nothing else: `ledger.follower` asks for it only then)."""
 
-    __slots__ = ("raw", "_subjects", "_changed")
+    __slots__ = ("raw", "_subjects", "gone", "rewritten")
 
-    def __init__(self, rows: list, raw: int, subjects: bytes | list[str] = b"\x90", changed: bytes = b""):
+    def __init__(self, rows: list, raw: int, subjects: bytes | list[str] = b"\x90", gone: list | None = None,
+                 rewritten: int = 0):
         super().__init__(rows)
-        self.raw, self._subjects, self._changed = raw, subjects, changed
+        self.raw, self._subjects, self.gone, self.rewritten = raw, subjects, gone or [], rewritten
 
     def subjects(self) -> list[str]:
-        """Every stored row's subject, in order (the rows left out too)."""
         if isinstance(self._subjects, (bytes, bytearray, memoryview)):
+            if not self._subjects:
+                raise RuntimeError("a batch read ahead without the events of claims released later "
+                                   "(drop_dead) reached a reader that needs every event: a follower "
+                                   "that drops ended claims must have its listeners before it runs")
             self._subjects = _SUBJECTS.decode(self._subjects)
-        if len(self._subjects) != len(self) + sum(1 for row in self._changes() if not row[4]):
+        if len(self._subjects) != len(self):
             raise RangeReadError("the read-ahead helper's decoded batch lacks its rows' subjects")
         return self._subjects
-
-    def stored_rows(self) -> list:
-        """One row per stored message, in order: (seq, event) as here, or (seq, subject, payload)
-        as stored for the rows read in full, left out, or sent with a part of their event."""
-        changes = self._changes()
-        if not changes:
-            return list(self)
-        rows, sent, changes = [], iter(self), iter(changes)
-        change = next(changes, None)
-        while True:
-            if change is not None and change[0] == len(rows):
-                index, seq, subject, data, was_sent = change
-                if was_sent:
-                    next(sent)  # the part sent stands for it no more
-                rows.append((seq, subject, data))
-                change = next(changes, None)
-                continue
-            row = next(sent, None)
-            if row is None:
-                return rows
-            rows.append(row)
-
-    def _changes(self) -> list:
-        if isinstance(self._changed, (bytes, bytearray, memoryview)):
-            self._changed = _CHANGED.decode(self._changed) if self._changed else []
-        return self._changed
 
 
 def decoded_rows(body) -> DecodedRows:
@@ -264,24 +243,17 @@ def decoded_rows(body) -> DecodedRows:
     by one, so it decodes whole; if it ever did not, the read stops here (RangeReadError) and the
     caller reads on through nats-py from the last row it folded."""
     try:
-        seqs, events, raw, subjects, changed = _DECODED.decode(body)
+        seqs, events, raw, subjects, gone, rewritten = _DECODED.decode(body)
         events = _EVENTS.decode(events)
     except (msgspec.DecodeError, msgspec.ValidationError) as err:
         raise RangeReadError(f"the read-ahead helper's decoded batch did not decode: {err}") from err
     if len(events) != len(seqs):
         raise RangeReadError("the read-ahead helper's decoded batch has more sequences than events")
-    rows = DecodedRows(zip(seqs, events), len(raw), subjects, changed)
-    if raw:
-        _place_raw(rows, raw)
-    return rows
-
-
-def _place_raw(rows: DecodedRows, raw: list) -> None:
-    """The rows sent as they are, each where it was read among the rows sent (indexes count the
-    stored rows: those left out are skipped over)."""
-    gone = sorted(change[0] for change in rows._changes() if not change[4])
+    rows = DecodedRows(zip(seqs, events), len(raw), subjects, gone, rewritten)
     for index, seq, subject, data in raw:  # in index order: each lands where it was read
-        rows.insert(index - bisect.bisect_left(gone, index), (seq, subject, data))
+        # (an index counts the stored rows: those left out before it are not here)
+        rows.insert(index - bisect.bisect_left(gone, index) if gone else index, (seq, subject, data))
+    return rows
 
 
 class _Pipe:
@@ -387,7 +359,7 @@ def _admitted(batch: list) -> bytes:
     return bytes(marks)
 
 
-def _decoded(batch: list) -> tuple[list[int], bytes, list, bytes, bytes]:
+def _decoded(batch: list) -> tuple[list[int], bytes, list, bytes, list[int], int]:
     """A DECODED frame's parts, nothing dropped (`DecodedFrames` without `drop_dead`)."""
     frames = DecodedFrames(False)
     return frames._parts(frames._read(batch))
@@ -408,15 +380,16 @@ class DecodedFrames:
 
     `drop_dead` (a caller that drops ended claims, the allocator's catch-up: `keep_ended=False`):
     a batch's frame waits until LOOKAHEAD more messages were read, and events that only change
-    their own claim's fields (`_PRIVATE`: bindings, renewals, activity; `ClaimPending` decisions,
-    which set the claim's reasons and whether the queue walk visits it) are left out where an
-    admitted ClaimReleased of that claim comes later in what was read. Such a release ends the
+    their own claim's fields (`_PRIVATE`: bindings, renewals, activity) are left out where an
+    admitted ClaimReleased of that claim comes later in what was read; submits of such claims are
+    sent as unchecked submits (their pattern checks made here already). Such a release ends the
     claim for good (a submit of an ended id is a repeat), or finds no claim, in which case the
     events left out found none either; an ended claim leaves the caller's state, so nothing those
     events wrote survives into it. A third of a replay's messages are bindings of claims released
-    later, and each cost the caller its decode and fold. What is left out still travels, raw and
-    undecoded, for a caller that would have to show every event after all (`DecodedRows.rows`).
-    The last row of a batch is never left out: its sequence is the batch's position."""
+    later, and each cost the caller its decode and fold. Such frames carry no subjects: a caller
+    that would have to show every event after all (a listener added once the catch-up began) is
+    stopped with an error (`DecodedRows.subjects`) rather than shown some of them. The last row of
+    a batch is never left out: its sequence is the batch's position."""
 
     def __init__(self, drop_dead: bool, lookahead: int = LOOKAHEAD):
         self.drop_dead, self.lookahead = drop_dead, lookahead
@@ -447,36 +420,47 @@ class DecodedFrames:
             ready.append(self._frame(self.waiting.popleft()))
         return ready
 
-    def _read(self, batch: list) -> tuple[list, list]:
-        """(the batch, each row's event where decoded and admitted, else None); admitted releases
-        noted."""
+    def _read(self, batch: list) -> tuple[list, bytearray, list]:
+        """(the batch, each row's kind, each row's key): `_RAW` for a row the caller reads in full
+        (undecodable, or not admitted on its subject), `_KEEP` for one sent as stored, and with
+        `drop_dead` the kinds `_frame` may leave out or send in part, keyed by their claim ids (the
+        decoded event itself only for a batch with a binding, renewal or activity among other
+        events: the events are not kept while the lookahead waits). Admitted releases noted."""
         decode, admit_of, refuse, drop = self.decode, self.admit_of, self.refuse, self.drop_dead
-        events = []
-        for seq, subject, data, _headers in batch:
+        released, order, released_kind = self.released, self.release_order.append, ev.ClaimReleased
+        kinds, keys = bytearray(len(batch)), [None] * len(batch) if drop else None
+        for i, (seq, subject, data, _headers) in enumerate(batch):
             try:
                 event = decode(data)
             except Exception:  # the caller reads it in full (leniently, or counts it undecodable)
-                events.append(None)
                 continue
-            if not admit_of.get(type(event), refuse)(subject, event):
-                events.append(None)
+            kind = type(event)
+            if not admit_of.get(kind, refuse)(subject, event):
                 continue
-            events.append(event)
-            if drop:
-                kind = type(event)
-                if kind is ev.ClaimReleased:
-                    self._released(event.claim_id, seq)
-                elif kind is ev.EventBatch:
-                    for member in event.events:
-                        if type(member) is ev.ClaimReleased:
-                            self._released(member.claim_id, seq)
-        return batch, events
+            kinds[i] = _KEEP
+            if not drop:
+                continue
+            if kind is released_kind:
+                released[event.claim_id] = seq
+                order((seq, event.claim_id))
+            elif kind in _PRIVATE:
+                kinds[i], keys[i] = _ONE_PRIVATE, event.claim_id
+            elif kind is ev.ClaimSubmitted:
+                kinds[i], keys[i] = _ONE_SUBMIT, event.claim.claim_id
+            elif kind is ev.EventBatch:
+                members = event.events
+                for member in members:
+                    if type(member) is released_kind:
+                        released[member.claim_id] = seq
+                        order((seq, member.claim_id))
+                if all(type(m) is ev.ClaimSubmitted for m in members):
+                    if members and data.startswith(_BATCH_HEAD):
+                        kinds[i], keys[i] = _SUBMITS, [m.claim.claim_id for m in members]
+                elif any(type(m) in _PRIVATE for m in members):
+                    kinds[i], keys[i] = _MIXED, event
+        return batch, kinds, keys
 
-    def _released(self, claim_id: str, seq: int) -> None:
-        self.released[claim_id] = seq
-        self.release_order.append((seq, claim_id))
-
-    def _frame(self, read: tuple[list, list]) -> bytes:
+    def _frame(self, read: tuple) -> bytes:
         batch = read[0]
         if batch:  # a release before this batch cannot end a claim after any of its rows
             first, released, order = batch[0][0], self.released, self.release_order
@@ -484,57 +468,57 @@ class DecodedFrames:
                 seq, claim_id = order.popleft()
                 if released.get(claim_id) == seq:
                     del released[claim_id]
-        return _ENCODE(self._parts(read, self._slim))
+        return _ENCODE(self._parts(read, True))
 
-    def _parts(self, read: tuple[list, list], slim=None) -> tuple[list[int], bytes, list, bytes, bytes]:
+    def _parts(self, read: tuple, slim: bool = False) -> tuple[list[int], bytes, list, bytes, list[int], int]:
         """The frame's parts: the admitted rows' sequences and payloads (one JSON array), the other
-        rows (index, seq, subject, payload), all subjects (msgpack), and the rows left out or
-        rewritten as stored (index, seq, subject, payload, still sent rewritten) in msgpack."""
-        batch, events = read
-        seqs, payloads, raw, changed = [], [], [], []
+        rows (index, seq, subject, payload), all subjects (msgpack; none when leaving events out),
+        the indexes of the rows left out, how many rows were sent in part. With `slim`: a binding,
+        renewal or activity of a claim released later is left out, submits of such claims only are
+        sent as unchecked submits (`schemas.lenient.unchecked_submits`: read without the pattern
+        checks made here already), a batch without its members of the first kind."""
+        batch, kinds, keys = read
+        released = self.released
+        seqs, payloads, raw, gone, rewritten = [], [], [], [], 0
         last = len(batch) - 1
-        for i, ((seq, subject, data, _headers), event) in enumerate(zip(batch, events)):
-            if event is None:
+        for i, (seq, subject, data, _headers) in enumerate(batch):
+            kind = kinds[i]
+            if kind == _RAW:
                 raw.append((i, seq, subject, data))
                 continue
-            if slim is not None and i != last:
-                kept = slim(event, seq, data)
-                if kept is None:
-                    changed.append((i, seq, subject, data, False))
-                    continue
-                if kept is not event:
-                    changed.append((i, seq, subject, data, True))
-                    data = kept if type(kept) is bytes else ev.encode_event(kept)
+            if kind != _KEEP and slim and i != last:
+                key = keys[i]
+                if kind == _ONE_PRIVATE:
+                    if released.get(key, 0) > seq:
+                        gone.append(i)
+                        continue
+                elif kind == _ONE_SUBMIT:
+                    if released.get(key, 0) > seq:
+                        data = _UNCHECKED_HEAD + b',"events":[' + data + b"]}"
+                        rewritten += 1
+                elif kind == _SUBMITS:
+                    for claim_id in key:
+                        if released.get(claim_id, 0) <= seq:
+                            break
+                    else:  # the same members, read unchecked
+                        data = _UNCHECKED_HEAD + data[len(_BATCH_HEAD):]
+                        rewritten += 1
+                else:  # _MIXED
+                    members = key.events
+                    kept = [m for m in members if type(m) not in _PRIVATE or released.get(m.claim_id, 0) <= seq]
+                    if not kept:
+                        gone.append(i)
+                        continue
+                    if len(kept) != len(members):
+                        data = ev.encode_event(msgspec.structs.replace(key, events=kept))
+                        rewritten += 1
             seqs.append(seq)
             payloads.append(data)
-        subjects = _ENCODE([row[1] for row in batch])
-        return seqs, b"[" + b",".join(payloads) + b"]", raw, subjects, _ENCODE(changed) if changed else b""
+        subjects = b"" if slim else _ENCODE([row[1] for row in batch])
+        return seqs, b"[" + b",".join(payloads) + b"]", raw, subjects, gone, rewritten
 
-    def _slim(self, event, seq: int, data: bytes):
-        """`event` as the caller needs it: None where all of it is about claims released later,
-        a copy without those parts, the payload of submits of such claims only as unchecked
-        submits (`schemas.lenient.unchecked_submits`: read without the pattern checks this process
-        made already), or itself."""
-        kind, released = type(event), self.released
-        if kind in _PRIVATE:
-            return None if released.get(event.claim_id, 0) > seq else event
-        if kind is ev.ClaimSubmitted:
-            if released.get(event.claim.claim_id, 0) > seq:
-                return _UNCHECKED_HEAD + b',"events":[' + data + b"]}"
-            return event
-        if kind is ev.DecisionBatch:
-            kept = [d for d in event.decisions
-                    if type(d) is not ev.ClaimPending or released.get(d.claim_id, 0) <= seq]
-            return event if len(kept) == len(event.decisions) else msgspec.structs.replace(event, decisions=kept)
-        if kind is ev.EventBatch:
-            if data.startswith(_BATCH_HEAD) and all(
-                    type(m) is ev.ClaimSubmitted and released.get(m.claim.claim_id, 0) > seq for m in event.events):
-                return _UNCHECKED_HEAD + data[len(_BATCH_HEAD):]  # the same members, read unchecked
-            kept = [m for m in event.events if type(m) not in _PRIVATE or released.get(m.claim_id, 0) <= seq]
-            if len(kept) == len(event.events):
-                return event
-            return msgspec.structs.replace(event, events=kept) if kept else None
-        return event
+
+_RAW, _KEEP, _ONE_PRIVATE, _ONE_SUBMIT, _SUBMITS, _MIXED = range(6)  # a row's kind (`DecodedFrames._read`)
 
 
 def _write(out: int, kind: bytes, body: bytes) -> None:
@@ -546,6 +530,9 @@ def _write(out: int, kind: bytes, body: bytes) -> None:
 
 def main() -> int:
     params = json.loads(sys.stdin.readline())
+    # what the helper holds (a lookahead of decoded events, `DecodedFrames`) forms no cycles: the
+    # collector would only scan it again and again (a third of the helper's CPU)
+    gc.disable()
     out = os.dup(sys.stdout.fileno())
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # a stray print must not corrupt a frame
     os.set_blocking(out, True)

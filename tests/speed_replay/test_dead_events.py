@@ -1,6 +1,7 @@
 """The read-ahead helper leaves out, for a catch-up that drops ended claims (the allocator's), the
 events that change nothing but a claim released later in what it read (`shared.readahead.
-DecodedFrames`, `drop_dead`): bindings, renewals, activity, pending decisions. The state folded
+DecodedFrames`, `drop_dead`): bindings, renewals, activity; and sends submits of such claims
+unchecked (`schemas.lenient.unchecked_submits`). The state folded
 from those frames must be the state folded from every row, one event at a time, on logs with
 hostile orderings: releases before allocations and before submits, forged releases, repeated ids,
 gangs, evictions, node loss, batches of bindings, pending decisions that park, undecodable rows."""
@@ -66,10 +67,10 @@ class FramedLog:
     async def follow_raw(self, from_seq: int = 1, **_):
         for body in self.frames:
             rows = readahead.decoded_rows(body)
-            changes = rows._changes()
-            self.changed += len(changes)
-            self.left_out += sum(1 for change in changes if not change[4])
+            self.changed += len(rows.gone) + rows.rewritten
+            self.left_out += len(rows.gone)
             yield rows
+            await asyncio.sleep(0)  # as a read does between batches
         await asyncio.Event().wait()
 
 
@@ -207,8 +208,8 @@ async def test_events_of_claims_released_later_are_left_out():
     kinds = {type(event).__name__ for body in framed.frames for _seq, event in readahead.decoded_rows(body)}
     assert "UncheckedSubmits" in kinds and "ClaimSubmitted" not in kinds
     follower = await catch_up(framed)
-    # 3 rows out, the batch without b's pending, both submits unchecked
-    assert framed.left_out == 3 and framed.changed == 6
+    # 3 rows out, both submits unchecked (b's pending decision stays: a whole batch to encode again)
+    assert framed.left_out == 3 and framed.changed == 5
     assert follower.state.last_seq == len(rows) and follower.state.last_decision_seq == 4
     assert set(follower.state.ended) == {"a", "b"} and not follower.state.claims
 
@@ -254,33 +255,32 @@ def with_bindings(events) -> list:
     return out
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(steps, min_size=5, max_size=60))
 def test_random_histories_fold_the_same_from_the_frames(sequence):
     world = World()
     for step in sequence:
         world.run(step)
     rows = rows_of(with_bindings(world.ledger.events))
-    asyncio.run(assert_same(rows, sizes=(1, 4, 1000), lookaheads=(0, 3, 10_000)))
+    asyncio.run(assert_same(rows, sizes=(1, 1000), lookaheads=(0, 3, 10_000)))
 
 
-async def test_a_listener_added_later_hears_every_stored_event():
-    """What was left out or sent in part still travels as stored: `stored_rows` gives it back."""
+async def test_a_listener_added_later_is_stopped_rather_than_shown_some_events():
+    """Frames without the events of claims released later carry no subjects: a follower that got a
+    listener after its catch-up began stops with an error instead of telling it only some events."""
     rows = rows_of(hostile_log())
-    frames = FramedLog([rows])
-    stored = []
-    for body in frames.frames:
-        batch = readahead.decoded_rows(body)
-        assert batch.subjects() == [row[1] for row in rows]
-        for row in batch.stored_rows():
-            stored.append(row[0])
-            seq, subject, data, _headers = rows[row[0] - 1]
-            assert row[-1] == data if len(row) == 3 else encode_event(row[1]) == data
-    assert stored == [row[0] for row in rows]
-    heard, heard_all = [], []
-    await catch_up(frames, lambda seq, subject, event: heard.append((seq, subject, event)))
-    await catch_up(StoredBatches([rows]), lambda seq, subject, event: heard_all.append((seq, subject, event)))
-    assert heard == heard_all
+    frames = FramedLog(batches_of(rows, 7))
+    batch = readahead.decoded_rows(frames.frames[0])
+    with pytest.raises(RuntimeError, match="listeners before it runs"):
+        batch.subjects()
+    follower = Follower(frames, keep_ended=False)
+    task = asyncio.create_task(follower.run())
+    await asyncio.sleep(0)
+    follower.listeners.append(lambda seq, subject, event: None)
+    with pytest.raises(RuntimeError, match="listeners before it runs"):
+        await asyncio.wait_for(task, 30)
+    every = readahead.decoded_rows(FramedLog(batches_of(rows, 7), drop_dead=False).frames[0])
+    assert every.subjects() == [row[1] for row in rows[:7]]
 
 
 async def test_only_a_follower_that_drops_ended_claims_asks_for_it():
