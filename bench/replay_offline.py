@@ -70,7 +70,8 @@ def stored_log(events: int, nodes: int = 1000, seed: int = 1) -> dict:
 class Frames:
     """The batches as the read-ahead helper's frames (`shared.readahead`), made before the clock
     starts; the catch-up takes each out of its frame as the caller does (`frames="rows"`: rows
-    with the helper's authority marks, `"decoded"`: `DecodedRows`)."""
+    with the helper's authority marks, `"decoded"`: `DecodedRows` as the allocator's catch-up gets
+    them, the events of claims released later left out; `"decoded-all"`: every event)."""
 
     def __init__(self, batches: list, frames: str):
         import msgspec
@@ -79,8 +80,9 @@ class Frames:
 
         encode, self.kind, self.readahead = msgspec.msgpack.Encoder().encode, frames, readahead
         self.end = batches[-1][-1][0] if batches else 0
-        if frames == "decoded":
-            self.frames = [encode(readahead._decoded(batch)) for batch in batches]
+        if frames in ("decoded", "decoded-all"):  # as the allocator's catch-up gets them, or every event
+            maker = readahead.DecodedFrames(drop_dead=frames == "decoded")
+            self.frames = [body for batch in batches for body in maker.add(batch)] + maker.finish()
         else:
             self.frames = [encode((batch, readahead._admitted(batch))) for batch in batches]
 
@@ -90,7 +92,7 @@ class Frames:
     async def follow_raw(self, from_seq: int = 1, **_):
         readahead = self.readahead
         for body in self.frames:
-            if self.kind == "decoded":
+            if self.kind != "rows":
                 yield readahead.decoded_rows(body)
             else:
                 yield readahead.AdmittedRows(*readahead._ROWS.decode(body))
@@ -187,9 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     run = commands.add_parser("catch-up", help="catch up on a written log; one JSON line per run")
     run.add_argument("log", help="a file written by `write`")
     run.add_argument("--runs", type=int, default=1, help="catch-ups in this process (at least 1)")
-    run.add_argument("--frames", choices=("none", "rows", "decoded"), default="none",
+    run.add_argument("--frames", choices=("none", "rows", "decoded", "decoded-all"), default="none",
                      help="none: rows as a range read gives them; rows / decoded: as the read-ahead "
-                          "helper's frames give them (made before the clock starts)")
+                          "helper's frames give them (made before the clock starts; decoded: as the "
+                          "allocator gets them, without the events of claims released later; "
+                          "decoded-all: with every event)")
     full = commands.add_parser("rebuild", help="store a written log in an embedded nats-server and time "
                                "the full rebuild (read-ahead included) from each tree; one JSON line per run")
     full.add_argument("log", help="a file written by `write`")

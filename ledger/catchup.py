@@ -19,9 +19,11 @@ Change a fold in `ledger.evolve` or `ledger.holdings` and its twin here together
 from __future__ import annotations
 
 from schemas import events as ev
+from schemas import lenient
 
 from ledger.evolve import HANDLERS, apply_decision, refresh_typical
 from ledger.holdings import fitting_units, park_if_fleet_bound
+from ledger.node_claims import ROOM
 from ledger.shapes import bound_models
 from ledger.state import FREE, State, new_claim
 
@@ -55,6 +57,10 @@ def _claim_released(state: State, e: ev.ClaimReleased, seq: int) -> None:
                     freed_model[unit.model] = epoch
         node = state.nodes.get(claim.node) if claim.node else None
         if node is not None:
+            view = node.view  # as `holdings.free`: a node near its cap frees room for its models
+            if view is not None and view.claims_room < ROOM:
+                for model in view.static.models:
+                    freed_model[model] = epoch
             node.cpu_free += spec.cpu_milli
             node.mem_free += spec.memory_mib
             node.claims.pop(cid, None)
@@ -244,6 +250,10 @@ def _event_batch(state: State, e: ev.EventBatch, seq: int) -> None:
 
 CATCH_UP = {
     **HANDLERS,
+    # what the read-ahead helper hands over in place of submits of claims that end later in the
+    # range (`schemas.lenient.unchecked_submits`): the same fields, read without the constraints
+    lenient.unchecked_submits(): _event_batch,
+    lenient.lenient_twin(ev.ClaimSubmitted): _claim_submitted,
     ev.ClaimSubmitted: _claim_submitted,
     ev.ClaimReleased: _claim_released,
     ev.DecisionBatch: _decision_batch,

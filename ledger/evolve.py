@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 
 from schemas import events as ev
+from schemas import lenient
 from schemas.types import DeviceInfo, PoolSpec
 
 from ledger.admission import loud
@@ -596,6 +597,12 @@ _HANDLERS = {
     ev.DecisionBatch: _decision_batch,
     ev.EventBatch: _event_batch,
 }
+
+# submits the read-ahead helper checked already and hands over read without the constraints, in
+# a batch of their own (`schemas.lenient.unchecked_submits`; only ever from its frames, for claims
+# that end later in the range folded): folded as the batch and the submits they stand for
+_HANDLERS[lenient.unchecked_submits()] = _event_batch
+_HANDLERS[lenient.lenient_twin(ev.ClaimSubmitted)] = _claim_submitted
 
 HANDLERS = _HANDLERS  # event type -> its fold (for loops that call the handlers themselves)
 # ledger/catchup.py has twins of the release, allocation and pending-decision folds (and of

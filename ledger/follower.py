@@ -221,6 +221,8 @@ class Follower:
         paced = {"linger_s": self.linger_s} if self.linger_s else {}  # logs in tests lack it
         if not self.listeners and self.unread is None:  # nothing but the fold reads the events
             paced["decoded"] = True  # a long catch-up's rows come decoded (`_fold_decoded`)
+            if not self.keep_ended:  # ended claims leave the state: what only they kept need not come
+                paced["drop_dead"] = True  # (`shared.readahead.DecodedFrames`)
         with contextlib.ExitStack() as collector:
             if not self.collect_old:
                 collector.enter_context(old_generation_off())

@@ -121,3 +121,29 @@ def _to_strict(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _to_strict(v) for k, v in value.items()}
     return value
+
+
+UNCHECKED_SUBMITS = "UncheckedSubmits"  # the tag of `unchecked_submits()`: no stored event's type
+
+
+def unchecked_submits() -> type:
+    """Submits read without the contract's constraints, as one batch under a tag of their own: for
+    a reader that checked each against the strict types already (the read-ahead helper,
+    `shared.readahead`) and hands them to a fold that keeps none of them (their claims end later in
+    the range it folds). A ClaimSpec's pattern checks are half the cost of decoding it. No writer
+    stores this type and no strict decoder reads it: a stored payload that names it is undecodable."""
+    global _unchecked
+    if _unchecked is None:
+        _unchecked = msgspec.defstruct(
+            UNCHECKED_SUBMITS, [("events", list[_lenient_struct(ev.ClaimSubmitted)]), ("v", int, 1),
+                                ("at", float, 0.0)],
+            kw_only=True, frozen=True, omit_defaults=True, gc=False, tag_field="type", tag=UNCHECKED_SUBMITS)
+    return _unchecked
+
+
+_unchecked: type | None = None
+
+
+def lenient_twin(strict: type) -> type:
+    """The Struct type `strict` without the contract's constraints (the twin `decode_lenient` reads)."""
+    return _lenient_struct(strict)

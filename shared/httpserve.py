@@ -28,6 +28,7 @@ class Request:
     path: str
     query: dict[str, str]
     params: dict[str, str] = field(default_factory=dict)  # from the route pattern
+    headers: dict[str, str] = field(default_factory=dict)  # names in lower case; the last one of a name
 
 
 @dataclass
@@ -47,7 +48,8 @@ class Stream:
 
 
 Handler = Callable[[Request], Awaitable[Response | Stream]]
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 500: "Internal Server Error"}
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 500: "Internal Server Error",
+            503: "Service Unavailable"}
 
 
 class Router:
@@ -116,15 +118,25 @@ async def _read_request(reader: asyncio.StreamReader) -> Request | None:
         return None
     url = urlsplit(parts[1])
     query = {k: v[-1] for k, v in parse_qs(url.query).items()}
-    return Request(parts[0], url.path, query)
+    headers = {}
+    for line in head.decode("latin-1").split("\r\n")[1:]:
+        name, sep, value = line.partition(":")
+        if sep and name.strip():
+            headers[name.strip().lower()] = value.strip()
+    return Request(parts[0], url.path, query, headers=headers)
 
 
 async def _write(writer: asyncio.StreamWriter, response: Response | Stream, head_only: bool) -> None:
     if isinstance(response, Stream):
         writer.write(_head(200, response.content_type, None, {"Cache-Control": "no-cache"}))
-        async for chunk in response.chunks:
-            writer.write(chunk)
-            await writer.drain()
+        try:
+            async for chunk in response.chunks:
+                writer.write(chunk)
+                await writer.drain()
+        finally:  # the client went away: the stream's own clean-up runs now, not at some collection
+            close = getattr(response.chunks, "aclose", None)
+            if close is not None:
+                await close()
         return
     body = response.body.encode() if isinstance(response.body, str) else response.body
     writer.write(_head(response.status, response.content_type, len(body), response.headers)

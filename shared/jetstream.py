@@ -363,7 +363,7 @@ class JetStreamEventLog:
 
     async def follow_raw(self, from_seq: int = 1, subject: str | None = None,
                          stop_at: int | None = None, linger_s: float = 0.0, headers: bool = True,
-                         decoded: bool = False):
+                         decoded: bool = False, drop_dead: bool = False):
         """Batches of (seq, subject, payload, headers) as they arrive, with no decoding.
 
         What is stored when the call starts is read with `shared.fastread` (a pull consumer over a
@@ -378,14 +378,16 @@ class JetStreamEventLog:
         (`shared.direct_tail`: no `Msg`, queue or task per message).
         `decoded=True` (with `headers=False`), for a fold that looks at nothing but the events: a
         long stored range read ahead by a helper process comes as `shared.readahead.DecodedRows`
-        ((seq, event) pairs the helper decoded and admitted), the rest as rows.
+        ((seq, event) pairs the helper decoded and admitted), the rest as rows. `drop_dead` (with
+        `decoded`), for a fold that drops ended claims (the allocator's): without the events of
+        claims released later in the range that change nothing but the claim (`readahead.DecodedFrames`).
         """
         end = await self.last_seq() if stop_at is None else stop_at
         if end - from_seq + 1 >= FAST_READ_MIN:
             position = [from_seq]  # where the ordered consumer takes over
             # closed with this generator, not when collected: a read-ahead helper ends with it
             async with contextlib.aclosing(self._read_range(from_seq, end, subject, position,
-                                                            headers, decoded)) as stored:
+                                                            headers, decoded, drop_dead)) as stored:
                 async for batch in stored:
                     yield batch
             from_seq = position[0]
@@ -403,13 +405,13 @@ class JetStreamEventLog:
             yield batch
 
     async def _read_range(self, from_seq: int, end: int, subject: str | None, position: list[int],
-                          headers: bool = True, decoded: bool = False):
+                          headers: bool = True, decoded: bool = False, drop_dead: bool = False):
         """Yield [from_seq, end] through `shared.fastread`; `position[0]` ends as the first sequence
         not covered (from_seq when it could not be used, end + 1 when it read everything)."""
         try:
             if not headers and end - from_seq + 1 >= readahead.READ_AHEAD_MIN:  # a long catch-up
                 reader = await readahead.open_read_ahead(self.nc, self.stream, from_seq, end, subject,
-                                                         decoded)
+                                                         decoded, drop_dead)
             else:
                 reader = await open_range_reader(self.nc, self.stream, from_seq, end, subject, headers)
             if reader is None:

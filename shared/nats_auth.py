@@ -7,18 +7,20 @@ claims and read their outcomes, and each declared publishing system (`system-<na
 schemas/systems.py) may submit, release and renew on the subjects carrying its own name. `gpuledger up`, `gpuledger nats config` and deploy/nats all build
 their nats-server configuration from `roles()` here, so the three cannot drift apart.
 
-Three NATS accounts. nats-server sends a JetStream publish's acknowledgement (and a JetStream API
-answer) to whatever reply subject the publisher names, checked against no permission; inside the
-streams' account that put the server's own message on any ledger or outcome subject, where the
-streams stored it. So only the trusted writers share the streams' account (`LEDGER`: the streams,
-services, ops); the publishers (`PUBLIC`: `publisher` and every `system-<name>`, session 31) and
-the node agents (`AGENTS`: every `node-<name>` and a simulated fleet's `node-agents`, session 32)
-each have an account of their own that reaches the ledger only through imports
-(`account_imports`): what its users may publish as service imports (the acknowledgement or reply
-goes back through the import's response mapping, to the reply subject in their own account, where
-no stream listens), what they may subscribe to as stream imports (a node agent's inbox prefix too:
-its watch's deliveries are published in LEDGER). What a fleet serves (`Role.exported`) goes the
-other way, LEDGER importing it from AGENTS.
+Several NATS accounts. nats-server sends a JetStream publish's acknowledgement (and a JetStream
+API answer) to whatever reply subject the publisher names, checked against no permission; inside
+the streams' account that put the server's own message on any ledger or outcome subject, where the
+streams stored it. So only ops shares the streams' account (`LEDGER`); the publishers (`PUBLIC`:
+`publisher` and every `system-<name>`, session 31), the node agents (`AGENTS`: every `node-<name>`
+and a simulated fleet's `node-agents`, session 32) and each service (`SVC_<NAME>`, session 33)
+have accounts of their own that reach the ledger only through imports (`account_imports`): what
+their users may publish as service imports (the acknowledgement or reply goes back through the
+import's response mapping, to the reply subject in their own account, where no stream listens),
+what they may subscribe to as stream imports (a service's or node agent's inbox prefix too: its
+consumers' deliveries are published in LEDGER). What a service or a fleet serves (`Role.exported`)
+goes the other way: LEDGER imports it from the serving account (`served_imports`), and
+a publisher's live outcomes come from the claim service's account, which publishes them
+(`published_imports`), so nothing in LEDGER subscribes where a push consumer could be aimed at them.
 
 JetStream is driven through request subjects (`$JS.API.<verb>.<stream>...`): a user gets the verbs
 it needs on the streams it needs. No role but ops may delete, purge or update a stream (the
@@ -46,9 +48,22 @@ SECRETS_FILE = "nats-users.json"
 NKEYS_FILE = "nats-nkeys.json"  # each user's nkey seed (private: mode 0600)
 NKEY_SEED_ENV = "GPULEDGER_NATS_NKEY_SEED_FILE"  # a client's seed file (shared.natscluster)
 LEDGER_ACCOUNT, PUBLIC_ACCOUNT, AGENTS_ACCOUNT = "LEDGER", "PUBLIC", "AGENTS"  # module docstring
-# the accounts whose users create push consumers (a node agent's watch of its record): the
-# deliveries, published in LEDGER on the user's inbox prefix, are imported as a stream
-DELIVERED_ON_INBOX = (AGENTS_ACCOUNT,)
+
+
+def service_account(user: str) -> str:
+    """The account of one service's user (`SVC_CLAIM`, `SVC_POOL_CONTROLLER`): each service alone
+    in an account without the streams (session 33), so no reply it provokes is stored and none
+    reaches another service (an acknowledgement aimed at another service's inbox or requests)."""
+    return "SVC_" + "".join(c if c.isalnum() else "_" for c in user).upper()
+
+
+SERVICE_ACCOUNTS = tuple(service_account(u) for u in SERVICES)
+# every account but LEDGER: they reach the ledger through imports only (`account_imports`)
+OUTSIDE_ACCOUNTS = (PUBLIC_ACCOUNT, AGENTS_ACCOUNT, *SERVICE_ACCOUNTS)
+# the accounts whose users create push consumers (a service's followers, a node agent's watch of
+# its record): the deliveries, published in LEDGER on the user's inbox prefix, are imported as a
+# stream; the publishers make no consumer
+DELIVERED_ON_INBOX = (AGENTS_ACCOUNT, *SERVICE_ACCOUNTS)
 # requests with several answers (a pull consumer's fetch): their exports keep the response open
 STREAMED_RESPONSES = ("$JS.API.CONSUMER.MSG.NEXT.",)
 READY = "gpu.sys.ready"  # shared.service.READY_SUBJECT (kept here: shared.service imports faststream)
@@ -65,7 +80,7 @@ class Role:
     allow_responses: bool = True
     notes: str = field(default="", compare=False)
     account: str = LEDGER_ACCOUNT
-    exported: tuple[str, ...] = ()  # subscriptions it serves to LEDGER from another account
+    exported: tuple[str, ...] = ()  # subscriptions it serves, from its account, to LEDGER
 
 
 def _info() -> list[str]:
@@ -96,7 +111,7 @@ def _service(user: str, publish: list[str], serves: list[str], reads: tuple[str,
         pub += _read(stream)
     # replies and deliveries on its own inbox prefix: no service may listen to another's replies
     return Role(user, tuple(dict.fromkeys(pub)), tuple(dict.fromkeys([*serves, f"{user_inbox(user)}.>"])),
-                notes=notes)
+                notes=notes, account=service_account(user), exported=tuple(serves))
 
 
 def service_roles() -> list[Role]:
@@ -243,19 +258,49 @@ def roles(agent_nodes: list[str] = (), demo_fleet: list[str] = (),
 
 
 def account_imports(all_roles: list[Role], account: str) -> tuple[list[str], list[str]]:
-    """What `account` (PUBLIC, AGENTS) imports from LEDGER, which exports it to that account only:
-    each subject its users may publish, as a service (its acknowledgement or reply comes back
-    through the import, never onto a ledger subject), and each they may subscribe to, as a stream
-    (but what they serve themselves, and inboxes unless the account's users are delivered there:
-    `DELIVERED_ON_INBOX`). A subject another import of the account covers is left out (two
+    """What `account` (PUBLIC, AGENTS, a service's) imports from LEDGER, which exports it to that
+    account only: each subject its users may publish, as a service (its acknowledgement or reply
+    comes back through the import, never onto a ledger subject), and each they may subscribe to, as
+    a stream (but what they serve themselves, and inboxes unless the account's users are delivered
+    there: `DELIVERED_ON_INBOX`). What another account serves is imported from there instead
+    (LEDGER imports it: `served_imports`, so a request from another account crosses LEDGER, where
+    ops sees it, as before), and a subject another import of the account covers is left out (two
     overlapping service imports would both carry a request). Nothing else of LEDGER is visible
     from the account; its users' permissions narrow it further."""
     users = [r for r in all_roles if r.account == account]
     services = _widest(s for r in users for s in r.publish)
     inboxes = account in DELIVERED_ON_INBOX
+    elsewhere = {t for _, t in published_imports(all_roles, account)}
     streams = _widest(s for r in users for s in r.subscribe
-                      if s not in r.exported and (inboxes or not s.startswith("_INBOX")))
+                      if s not in r.exported and s not in elsewhere and (inboxes or not s.startswith("_INBOX")))
     return services, streams
+
+
+def published_imports(all_roles: list[Role], account: str) -> list[tuple[str, str]]:
+    """(source account, subject): the stream imports of `account` from the one other account whose
+    users publish what its users subscribe to (a publisher's live outcomes, from the claim
+    service's account), not from LEDGER: then nothing in LEDGER carries the subscription, so no
+    push consumer (which delivers in LEDGER, whoever made it) can be pointed at a publisher waiting
+    for its outcome (session 33; docs/security.md)."""
+    out = []
+    for subject in (s for r in all_roles if r.account == account for s in r.subscribe
+                    if s not in r.exported and not s.startswith("_INBOX")):
+        sources = {r.account for r in all_roles if r.account not in (account, LEDGER_ACCOUNT)
+                   and any(covers(p, subject) for p in r.publish)}
+        if len(sources) == 1:
+            out.append((sources.pop(), subject))
+    return list(dict.fromkeys(out))
+
+
+def served_imports(all_roles: list[Role]) -> list[tuple[str, str]]:
+    """(source account, subject): LEDGER's service imports of what the users of the other accounts
+    serve (`Role.exported`: each service's `gpu.cmd|qry.<area>.>`, a fleet's commands). Ops asks
+    them there, and so does every other account through its own import of LEDGER (the dashboard's
+    `gpu.qry.>`, a publisher's `gpu.cmd.claim.submit`): a request crosses two imports, and ops
+    sees it in LEDGER as before."""
+    out = [(r.account, t) for r in all_roles if r.account != LEDGER_ACCOUNT for t in r.exported]
+    wanted = _widest(t for _, t in out)
+    return [(a, t) for a, t in dict.fromkeys(out) if t in wanted]
 
 
 def _widest(subjects_: object) -> list[str]:
@@ -273,6 +318,19 @@ def covers(pattern: str, other: str) -> bool:
         if i >= len(have) or have[i] == ">" or (token != "*" and (have[i] == "*" or token != have[i])):
             return False
     return len(want) == len(have)
+
+
+def overlaps(a: str, b: str) -> bool:
+    """Whether some subject is matched by both patterns."""
+    x, y = a.split("."), b.split(".")
+    for i in range(max(len(x), len(y))):
+        if i >= len(x) or i >= len(y):
+            return False
+        if x[i] == ">" or y[i] == ">":
+            return True
+        if "*" not in (x[i], y[i]) and x[i] != y[i]:
+            return False
+    return True
 
 
 def matches(pattern: str, subject: str) -> bool:
@@ -381,14 +439,12 @@ def env_password(user: str) -> str:
     return "GPULEDGER_NATS_" + "".join(c if c.isalnum() else "_" for c in user).upper() + "_PASSWORD"
 
 
-OUTSIDE_ACCOUNTS = (PUBLIC_ACCOUNT, AGENTS_ACCOUNT)  # they reach the ledger through imports only
-
-
 def users_block(all_roles: list[Role], passwords: dict[str, str] | None = None,
                 public_keys: dict[str, str] | None = None) -> str:
-    """The `accounts { LEDGER {...} PUBLIC {...} AGENTS {...} }` block: each account's users,
-    LEDGER's exports to the others and their imports of them (`account_imports`), and what AGENTS
-    serves LEDGER (a simulated fleet's commands). Without `passwords` each password is the
+    """The `accounts { LEDGER {...} PUBLIC {...} AGENTS {...} SVC_<NAME> {...} }` block: each
+    account's users, LEDGER's exports to the others and their imports of them (`account_imports`),
+    what the services and a simulated fleet serve, to LEDGER (`served_imports`), and the claim
+    service's outcomes to the publishers (`published_imports`). Without `passwords` each password is the
     environment variable `env_password(user)` (how deploy/nats keeps secrets out of the file).
     With `public_keys` (user -> `U...` public nkey) the users are nkey users instead: the
     configuration then holds no secret at all (production: `gpuledger nats config --nkeys`)."""
@@ -400,9 +456,13 @@ def users_block(all_roles: list[Role], passwords: dict[str, str] | None = None,
             for subject in listed:
                 exports[LEDGER_ACCOUNT].setdefault(f"{kind}\0{subject}", []).append(account)
                 imports[account].append(_import(kind, LEDGER_ACCOUNT, subject))
-        for subject in _widest(s for r in all_roles if r.account == account for s in r.exported):
-            exports[account].setdefault(f"service\0{subject}", []).append(LEDGER_ACCOUNT)
-            imports[LEDGER_ACCOUNT].append(_import("service", account, subject))
+    for source, subject in served_imports(all_roles):  # what the services (and a fleet) serve
+        exports[source].setdefault(f"service\0{subject}", []).append(LEDGER_ACCOUNT)
+        imports[LEDGER_ACCOUNT].append(_import("service", source, subject))
+    for account in OUTSIDE_ACCOUNTS:  # a publisher's outcomes, from the claim service's account
+        for source, subject in published_imports(all_roles, account):
+            exports[source].setdefault(f"stream\0{subject}", []).append(account)
+            imports[account].append(_import("stream", source, subject))
     lines = ["accounts {"]
     for account in exports:
         # every account even without users: nats-server's reload (SIGHUP) wires the imports of an

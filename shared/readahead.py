@@ -33,7 +33,10 @@ headers (a follower's catch-up): the rows carry empty header dicts.
 from __future__ import annotations
 
 import asyncio
+import bisect
+import collections
 import fcntl
+import gc
 import json
 import logging
 import os
@@ -41,11 +44,13 @@ import struct
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Union
 
 import msgspec
 
 from schemas import authority
 from schemas import events as ev
+from schemas import lenient
 from shared.fastread import RangeReader, RangeReadError, open_range_reader
 
 READ_AHEAD_MIN = 50_000  # stored messages; below this a helper's start costs more than it saves
@@ -57,21 +62,25 @@ _FRAME = struct.Struct("<cI")  # kind, length of what follows
 BATCH, DECODED, END, FAILED = b"B", b"D", b"E", b"X"
 _ROWS = msgspec.msgpack.Decoder(tuple[list[tuple[int, str, bytes, dict[str, str]]], bytes])
 # a DECODED frame: the admitted rows' sequences, their payloads as one JSON array, the other rows
-# (their index in the batch, seq, subject, payload), and every row's subject in order, as msgpack
-# bytes decoded only by a caller that needs them (`DecodedRows.subjects`)
-_DECODED = msgspec.msgpack.Decoder(tuple[list[int], bytes, list[tuple[int, int, str, bytes]], bytes])
+# (their index in the batch, seq, subject, payload), every row's subject in order as msgpack bytes
+# decoded only by a caller that needs them (`DecodedRows.subjects`; none with `drop_dead`), the
+# indexes of the rows left out, and how many were sent in part (`DecodedFrames`)
+_DECODED = msgspec.msgpack.Decoder(tuple[list[int], bytes, list[tuple[int, int, str, bytes]], bytes, list[int], int])
 _SUBJECTS = msgspec.msgpack.Decoder(list[str])
 _ENCODE = msgspec.msgpack.Encoder().encode
-_EVENTS = msgspec.json.Decoder(list[ev.AnyEvent])  # the strict decoder, over a whole array
+# the strict decoder, over a whole array (and the helper's unchecked submits: `DecodedFrames`)
+_EVENTS = msgspec.json.Decoder(list[Union[ev.AnyEvent, lenient.unchecked_submits()]])
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 log = logging.getLogger("gpuledger.eventlog")
 
 
 async def open_read_ahead(nc, stream: str, from_seq: int, until_seq: int,
-                          subject: str | None = None, decoded: bool = False) -> "ReadAhead | None":
+                          subject: str | None = None, decoded: bool = False,
+                          drop_dead: bool = False) -> "ReadAhead | None":
     """A reader of [from_seq, until_seq] whose batches past the first HEAD messages a helper
     process reads, or None where `shared.fastread` cannot be used at all (as `open_range_reader`).
-    `decoded`: the helper's batches come as `DecodedRows` (the head's as rows all the same)."""
+    `decoded`: the helper's batches come as `DecodedRows` (the head's as rows all the same);
+    with `drop_dead`, without the events of claims released later (`DecodedFrames`)."""
     split = from_seq + HEAD
     head = await open_range_reader(nc, stream, from_seq, min(until_seq, split - 1), subject, headers=False)
     if head is None:
@@ -83,12 +92,13 @@ async def open_read_ahead(nc, stream: str, from_seq: int, until_seq: int,
         except BaseException:
             await head.close()
             raise
-    return ReadAhead(head, rest, decoded)
+    return ReadAhead(head, rest, decoded, drop_dead)
 
 
 class ReadAhead:
-    def __init__(self, head: RangeReader, rest: RangeReader | None, decoded: bool = False):
-        self.head, self.rest = head, rest
+    def __init__(self, head: RangeReader, rest: RangeReader | None, decoded: bool = False,
+                 drop_dead: bool = False):
+        self.head, self.rest, self.drop_dead = head, rest, drop_dead
         # decoded rows need the strict decoder's result to be the stored event itself: not where
         # an event type has upcasters (`schemas.events.decode_event` rewrites the payload first)
         self.decoded = decoded and not ev.upcasts.EVENT_KINDS
@@ -126,7 +136,7 @@ class ReadAhead:
             pass
         params = {"host": rest.host, "port": rest.port, "auth": rest.auth, "stream": rest.stream,
                   "consumer": rest.consumer, "inbox": rest.inbox, "until_seq": rest.until_seq,
-                  "decoded": self.decoded}
+                  "decoded": self.decoded, "drop_dead": self.drop_dead}
         try:
             self.helper = await asyncio.create_subprocess_exec(
                 sys.executable or "python3", "-m", "shared.readahead", stdin=asyncio.subprocess.PIPE,
@@ -204,16 +214,24 @@ class DecodedRows(list):
     fold makes: `ledger.follower` folds these as they are), (seq, subject, payload) for each other
     row, which the caller reads in full (undecodable, lenient, refused: counted and logged there).
     `raw` says how many rows are of the second kind (0 nearly always); `subjects()` every row's
-    subject, for a reader that needs them after all."""
+    subject, for a reader that needs them after all. Where the helper left out the events of claims
+    released later (`DecodedFrames`, `drop_dead`), `gone` holds the indexes of the stored rows left
+    out and `rewritten` counts those sent in part; such a batch carries no subjects (its reader
+    folds and nothing else: `ledger.follower` asks for it only then)."""
 
-    __slots__ = ("raw", "_subjects")
+    __slots__ = ("raw", "_subjects", "gone", "rewritten")
 
-    def __init__(self, rows: list, raw: int, subjects: bytes | list[str] = b"\x90"):
+    def __init__(self, rows: list, raw: int, subjects: bytes | list[str] = b"\x90", gone: list | None = None,
+                 rewritten: int = 0):
         super().__init__(rows)
-        self.raw, self._subjects = raw, subjects
+        self.raw, self._subjects, self.gone, self.rewritten = raw, subjects, gone or [], rewritten
 
     def subjects(self) -> list[str]:
         if isinstance(self._subjects, (bytes, bytearray, memoryview)):
+            if not self._subjects:
+                raise RuntimeError("a batch read ahead without the events of claims released later "
+                                   "(drop_dead) reached a reader that needs every event: a follower "
+                                   "that drops ended claims must have its listeners before it runs")
             self._subjects = _SUBJECTS.decode(self._subjects)
         if len(self._subjects) != len(self):
             raise RangeReadError("the read-ahead helper's decoded batch lacks its rows' subjects")
@@ -225,15 +243,16 @@ def decoded_rows(body) -> DecodedRows:
     by one, so it decodes whole; if it ever did not, the read stops here (RangeReadError) and the
     caller reads on through nats-py from the last row it folded."""
     try:
-        seqs, events, raw, subjects = _DECODED.decode(body)
+        seqs, events, raw, subjects, gone, rewritten = _DECODED.decode(body)
         events = _EVENTS.decode(events)
     except (msgspec.DecodeError, msgspec.ValidationError) as err:
         raise RangeReadError(f"the read-ahead helper's decoded batch did not decode: {err}") from err
     if len(events) != len(seqs):
         raise RangeReadError("the read-ahead helper's decoded batch has more sequences than events")
-    rows = DecodedRows(zip(seqs, events), len(raw), subjects)
+    rows = DecodedRows(zip(seqs, events), len(raw), subjects, gone, rewritten)
     for index, seq, subject, data in raw:  # in index order: each lands where it was read
-        rows.insert(index, (seq, subject, data))
+        # (an index counts the stored rows: those left out before it are not here)
+        rows.insert(index - bisect.bisect_left(gone, index) if gone else index, (seq, subject, data))
     return rows
 
 
@@ -306,12 +325,16 @@ async def _serve(params: dict, out: int) -> int:
     reader.inbox = params["inbox"]
     encode = msgspec.msgpack.Encoder().encode
     decoded = params.get("decoded", False)
+    frames = DecodedFrames(params.get("drop_dead", False))
     try:
         async for batch in reader.batches():
             if decoded:
-                _write(out, DECODED, encode(_decoded(batch)))
+                for body in frames.add(batch):
+                    _write(out, DECODED, body)
             else:
                 _write(out, BATCH, encode((batch, _admitted(batch))))
+        for body in frames.finish():
+            _write(out, DECODED, body)
     except BrokenPipeError:  # the caller stopped reading: nothing to tell it
         return 1
     except Exception as err:
@@ -336,25 +359,166 @@ def _admitted(batch: list) -> bytes:
     return bytes(marks)
 
 
-def _decoded(batch: list) -> tuple[list[int], bytes, list, bytes]:
-    """A DECODED frame's parts: `_admitted`'s checks, the admitted rows' payloads joined into one
-    JSON array (each decoded alone here, so the array decodes whole), the other rows as they are,
-    and the subjects of all (msgpack)."""
-    decode, admit_of, refuse = ev.event_decoder(), authority.ADMIT, authority.admits
-    seqs, payloads, raw = [], [], []
-    for i, (seq, subject, data, _headers) in enumerate(batch):
-        try:
-            event = decode(data)
-        except Exception:  # the caller reads it in full (leniently, or counts it undecodable)
-            raw.append((i, seq, subject, data))
-            continue
-        if admit_of.get(type(event), refuse)(subject, event):
+def _decoded(batch: list) -> tuple[list[int], bytes, list, bytes, list[int], int]:
+    """A DECODED frame's parts, nothing dropped (`DecodedFrames` without `drop_dead`)."""
+    frames = DecodedFrames(False)
+    return frames._parts(frames._read(batch))
+
+
+# fold only their claim's own fields (`ledger.evolve`: status allocated -> bound, env, lease and
+# activity times, history), which nothing else folded reads apart from whether the claim is live
+_PRIVATE = (ev.ClaimBound, ev.LeaseRenewed, ev.ClaimActivity)
+LOOKAHEAD = 32_768  # messages read past a batch before its frame is sent (when dropping dead events)
+_BATCH_HEAD = b'{"type":"EventBatch"'  # how an EventBatch's payload starts (the tag first)
+_UNCHECKED_HEAD = b'{"type":"' + lenient.UNCHECKED_SUBMITS.encode() + b'"'
+
+
+class DecodedFrames:
+    """The helper's DECODED frames, batch after batch: each row decoded with the strict types and
+    asked the authority table about (the caller's own checks), the admitted rows' payloads joined
+    into one JSON array, the others as they are.
+
+    `drop_dead` (a caller that drops ended claims, the allocator's catch-up: `keep_ended=False`):
+    a batch's frame waits until LOOKAHEAD more messages were read, and events that only change
+    their own claim's fields (`_PRIVATE`: bindings, renewals, activity) are left out where an
+    admitted ClaimReleased of that claim comes later in what was read; submits of such claims are
+    sent as unchecked submits (their pattern checks made here already). Such a release ends the
+    claim for good (a submit of an ended id is a repeat), or finds no claim, in which case the
+    events left out found none either; an ended claim leaves the caller's state, so nothing those
+    events wrote survives into it. A third of a replay's messages are bindings of claims released
+    later, and each cost the caller its decode and fold. Such frames carry no subjects: a caller
+    that would have to show every event after all (a listener added once the catch-up began) is
+    stopped with an error (`DecodedRows.subjects`) rather than shown some of them. The last row of
+    a batch is never left out: its sequence is the batch's position."""
+
+    def __init__(self, drop_dead: bool, lookahead: int = LOOKAHEAD):
+        self.drop_dead, self.lookahead = drop_dead, lookahead
+        self.decode, self.admit_of, self.refuse = ev.event_decoder(), authority.ADMIT, authority.admits
+        self.waiting: collections.deque = collections.deque()  # read batches, their frames not sent
+        self.waiting_rows = 0  # rows in `waiting`
+        self.released: dict[str, int] = {}  # claim id -> sequence of its last admitted release read
+        self.release_order: collections.deque = collections.deque()  # (seq, claim id), as read
+
+    def add(self, batch: list) -> list[bytes]:
+        """The frames ready once `batch` (rows in stream order) was read."""
+        read = self._read(batch)
+        if not self.drop_dead:
+            return [_ENCODE(self._parts(read))]
+        self.waiting.append(read)
+        self.waiting_rows += len(batch)
+        ready = []
+        while self.waiting and self.waiting_rows - len(self.waiting[0][0]) >= self.lookahead:
+            oldest = self.waiting.popleft()
+            self.waiting_rows -= len(oldest[0])
+            ready.append(self._frame(oldest))
+        return ready
+
+    def finish(self) -> list[bytes]:
+        """The frames still waiting, once the range is read."""
+        ready = []
+        while self.waiting:
+            ready.append(self._frame(self.waiting.popleft()))
+        return ready
+
+    def _read(self, batch: list) -> tuple[list, bytearray, list]:
+        """(the batch, each row's kind, each row's key): `_RAW` for a row the caller reads in full
+        (undecodable, or not admitted on its subject), `_KEEP` for one sent as stored, and with
+        `drop_dead` the kinds `_frame` may leave out or send in part, keyed by their claim ids (the
+        decoded event itself only for a batch with a binding, renewal or activity among other
+        events: the events are not kept while the lookahead waits). Admitted releases noted."""
+        decode, admit_of, refuse, drop = self.decode, self.admit_of, self.refuse, self.drop_dead
+        released, order, released_kind = self.released, self.release_order.append, ev.ClaimReleased
+        kinds, keys = bytearray(len(batch)), [None] * len(batch) if drop else None
+        for i, (seq, subject, data, _headers) in enumerate(batch):
+            try:
+                event = decode(data)
+            except Exception:  # the caller reads it in full (leniently, or counts it undecodable)
+                continue
+            kind = type(event)
+            if not admit_of.get(kind, refuse)(subject, event):
+                continue
+            kinds[i] = _KEEP
+            if not drop:
+                continue
+            if kind is released_kind:
+                released[event.claim_id] = seq
+                order((seq, event.claim_id))
+            elif kind in _PRIVATE:
+                kinds[i], keys[i] = _ONE_PRIVATE, event.claim_id
+            elif kind is ev.ClaimSubmitted:
+                kinds[i], keys[i] = _ONE_SUBMIT, event.claim.claim_id
+            elif kind is ev.EventBatch:
+                members = event.events
+                for member in members:
+                    if type(member) is released_kind:
+                        released[member.claim_id] = seq
+                        order((seq, member.claim_id))
+                if all(type(m) is ev.ClaimSubmitted for m in members):
+                    if members and data.startswith(_BATCH_HEAD):
+                        kinds[i], keys[i] = _SUBMITS, [m.claim.claim_id for m in members]
+                elif any(type(m) in _PRIVATE for m in members):
+                    kinds[i], keys[i] = _MIXED, event
+        return batch, kinds, keys
+
+    def _frame(self, read: tuple) -> bytes:
+        batch = read[0]
+        if batch:  # a release before this batch cannot end a claim after any of its rows
+            first, released, order = batch[0][0], self.released, self.release_order
+            while order and order[0][0] < first:
+                seq, claim_id = order.popleft()
+                if released.get(claim_id) == seq:
+                    del released[claim_id]
+        return _ENCODE(self._parts(read, True))
+
+    def _parts(self, read: tuple, slim: bool = False) -> tuple[list[int], bytes, list, bytes, list[int], int]:
+        """The frame's parts: the admitted rows' sequences and payloads (one JSON array), the other
+        rows (index, seq, subject, payload), all subjects (msgpack; none when leaving events out),
+        the indexes of the rows left out, how many rows were sent in part. With `slim`: a binding,
+        renewal or activity of a claim released later is left out, submits of such claims only are
+        sent as unchecked submits (`schemas.lenient.unchecked_submits`: read without the pattern
+        checks made here already), a batch without its members of the first kind."""
+        batch, kinds, keys = read
+        released = self.released
+        seqs, payloads, raw, gone, rewritten = [], [], [], [], 0
+        last = len(batch) - 1
+        for i, (seq, subject, data, _headers) in enumerate(batch):
+            kind = kinds[i]
+            if kind == _RAW:
+                raw.append((i, seq, subject, data))
+                continue
+            if kind != _KEEP and slim and i != last:
+                key = keys[i]
+                if kind == _ONE_PRIVATE:
+                    if released.get(key, 0) > seq:
+                        gone.append(i)
+                        continue
+                elif kind == _ONE_SUBMIT:
+                    if released.get(key, 0) > seq:
+                        data = _UNCHECKED_HEAD + b',"events":[' + data + b"]}"
+                        rewritten += 1
+                elif kind == _SUBMITS:
+                    for claim_id in key:
+                        if released.get(claim_id, 0) <= seq:
+                            break
+                    else:  # the same members, read unchecked
+                        data = _UNCHECKED_HEAD + data[len(_BATCH_HEAD):]
+                        rewritten += 1
+                else:  # _MIXED
+                    members = key.events
+                    kept = [m for m in members if type(m) not in _PRIVATE or released.get(m.claim_id, 0) <= seq]
+                    if not kept:
+                        gone.append(i)
+                        continue
+                    if len(kept) != len(members):
+                        data = ev.encode_event(msgspec.structs.replace(key, events=kept))
+                        rewritten += 1
             seqs.append(seq)
             payloads.append(data)
-        else:
-            raw.append((i, seq, subject, data))
-    subjects = _ENCODE([row[1] for row in batch])
-    return seqs, b"[" + b",".join(payloads) + b"]", raw, subjects
+        subjects = b"" if slim else _ENCODE([row[1] for row in batch])
+        return seqs, b"[" + b",".join(payloads) + b"]", raw, subjects, gone, rewritten
+
+
+_RAW, _KEEP, _ONE_PRIVATE, _ONE_SUBMIT, _SUBMITS, _MIXED = range(6)  # a row's kind (`DecodedFrames._read`)
 
 
 def _write(out: int, kind: bytes, body: bytes) -> None:
@@ -366,6 +530,9 @@ def _write(out: int, kind: bytes, body: bytes) -> None:
 
 def main() -> int:
     params = json.loads(sys.stdin.readline())
+    # what the helper holds (a lookahead of decoded events, `DecodedFrames`) forms no cycles: the
+    # collector would only scan it again and again (a third of the helper's CPU)
+    gc.disable()
     out = os.dup(sys.stdout.fileno())
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # a stray print must not corrupt a frame
     os.set_blocking(out, True)

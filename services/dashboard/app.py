@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from functools import lru_cache
 from pathlib import Path
 
 import msgspec
@@ -22,10 +23,18 @@ from shared.paced import SLOW_READER_LINGER_S
 
 from ledger.follower import Follower
 from services.dashboard import render, render_claim, views
-from services.dashboard.feed import Feed
+from services.dashboard.feed import KEEP, Feed
 from services.dashboard.merge import merge_expositions
 
 STATIC = Path(__file__).parent / "static"
+# Open /live streams at once (a page open in a browser tab is one). Each costs the dashboard a
+# coroutine, a socket and its share of every update; past this a new one is answered 503 rather
+# than slowing every page (session 33: nothing bounded them, and the dashboard is published for
+# anyone who can reach its port).
+MAX_LIVE = 64
+KEEPALIVE_S = 15.0
+# each line's <li> rendered once for every stream (it was rendered again for each open page)
+_item = lru_cache(maxsize=4 * KEEP)(render.event_item)
 
 
 class Dashboard:
@@ -37,6 +46,8 @@ class Dashboard:
         self.follower.listeners.append(self.feed)
         self.metrics = Metrics()
         self.metrics.follow_fold(lambda: self.follower.state.last_seq, event_log.last_seq)
+        self.live_streams = 0
+        self._chunks: dict[tuple[int, int, int], bytes] = {}  # one update's bytes, for streams alike
 
     # --- pages -----------------------------------------------------------------------------
 
@@ -83,22 +94,44 @@ class Dashboard:
     # --- live updates ------------------------------------------------------------------------
 
     async def live(self, request: Request) -> Stream | Response:
-        """Server-sent events: each new event log line as it is folded, a keep-alive otherwise."""
+        """Server-sent events: each new event log line as it is folded, a keep-alive otherwise.
+        Each update carries its last sequence as the event's id, which a browser sends back as
+        `Last-Event-ID` when it reconnects (to the same URL, the same `after`): the stream goes on
+        from there, not from `after` again, which showed every line since the page loaded twice."""
         after = request.query.get("after", "0").strip() or "0"
-        if not (after.isascii() and after.isdigit() and len(after) <= 20):
+        if not _is_seq(after):
             return Response(f"after: a log sequence number (a whole number >= 0), got {after[:40]!r}\n", 400)
-        return Stream(self._lines_after(int(after)))
+        resumed = request.headers.get("last-event-id", "").strip()
+        start = max(int(after), int(resumed) if _is_seq(resumed) else 0)
+        if self.live_streams >= MAX_LIVE:
+            return Response(f"too many live updates open ({self.live_streams}, at most {MAX_LIVE}): close "
+                            "some dashboard pages, or reload this one later\n", 503)
+        return Stream(self._lines_after(start))
 
     async def _lines_after(self, after: int):
-        while True:
-            lines = await self.feed.wait_after(after, timeout=15.0)
-            if lines:
-                after = lines[-1].seq
-                data = json.dumps([render.event_item(line) for line in lines])
-                yield f"event: lines\ndata: {data}\n\n".encode()
-            else:
-                yield b": keep-alive\n\n"
-            await asyncio.sleep(0.25)  # at most four updates a second, whatever the load
+        self.live_streams += 1
+        try:
+            while True:
+                lines = await self.feed.wait_after(after, timeout=KEEPALIVE_S)
+                if lines:
+                    yield self._chunk(after, lines)
+                    after = lines[-1].seq
+                else:
+                    yield b": keep-alive\n\n"
+                await asyncio.sleep(0.25)  # at most four updates a second, whatever the load
+        finally:
+            self.live_streams -= 1
+
+    def _chunk(self, after: int, lines: list) -> bytes:
+        """One update's bytes; pages that had read as far get the same, encoded once."""
+        key = (after, lines[-1].seq, len(lines))
+        chunk = self._chunks.get(key)
+        if chunk is None:
+            if len(self._chunks) >= 4 * MAX_LIVE:
+                self._chunks.clear()
+            data = json.dumps([_item(line) for line in lines])
+            chunk = self._chunks[key] = f"event: lines\nid: {lines[-1].seq}\ndata: {data}\n\n".encode()
+        return chunk
 
     # --- metrics -----------------------------------------------------------------------------
 
@@ -117,6 +150,10 @@ class Dashboard:
 
     async def healthz(self, request: Request) -> Response:
         return Response(f"ok {self.follower.state.last_seq}\n")
+
+
+def _is_seq(text: str) -> bool:
+    return text.isascii() and text.isdigit() and len(text) <= 20
 
 
 def _html(body: str, status: int = 200) -> Response:

@@ -127,7 +127,7 @@ async def test_a_follower_with_listeners_still_gets_rows(fresh_nats, small_read_
 
 def _frame(seqs, payloads, raw, subjects=()) -> bytes:
     return msgspec.msgpack.encode((seqs, b"[" + b",".join(payloads) + b"]", raw,
-                                   msgspec.msgpack.encode(list(subjects))))
+                                   msgspec.msgpack.encode(list(subjects)), [], 0))
 
 
 def test_rows_read_in_full_land_where_they_were_read():
@@ -156,10 +156,11 @@ def test_the_helper_sends_admitted_payloads_as_one_array_and_the_rest_as_rows():
     beat = encode_event(ev.NodeHeartbeat(node="n0", at=1.0))
     batch = [(1, subjects.node("n0"), beat, {}), (2, subjects.node("n1"), beat, {}),  # forged
              (3, subjects.node("n0"), b"{", {}), (4, subjects.node("n0"), beat, {})]
-    seqs, array, raw, named = readahead._decoded(batch)
+    seqs, array, raw, named, gone, rewritten = readahead._decoded(batch)
     assert seqs == [1, 4] and msgspec.json.decode(array) == [msgspec.json.decode(beat)] * 2
     assert raw == [(1, 2, subjects.node("n1"), beat), (2, 3, subjects.node("n0"), b"{")]
-    rows = readahead.decoded_rows(msgspec.msgpack.encode((seqs, array, raw, named)))
+    assert gone == [] and rewritten == 0
+    rows = readahead.decoded_rows(msgspec.msgpack.encode((seqs, array, raw, named, gone, rewritten)))
     assert [row[0] for row in rows] == [1, 2, 3, 4] and rows.raw == 2
     assert rows.subjects() == [row[1] for row in batch]
 

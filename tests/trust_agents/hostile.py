@@ -58,7 +58,7 @@ class Found:
     user: str
     stored: dict[str, int] = field(default_factory=dict)  # target -> messages stored there
     sent: int = 0
-    delivered: int = 0  # a push consumer's deliveries onto targets
+    pushed: "Pushed | None" = None  # push consumers' deliveries onto targets
 
     @property
     def total(self) -> int:
@@ -123,34 +123,63 @@ async def provoke(attacker, ops, role: nats_auth.Role, node: str, aims: list[str
     return found
 
 
-async def push_onto(attacker, ops, node: str, aims: list[str]) -> int:
-    """A node agent's own watch consumer (its record's key: what its user may create) made a push
-    consumer delivering onto each of `aims`, with someone listening there (ops, as a publisher
-    waiting for an outcome would): how many of its deliveries the streams stored there."""
+@dataclass
+class Pushed:
+    stored: int = 0  # deliveries the streams stored on an aim or off their stream's subjects
+    heard: int = 0  # deliveries a listener on an aim received (ops or a waiting publisher)
+    made: int = 0  # push consumers the server let the attacker make
+
+
+def _push_consumers(role: nats_auth.Role, node: str) -> list[tuple[str, str, str | None]]:
+    """(stream, consumer name, filter) of the push consumers `role`'s user may make: a node agent
+    its own watch (its record's key); a service any consumer on each stream it reads."""
+    if role.user.startswith("node-") and role.user != nats_auth.DEMO_AGENTS:
+        return [(subjects.NODE_GRANTS_STREAM, subjects.records_watcher(node), subjects.node_grants(node))]
+    readable = [s for s in (*STREAMS, subjects.INTAKE_STREAM) if f"$JS.API.CONSUMER.CREATE.{s}.>" in role.publish]
+    return [(s, "hostile-push", None) for s in readable]
+
+
+async def push_onto(attacker, ops, role: nats_auth.Role, node: str, aims: list[str], publisher=None,
+                    ops_listens: bool = True) -> Pushed:
+    """Push consumers the attacker may make (`_push_consumers`) delivering onto each of `aims`,
+    with someone listening there: ops on every aim (an operator's `nats sub`; unless not
+    `ops_listens`), and `publisher` (a
+    PUBLIC connection) on outcome aims, as a publisher waiting for that claim's outcome would.
+    What the streams stored, and what the listeners heard."""
     js, ajs = ops.jetstream(), attacker.jetstream()
-    stream, name = subjects.NODE_GRANTS_STREAM, subjects.records_watcher(node)
+    found = Pushed()
     before = await _last_seqs(js)
     for aim in aims:
-        listening = await ops.subscribe(aim)
-        await ops.flush()
-        try:
-            await ajs.add_consumer(stream, config=api.ConsumerConfig(
-                name=name, filter_subject=subjects.node_grants(node), deliver_subject=aim,
-                deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT, ack_policy=api.AckPolicy.NONE))
-        except Exception:  # refused: nothing to count
-            await listening.unsubscribe()
-            continue
-        try:
-            await listening.next_msg(timeout=2)  # delivered (it is not, where the server refuses)
-        except nats.errors.TimeoutError:
-            pass
-        await listening.unsubscribe()
-        try:
-            await ajs.delete_consumer(stream, name)
-        except Exception:
-            pass
+        listeners = [ops] if ops_listens else []
+        listeners += [publisher] if publisher and aim.startswith("gpu.outcome.") else []
+        for stream, name, only in _push_consumers(role, node):
+            subs = [await nc.subscribe(aim) for nc in listeners]
+            for nc in listeners:
+                await nc.flush()
+            try:
+                await ajs.add_consumer(stream, config=api.ConsumerConfig(
+                    name=name, filter_subject=only, deliver_subject=aim,
+                    deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT if only else api.DeliverPolicy.LAST,
+                    ack_policy=api.AckPolicy.NONE))
+                found.made += 1
+            except Exception:  # refused: nothing to count
+                for sub in subs:
+                    await sub.unsubscribe()
+                continue
+            for sub in subs:
+                try:
+                    await sub.next_msg(timeout=2)  # delivered (it is not, where the server refuses)
+                    found.heard += 1
+                except nats.errors.TimeoutError:
+                    pass
+                await sub.unsubscribe()
+            try:
+                await ajs.delete_consumer(stream, name)
+            except Exception:
+                pass
     await _settled(ops, js, f"{subjects.DEAD_LETTER}.hostile")
-    return await _misplaced_since(js, before, set(aims))
+    found.stored = await _misplaced_since(js, before, set(aims))
+    return found
 
 
 async def _misplaced_since(js, since: dict[str, int], aims: set[str]) -> int:
@@ -169,10 +198,11 @@ async def _misplaced_since(js, since: dict[str, int], aims: set[str]) -> int:
     return count
 
 
-async def run(data_dir: Path, host: str, port: int, times: int) -> list[Found]:
+async def run(data_dir: Path, host: str, port: int, times: int, ops_listens: bool = True) -> list[Found]:
     passwords = json.loads((data_dir / nats_auth.SECRETS_FILE).read_text())
     url = lambda user: nats_auth.user_url(user, passwords[user], host, port)  # noqa: E731
     ops = await nats.connect(url(nats_auth.OPS), inbox_prefix=nats_auth.user_inbox(nats_auth.OPS))
+    publisher = await nats.connect(url(nats_auth.PUBLISHER))
     keys = [k.rsplit(".", 1)[-1] for k in await _grant_keys(ops.jetstream())]
     out = []
     for user in passwords:
@@ -186,12 +216,13 @@ async def run(data_dir: Path, host: str, port: int, times: int) -> list[Found]:
         attacker = await nats.connect(url(user), inbox_prefix=nats_auth.user_inbox(user))
         try:
             found = await provoke(attacker, ops, role, node, aims, times)
-            if user.startswith("node-"):
-                found.delivered = await push_onto(attacker, ops, node, [a for a in aims if not may_publish(role, a)])
+            found.pushed = await push_onto(attacker, ops, role, node, [a for a in aims if not may_publish(role, a)],
+                                           publisher, ops_listens)
         finally:
             await attacker.close()
         out.append(found)
     await ops.close()
+    await publisher.close()
     return out
 
 
@@ -212,10 +243,14 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=4222)
     parser.add_argument("--times", type=int, default=20, help="provocations per target and kind")
+    parser.add_argument("--no-ops-listener", action="store_true",
+                        help="push consumers' aims: only a publisher listens (on outcome subjects), not ops")
     args = parser.parse_args()
-    for found in asyncio.run(run(args.data_dir, args.host, args.port, args.times)):
+    for found in asyncio.run(run(args.data_dir, args.host, args.port, args.times, not args.no_ops_listener)):
+        pushed = found.pushed or Pushed()
         print(json.dumps({"user": found.user, "sent": found.sent, "stored": found.stored,
-                          "stored_total": found.total, "push_delivered_stored": found.delivered}))
+                          "stored_total": found.total, "push_made": pushed.made,
+                          "push_heard": pushed.heard, "push_stored": pushed.stored}))
 
 
 if __name__ == "__main__":

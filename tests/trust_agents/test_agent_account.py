@@ -50,6 +50,7 @@ def test_no_two_imports_of_an_account_overlap():
 def test_the_config_lists_each_import_once_and_streams_the_fetches():
     block = nats_auth.users_block(_roles(), {r.user: "x" for r in _roles()})
     agents = block[block.index("  AGENTS {"):]
+    agents = agents[:agents.index("\n  }\n")]  # its own block only (the services' accounts follow)
     imports = re.findall(r'\{service: \{account: "LEDGER", subject: "([^"]+)"\}\}', agents)
     assert len(imports) == len(set(imports)) and any(".MSG.NEXT." in s for s in imports)
     fetch_exports = [line for line in block.splitlines() if "$JS.API.CONSUMER.MSG.NEXT." in line and "service:" in line

@@ -51,6 +51,10 @@
     refreshSoon();
   });
   source.onopen = () => { badge.textContent = "live"; badge.classList.remove("off"); };
-  source.onerror = () => { badge.textContent = "reconnecting"; badge.classList.add("off"); };
+  source.onerror = () => {
+    // CLOSED: refused (too many pages open: 503), so the browser will not try again by itself
+    badge.textContent = source.readyState === EventSource.CLOSED ? "not live: reload later" : "reconnecting";
+    badge.classList.add("off");
+  };
   localiseTimes(document);
 })();
