@@ -73,6 +73,10 @@ class ClaimService:
         self.follower = Follower(event_log, places=False, collect_old=False)
         self.releases = ReleaseAppender(event_log, self.follower, clock)
         self.rejected: dict[str, ev.ClaimRejected] = {}  # intake refusals, by claim id
+        # claims taken (by an intake consumer's batch or a submit request) and not folded yet, with
+        # their systems: checked like the log's, since each appends on its own (session 33: one id
+        # taken by two at once was appended twice; services/claim/intake.py)
+        self.in_flight: dict[str, tuple[ClaimSpec, str]] = {}
         self.by_token: dict[str, str] = {}  # subject token -> claim id, for ids a token rewrites
         # one listener for the three notes below (refusals, subject tokens, owners): a listener is
         # called for every event folded, four or five per claim
@@ -201,13 +205,22 @@ class ClaimService:
         # sharing its subject) was appended instead of refused (tests/outsider/test_intake_while_catching_up.py)
         await self.follower.caught_up.wait()
         async with self._submitting:  # checked against every submit before it, as it is appended
-            event = self.prepare(spec, trace, system=system, internal=internal)
+            taken = self.in_flight.get(spec.claim_id)  # an intake batch's, not folded yet
+            pending, owners = ({spec.claim_id: taken[0]}, {spec.claim_id: taken[1]}) if taken else (None, None)
+            event = self.prepare(spec, trace, pending=pending, system=system, pending_owners=owners,
+                                 internal=internal)
             existing = event is None
             spec = event.claim if event is not None else spec
             if event is not None:
-                appended = await self.log.append(subjects.claim(spec.claim_id), event, msg_id=spec.claim_id,
-                                                 headers=inject_headers())
-                await self.follower.wait_for_seq(appended.seq)
+                self.in_flight[spec.claim_id] = (spec, system)
+                try:
+                    appended = await self.log.append(subjects.claim(spec.claim_id), event, msg_id=spec.claim_id,
+                                                     headers=inject_headers())
+                    await self.follower.wait_for_seq(appended.seq)
+                finally:
+                    self.in_flight.pop(spec.claim_id, None)
+            elif taken:  # the same claim, in an intake batch: answered once that is folded
+                await self.follower.wait_until(lambda: spec.claim_id in self.state.claims, 30.0)
         if wait_seconds > 0 and self.waiting < SUBMIT_WAITS:
             self.waiting += 1
             try:

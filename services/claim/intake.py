@@ -258,6 +258,30 @@ async def handle_intake_batch(service, messages: list[tuple]) -> None:
     accepted: dict[str, ev.ClaimSubmitted] = {}
     specs: dict[str, ClaimSpec] = {}
     owners: dict[str, str] = {}  # claim id -> its system, for the claims in `specs` that have one
+    in_flight = _in_flight(service)
+    try:
+        await _take_batch(service, messages, accepted, specs, owners, in_flight)
+    finally:
+        for claim_id in accepted:  # folded by now (or failed, to come again): the fold answers for them
+            in_flight.pop(claim_id, None)
+
+
+def _in_flight(service) -> dict[str, tuple[ClaimSpec, str]]:
+    """Claims this service took and has not folded yet, with their systems (`ClaimService.in_flight`),
+    across its intake consumers (the plain intake's and the systems') and submit requests: each
+    drains and appends on its own,
+    and a claim one of them took is not in the fold until its batch is read back. The same new id
+    taken by both at once was appended twice (session 33: 10 of 200 ids published at once by the
+    shared publisher and a system), and the later claim (or, appended alone under its id as msg id,
+    deduplicated away) never had an outcome."""
+    in_flight = getattr(service, "in_flight", None)
+    if in_flight is None:  # a stand-in service of a test
+        in_flight = service.in_flight = {}
+    return in_flight
+
+
+async def _take_batch(service, messages: list[tuple], accepted: dict, specs: dict, owners: dict,
+                      in_flight: dict) -> None:
     with tracer().start_as_current_span("claim.intake") as span:  # one span per drained batch
         span.set_attribute("gpuledger.messages", len(messages))
         # the trace of a claim its publisher sent none: this span's, the same for the whole batch
@@ -266,9 +290,10 @@ async def handle_intake_batch(service, messages: list[tuple]) -> None:
         stamps = STAMPS.get()
         for data, headers, *rest in messages:
             seq, system = rest[0] if rest else 0, rest[1] if len(rest) > 1 else ""
-            event = await _accept(service, data, headers, specs, seq, system, owners, current)
+            event = await _accept(service, data, headers, specs, seq, system, owners, current, in_flight)
             if event is not None:
                 accepted[event.claim.claim_id], specs[event.claim.claim_id] = event, event.claim
+                in_flight[event.claim.claim_id] = (event.claim, system)
                 if system:
                     owners[event.claim.claim_id] = system
                 if stamps is not None:
@@ -320,16 +345,20 @@ def split_under(events: list[ev.ClaimSubmitted], limit: int) -> list[list[ev.Cla
 
 async def _accept(service, data: bytes, headers: dict[str, str], specs: dict[str, ClaimSpec], seq: int = 0,
                   system: str = "", owners: dict[str, str] | None = None,
-                  current_trace: dict[str, str] | None = None) -> ev.ClaimSubmitted | None:
+                  current_trace: dict[str, str] | None = None,
+                  in_flight: dict[str, tuple[ClaimSpec, str]] | None = None) -> ev.ClaimSubmitted | None:
     # no span per claim (they cost a third of this service): the batch has one, and a publisher's
     # own trace context travels on in the claim's `trace`
     try:
         spec = decode_claim(data)
     except Exception as err:  # msgspec's errors, invalid UTF-8 (ValueError), nesting (RecursionError)
         await _reject(service, _readable_id(data, headers), "invalid", decode_error(err, data),
-                      name_the_key(field_of(err), data, decode_claim), data, specs, seq, system)
+                      name_the_key(field_of(err), data, decode_claim), data, specs, seq, system, owners)
         return None
     trace = trace_of(headers)
+    taken = in_flight.get(spec.claim_id) if in_flight else None
+    if taken is not None and spec.claim_id not in specs:  # another consumer's batch has it, unfolded
+        specs, owners = {**specs, spec.claim_id: taken[0]}, {**(owners or {}), spec.claim_id: taken[1]}
     try:
         return service.prepare(spec, trace or None, pending=specs, system=system, pending_owners=owners,
                                current_trace=current_trace)
@@ -338,8 +367,7 @@ async def _accept(service, data: bytes, headers: dict[str, str], specs: dict[str
         field = err.field.removeprefix("claim.")
         if _seed_spelled(data):  # answered in the names the publisher wrote
             field = seed_field(field, CLAIM_WIRE) if field else field
-        elsewhere = err.code == "conflict" and _held_by_another(service, spec.claim_id, specs, owners, system)
-        await _reject(service, spec.claim_id, err.code, err.message, field, data, specs, seq, system, elsewhere)
+        await _reject(service, spec.claim_id, err.code, err.message, field, data, specs, seq, system, owners)
         return None
 
 
@@ -348,11 +376,14 @@ def _held_by_another(service, claim_id: str, specs: dict[str, ClaimSpec], owners
     """The id is a claim of another submitter (another system, or ops and the shared publisher
     for a system, or a system for them): its outcome is on another subject than this sender's, so
     the sender's stays empty unless the refusal is written there (`_outcome_of_refusal`)."""
-    if claim_id in service.state.claims:
+    if not claim_id:
+        return False
+    if claim_id in service.state.claims or claim_id in service.state.ended:
         return service.owner(claim_id) != system
     if claim_id in specs:
         return (owners or {}).get(claim_id, "") != system
-    return False
+    taken = _in_flight(service).get(claim_id)  # another consumer's batch, or a submit
+    return taken is not None and taken[1] != system
 
 
 def _seed_spelled(data: bytes) -> bool:
@@ -411,12 +442,13 @@ def _batch_id(claim_ids: list[str]) -> str:
 
 async def _reject(service, claim_id: str, code: str, message: str, field: str, data: bytes,
                   specs: dict[str, ClaimSpec], seq: int = 0, system: str = "",
-                  held_by_another: bool = False) -> None:
+                  owners: dict[str, str] | None = None) -> None:
     """A refusal on the claim's subject, so its sender can look it up, unless that id is already
-    a claim: a different claim (or a malformed payload) reusing the id must never touch it.
-    `held_by_another`: the id is another submitter's claim, whose outcome is on another subject
-    than the sender's: the refusal is written on the sender's own (`_outcome_of_refusal`)."""
-    event = await _dead_letter(service, claim_id, code, message, field, data, seq, system, held_by_another)
+    a claim: a different claim (or a malformed payload) reusing the id must never touch it. Where
+    that claim is another submitter's, its outcome is on another subject than the sender's: the
+    refusal is written on the sender's own (`_outcome_of_refusal`), whatever was refused."""
+    elsewhere = _held_by_another(service, claim_id, specs, owners, system)
+    event = await _dead_letter(service, claim_id, code, message, field, data, seq, system, elsewhere)
     if claim_id and not _known(service, claim_id, specs):
         await _refuse_on_subject(service, claim_id, event)
 
@@ -452,7 +484,7 @@ def _known(service, claim_id: str, specs: dict[str, ClaimSpec]) -> bool:
     """The id, or its subject (`col_a` is `col.a`'s), already belongs to a claim."""
     state = service.state
     return (claim_id in state.claims or claim_id in state.ended or claim_id in specs
-            or bool(service.shares_subject(claim_id, specs)))
+            or claim_id in _in_flight(service) or bool(service.shares_subject(claim_id, specs)))
 
 
 async def _dead_letter(service, claim_id: str, code: str, message: str, field: str, data: bytes,

@@ -151,7 +151,13 @@ def _write_rows(conn: Connection, changes: Changes) -> None:
 
 
 def _upsert(conn: Connection, table: type, rows: list[dict[str, Any]]) -> None:
-    """Insert or replace by primary key: one statement per table and batch."""
+    """Insert or replace by primary key: one statement per table and batch, in key order. A batch's
+    rows come in the order their claims were touched, scattered over the table's b-tree, and each
+    row's page was looked for anew (SQLite's page cache holds a few MB, a table of tens of thousands
+    of claims more): in key order consecutive rows share pages (a claim row updated: 7.0 against
+    12.9 us in a model of 25,000 updates of a 40,000-claim table). A batch holds each key once, so
+    the order changes nothing else."""
+    rows.sort(key=itemgetter(_KEYS[table].key))
     dialect_insert = _UPSERTS.get(conn.dialect.name)
     if dialect_insert is None:  # another database: delete and insert, in the same transaction
         _delete_keys(conn, table, {row[_KEYS[table].key] for row in rows})
@@ -181,6 +187,7 @@ def _update(conn: Connection, table: type, rows: list[dict[str, Any]]) -> None:
 
     for row in rows:
         row[UPDATE_KEY] = row[key]
+    rows.sort(key=itemgetter(key))  # see `_upsert`
     _executemany(conn, build, table, rows, ("update", columns))
 
 

@@ -69,3 +69,22 @@ async def test_the_shared_publisher_and_a_system_each_read_the_refusal_of_the_ot
     await _publish(billing, "billing", {"claim_id": "taken-3", "namespace": "team-a", "gpus": 1}, "bill-taken-3")
     theirs = await outcome_when(billing.nc.jetstream(), "taken-3", _refused, system="billing")
     assert (theirs.status, theirs.code) == ("rejected", "conflict") and "not submitted by a system" in theirs.message
+
+
+async def test_any_refusal_of_another_s_id_reaches_its_sender(tenants):  # noqa: F811
+    """Not only conflicts: a payload refused for what it holds (`gpus: -1`) or for its namespace,
+    under an id another system holds, was a dead letter only too."""
+    billing = await tenants.server.connect("system-billing")
+    render = await tenants.server.connect("system-render")
+    await _publish(billing, "billing", {"claim_id": "taken-4", "namespace": "team-a", "gpus": 1}, "bill-taken-4")
+    held = await outcome_when(billing.nc.jetstream(), "taken-4", _held, system="billing")
+    await _publish(render, "render", {"claim_id": "taken-4", "namespace": "team-c", "gpus": -1}, "rend-taken-4")
+    bad = await outcome_when(render.nc.jetstream(), "taken-4", _refused, system="render")
+    assert (bad.status, bad.code, bad.reasons[0].field) == ("rejected", "invalid", "gpus"), bad
+    await _publish(billing, "billing", {"claim_id": "taken-5", "namespace": "team-b", "gpus": 1}, "bill-taken-5")
+    await outcome_when(billing.nc.jetstream(), "taken-5", _held, system="billing")
+    await _publish(render, "render", {"claim_id": "taken-5", "namespace": "team-a", "gpus": 1}, "rend-taken-5")
+    forbidden = await outcome_when(render.nc.jetstream(), "taken-5", _refused, system="render")
+    assert (forbidden.status, forbidden.code) == ("rejected", "forbidden") and not forbidden.devices, forbidden
+    again = await last_outcome(billing.nc.jetstream(), "taken-4", "billing")
+    assert again.status == held.status and again.devices == held.devices, again

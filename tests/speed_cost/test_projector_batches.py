@@ -76,3 +76,32 @@ def test_a_batch_with_a_registration_is_still_marked_before_the_fold():
     rows = index_rows(8, other)
     assert [(r["claim_id"], r["part"], r["type"]) for r in rows] == [
         ("c0", 0, "ClaimBound"), ("c0", 1, "ClaimReleased"), ("c1", 2, "ClaimReleased")]
+
+
+def test_a_commit_writes_its_claim_rows_in_key_order(tmp_path, monkeypatch):
+    """A batch's claim rows (new ones and updates) go to the database in the order of their key,
+    not in the order their claims were touched: consecutive rows then share the table's pages
+    (store._upsert). The rows are the same."""
+    from services.projector import store
+    from services.projector.models import ClaimRow
+    from services.projector.projector import Projector
+    from tests.speed.test_followers_projector_rows import engine_at
+
+    written = []
+    real = store._executemany
+
+    def recording(conn, build, table, rows, kind):
+        if table is ClaimRow:
+            written.append((kind if isinstance(kind, str) else kind[0], [row["id"] for row in rows]))
+        return real(conn, build, table, rows, kind)
+
+    monkeypatch.setattr(store, "_executemany", recording)
+    projector = Projector(engine_at(tmp_path, "rm.db"))
+    ids = [f"c{n}" for n in (7, 3, 9, 1, 5)]
+    batch = ev.EventBatch(events=[ev.ClaimSubmitted(claim=ClaimSpec(claim_id=c, namespace="ns"), at=1.0)
+                                  for c in ids], at=1.0)
+    projector.stage(1, batch)
+    projector.flush()
+    projector.stage(2, ev.EventBatch(events=[ev.ClaimReleased(claim_id=c, at=2.0) for c in reversed(ids)], at=2.0))
+    projector.flush()
+    assert written == [("upsert", sorted(ids)), ("update", sorted(ids))]
