@@ -58,6 +58,11 @@ def service_account(user: str) -> str:
 
 
 SERVICE_ACCOUNTS = tuple(service_account(u) for u in SERVICES)
+# Session 33: the services stay in LEDGER for now. In their own accounts (`service_account`) a
+# Node.js publisher's live outcome subscription got no outcome from the real claim service
+# (tests/contract/test_outsider_client.py, tests/trust_edge/test_node_publisher_auth.py), found
+# too late to fix: docs/security.md, "Known gaps".
+SERVICES_IN = LEDGER_ACCOUNT
 # every account but LEDGER: they reach the ledger through imports only (`account_imports`)
 OUTSIDE_ACCOUNTS = (PUBLIC_ACCOUNT, AGENTS_ACCOUNT, *SERVICE_ACCOUNTS)
 # the accounts whose users create push consumers (a service's followers, a node agent's watch of
@@ -111,7 +116,7 @@ def _service(user: str, publish: list[str], serves: list[str], reads: tuple[str,
         pub += _read(stream)
     # replies and deliveries on its own inbox prefix: no service may listen to another's replies
     return Role(user, tuple(dict.fromkeys(pub)), tuple(dict.fromkeys([*serves, f"{user_inbox(user)}.>"])),
-                notes=notes, account=service_account(user), exported=tuple(serves))
+                notes=notes, account=SERVICES_IN, exported=tuple(serves) if SERVICES_IN != LEDGER_ACCOUNT else ())
 
 
 def service_roles() -> list[Role]:
