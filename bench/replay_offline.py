@@ -154,6 +154,17 @@ def rebuild_from(tree: str, url: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def _cpu_of(pid: int) -> float:
+    """CPU seconds a process has used (user + system, Linux's /proc), 0.0 where unreadable: the
+    nats-server's share of a rebuild shares the read-ahead helper's core."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def rebuilds(log: dict, trees: list[str], runs: int) -> bool:
     import tempfile
 
@@ -168,7 +179,9 @@ def rebuilds(log: dict, trees: list[str], runs: int) -> bool:
                               "write_seconds": round(wrote["seconds"], 2)}), flush=True)
             for run in range(runs):
                 for tree in trees:
+                    served = _cpu_of(server.process.pid)
                     child = rebuild_from(tree, server.url)
+                    child["nats_server_cpu_s"] = round(_cpu_of(server.process.pid) - served, 2)
                     checked = child.pop("digest") == log["digest"]
                     agreed = agreed and checked
                     print(json.dumps({"tree": tree, "run": run, "seconds": round(child.pop("seconds"), 3),

@@ -43,6 +43,20 @@ def max_claims(units, labels: dict[str, str]) -> int:
     return min(BASE + sum(max(unit.max_holders, PER_DEVICE) for unit in units), CEILING)
 
 
+def label_problem(labels: dict[str, str]) -> str:
+    """What is wrong with a node's cap label ("" when nothing, or no label): the node agent checks
+    its own at start, where the fold would only ignore a bad value."""
+    text = labels.get(LABEL)
+    if text is None:
+        return ""
+    value = _whole(text)
+    if value is None:
+        return f"label {LABEL}: {text[:40]!r} is not a whole number from 1 up"
+    if value > CEILING:
+        return f"label {LABEL}: {value} is more than {CEILING}, the most live claims a node may hold"
+    return ""
+
+
 def room(cap: int, claims: int, grants: int) -> int:
     """How many more grants (a CPU-only claim counts one) a node may take, up to ROOM."""
     left = cap - (claims if claims > grants else grants)

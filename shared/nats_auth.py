@@ -262,9 +262,9 @@ def account_imports(all_roles: list[Role], account: str) -> tuple[list[str], lis
     account only: each subject its users may publish, as a service (its acknowledgement or reply
     comes back through the import, never onto a ledger subject), and each they may subscribe to, as
     a stream (but what they serve themselves, and inboxes unless the account's users are delivered
-    there: `DELIVERED_ON_INBOX`). What another account serves is imported from there instead
-    (LEDGER imports it: `served_imports`, so a request from another account crosses LEDGER, where
-    ops sees it, as before), and a subject another import of the account covers is left out (two
+    there: `DELIVERED_ON_INBOX`; and what one other account publishes: `published_imports`). A
+    request another account serves crosses LEDGER, which imports it from there (`served_imports`),
+    so ops sees it as before. A subject another import of the account covers is left out (two
     overlapping service imports would both carry a request). Nothing else of LEDGER is visible
     from the account; its users' permissions narrow it further."""
     users = [r for r in all_roles if r.account == account]
@@ -281,7 +281,9 @@ def published_imports(all_roles: list[Role], account: str) -> list[tuple[str, st
     users publish what its users subscribe to (a publisher's live outcomes, from the claim
     service's account), not from LEDGER: then nothing in LEDGER carries the subscription, so no
     push consumer (which delivers in LEDGER, whoever made it) can be pointed at a publisher waiting
-    for its outcome (session 33; docs/security.md)."""
+    for its outcome (session 33; docs/security.md). It is needed anyway: nats-server hands a
+    message that reached LEDGER through a service import (the claim service's outcome append) to
+    no stream import of LEDGER's."""
     out = []
     for subject in (s for r in all_roles if r.account == account for s in r.subscribe
                     if s not in r.exported and not s.startswith("_INBOX")):
@@ -444,8 +446,8 @@ def users_block(all_roles: list[Role], passwords: dict[str, str] | None = None,
     """The `accounts { LEDGER {...} PUBLIC {...} AGENTS {...} SVC_<NAME> {...} }` block: each
     account's users, LEDGER's exports to the others and their imports of them (`account_imports`),
     what the services and a simulated fleet serve, to LEDGER (`served_imports`), and the claim
-    service's outcomes to the publishers (`published_imports`). Without `passwords` each password is the
-    environment variable `env_password(user)` (how deploy/nats keeps secrets out of the file).
+    service's outcomes to the publishers (`published_imports`). Without `passwords` each password
+    is the environment variable `env_password(user)` (how deploy/nats keeps secrets out of the file).
     With `public_keys` (user -> `U...` public nkey) the users are nkey users instead: the
     configuration then holds no secret at all (production: `gpuledger nats config --nkeys`)."""
     exports: dict[str, dict[str, list[str]]] = {a: {} for a in (LEDGER_ACCOUNT, *OUTSIDE_ACCOUNTS)}

@@ -369,6 +369,7 @@ def _decoded(batch: list) -> tuple[list[int], bytes, list, bytes, list[int], int
 # activity times, history), which nothing else folded reads apart from whether the claim is live
 _PRIVATE = (ev.ClaimBound, ev.LeaseRenewed, ev.ClaimActivity)
 LOOKAHEAD = 32_768  # messages read past a batch before its frame is sent (when dropping dead events)
+RAMP = 4_096  # ... at first: then as many as were sent, up to LOOKAHEAD
 _BATCH_HEAD = b'{"type":"EventBatch"'  # how an EventBatch's payload starts (the tag first)
 _UNCHECKED_HEAD = b'{"type":"' + lenient.UNCHECKED_SUBMITS.encode() + b'"'
 
@@ -396,6 +397,7 @@ class DecodedFrames:
         self.decode, self.admit_of, self.refuse = ev.event_decoder(), authority.ADMIT, authority.admits
         self.waiting: collections.deque = collections.deque()  # read batches, their frames not sent
         self.waiting_rows = 0  # rows in `waiting`
+        self.sent = 0  # rows whose frames were sent
         self.released: dict[str, int] = {}  # claim id -> sequence of its last admitted release read
         self.release_order: collections.deque = collections.deque()  # (seq, claim id), as read
 
@@ -407,10 +409,15 @@ class DecodedFrames:
         self.waiting.append(read)
         self.waiting_rows += len(batch)
         ready = []
-        while self.waiting and self.waiting_rows - len(self.waiting[0][0]) >= self.lookahead:
+        # the lookahead grows with what was sent (from RAMP): the caller, which reads the range's
+        # head itself meanwhile, is not kept waiting for a whole LOOKAHEAD at the start
+        ahead = min(self.lookahead, max(self.sent, RAMP))
+        while self.waiting and self.waiting_rows - len(self.waiting[0][0]) >= ahead:
             oldest = self.waiting.popleft()
             self.waiting_rows -= len(oldest[0])
+            self.sent += len(oldest[0])
             ready.append(self._frame(oldest))
+            ahead = min(self.lookahead, max(self.sent, RAMP))
         return ready
 
     def finish(self) -> list[bytes]:

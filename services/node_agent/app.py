@@ -17,6 +17,7 @@ import sys
 from typing import Any
 
 from ledger.follower import Refreezer, old_generation_off
+from ledger import node_claims
 from ledger.inventory import labels_problem as inventory_labels
 from shared.nats_auth import DEMO_AGENTS, node_inbox, user_inbox
 from shared.natscluster import INBOX_PREFIX_ENV
@@ -103,7 +104,8 @@ def local_labels() -> dict[str, str]:
         if not sep or not key.strip():
             raise AgentSetupError(f"GPULEDGER_NODE_LABELS: {item!r} is not key=value")
         labels[key.strip()] = value.strip()
-    problem = inventory_labels(labels)  # the fold would drop the whole inventory (ledger/inventory.py)
+    # the fold would drop the whole inventory (ledger/inventory.py), or ignore a bad cap (node_claims.py)
+    problem = inventory_labels(labels) or node_claims.label_problem(labels)
     if problem:
         raise AgentSetupError(f"GPULEDGER_NODE_LABELS: {problem}")
     return labels

@@ -5,6 +5,8 @@ wait, once a node holds its cap of live claims or device grants."""
 
 from __future__ import annotations
 
+import pytest
+
 from schemas import events as ev
 from schemas.grants import LiveClaim, NodeGrants, encode_grants
 from schemas.reasons import BY_CODE
@@ -160,3 +162,16 @@ def test_nodes_far_from_their_cap_share_a_view_whatever_their_claim_counts():
     a, b = state.nodes["a"], state.nodes["b"]
     assert (len(a.claims), len(b.claims)) == (1, 2)
     assert a.view is b.view and a.view.claims_room == node_claims.ROOM
+
+
+def test_the_agent_refuses_a_cap_label_that_is_no_whole_number_or_past_the_ceiling(monkeypatch):
+    """The fold ignores a bad value (the default cap applies); the agent says so at start."""
+    from services.node_agent.app import AgentSetupError, local_labels
+
+    for value, problem in (("lots", "'lots' is not a whole number from 1 up"), ("0", "'0' is not a whole"),
+                           ("5000", "5000 is more than 1000")):
+        monkeypatch.setenv("GPULEDGER_NODE_LABELS", f"zone=a,{CAP}={value}")
+        with pytest.raises(AgentSetupError, match=f"GPULEDGER_NODE_LABELS: label {CAP}: {problem}"):
+            local_labels()
+    monkeypatch.setenv("GPULEDGER_NODE_LABELS", f"zone=a,{CAP}=250")
+    assert local_labels() == {"zone": "a", CAP: "250"}

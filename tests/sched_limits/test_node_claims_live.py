@@ -16,6 +16,7 @@ from schemas import subjects
 from schemas.grants import decode_grants
 from shared.jetstream import JetStreamEventLog, ensure_streams
 from shared.retry import until_done
+from tests.cli import run_cli
 from tests.service.helpers import h100_node, register_nodes, request, running
 
 pytestmark = pytest.mark.timeout(900)
@@ -56,6 +57,13 @@ async def test_a_flood_of_claims_fills_each_node_to_its_cap_and_the_rest_wait(fr
             waiting = [state.claims[c] for c in ids if state.claims[c].status == "pending"]
             assert len(waiting) == CLAIMS - len(NODES) * CAP
             assert {c.reasons[0].code for c in waiting} == {"node-claims-full"}
+            shown = None
+            for _ in range(300):  # the claim service folds the pending decisions a moment later
+                shown = await run_cli("claim", "explain", waiting[-1].claim_id, "--nats-url", nats_url)
+                if "as many live claims" in shown.stdout:
+                    break
+                await asyncio.sleep(0.2)
+            assert "2 nodes have as many live claims (or device grants) as they may hold" in shown.stdout, shown
 
             async def record(node: str):
                 try:

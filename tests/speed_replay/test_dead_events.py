@@ -312,3 +312,17 @@ async def test_only_a_release_within_the_lookahead_leaves_the_binding_out(lookah
     framed = FramedLog(batches_of(rows, 3), lookahead=lookahead)
     assert outcome(await catch_up(framed)) == outcome(await catch_up(StoredBatches(batches_of(rows, 3))))
     assert framed.left_out == left_out
+
+
+def test_the_first_frames_wait_for_a_shorter_lookahead():
+    """The caller reads the range's head itself while the helper starts: the helper's first frames
+    wait for RAMP more messages, not LOOKAHEAD, and the lookahead grows with what was sent."""
+    beat = encode_event(ev.NodeHeartbeat(node="n0", at=1.0))
+    frames, sent = readahead.DecodedFrames(True), []
+    for b in range(40):
+        sent.append(len(frames.add([(b * 1000 + i + 1, subjects.node("n0"), beat, {}) for i in range(1000)])))
+    assert sum(sent[:6]) >= 1  # a frame out after 5,000 more messages
+    assert sum(sent) == 20  # as many behind as were sent (under LOOKAHEAD)
+    for b in range(40, 100):
+        frames.add([(b * 1000 + i + 1, subjects.node("n0"), beat, {}) for i in range(1000)])
+    assert len(frames.waiting) == readahead.LOOKAHEAD // 1000 + 1  # then LOOKAHEAD behind

@@ -36,8 +36,14 @@ async def test_the_first_node_s_user_added_by_a_reload_can_publish(tmp_path):
             except Exception:
                 await asyncio.sleep(0.05)
         assert agent is not None, "node-gpu-1 never accepted after the reload"
-        ack = await agent.jetstream().publish(subjects.node("gpu-1"), b"{}", timeout=10)
-        assert ack.seq > 0
+        ack = None
+        for _ in range(200):  # the user can be accepted a moment before the account's imports are
+            try:              # wired (a loaded machine, many accounts): "no responders" until then
+                ack = await agent.jetstream().publish(subjects.node("gpu-1"), b"{}", timeout=10)
+                break
+            except nats.js.errors.NoStreamResponseError:
+                await asyncio.sleep(0.05)
+        assert ack is not None and ack.seq > 0, "no responders for the agent long after the reload"
         await agent.close()
         await ops.close()
     finally:

@@ -35,6 +35,9 @@ async def test_a_service_appends_and_reads_the_log_through_its_imports(agents_se
     pull = await js.pull_subscribe("gpu.evt.quota.>", durable="quota-test", stream=subjects.STREAM)
     fetched = await pull.fetch(3, timeout=30)  # one request, several answers (a streamed response)
     assert len(fetched) == 3
+    # the reply subjects cross as JetStream made them (shared.fastread reads the position there)
+    assert all(m.reply.startswith(f"$JS.ACK.{subjects.STREAM}.quota-test.") for m in fetched)
+    assert [m.metadata.sequence.stream for m in fetched] == [a.seq for a in acks]
 
 
 async def test_a_service_answers_ops_the_dashboard_and_a_publisher(agents_server, ops):
@@ -80,3 +83,20 @@ async def test_a_service_s_outcome_reaches_a_waiting_publisher_and_the_stream(ag
 
 def test_the_flows_use_service_users():
     assert service_role("claim").account == nats_auth.service_account("claim")
+
+
+async def test_the_fast_range_reader_reads_from_a_service_s_account(agents_server, ops):
+    """shared.fastread speaks the protocol itself (a pull consumer's fetch, its own parse of the
+    deliveries' `$JS.ACK` reply subjects): as the projector, from its account, through the import."""
+    from shared.fastread import open_range_reader
+
+    js = ops.jetstream()
+    first = (await js.publish(subjects.quota("r-0"), b'{"n": 0}', stream=subjects.STREAM)).seq
+    for i in range(1, 300):
+        await js.publish(subjects.quota(f"r-{i}"), b'{"n": %d}' % i, stream=subjects.STREAM)
+    projector = await _service(agents_server, "projector")
+    reader = await open_range_reader(projector, subjects.STREAM, first, first + 299)
+    assert reader is not None
+    rows = [row async for batch in reader.batches() for row in batch]
+    assert [row[0] for row in rows] == list(range(first, first + 300))
+    assert rows[-1][2] == b'{"n": 299}'
