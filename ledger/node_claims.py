@@ -17,7 +17,7 @@ What it bounds: a node is full when its live claims, or the device grants they h
 8 GPUs holds 8), reach the cap, and a claim takes a node only with room for its grants. A record
 entry costs at most 235 bytes for the claim (a 128-character id, a 63-character namespace) plus
 200 for each grant (a 63-character node name and an NVML UUID; 415 for a 256-character UUID, the
-longest an inventory may register), so a record stays under CEILING x 435 bytes = 435 KB (650 KB
+longest an inventory may register), so a record stays under CEILING x 435 bytes = 435 KB (660 KB
 with the longest UUIDs), well under the 1 MB max payload (tests/sched_limits checks the figures).
 """
 
