@@ -59,9 +59,9 @@ def service_account(user: str) -> str:
 
 SERVICE_ACCOUNTS = tuple(service_account(u) for u in SERVICES)
 # Session 33: the services stay in LEDGER for now. In their own accounts (`service_account`) a
-# Node.js publisher's live outcome subscription got no outcome from the real claim service
+# Node.js publisher's live outcome subscription got no outcome where tests run the claim service as ops
 # (tests/contract/test_outsider_client.py, tests/trust_edge/test_node_publisher_auth.py), found
-# too late to fix: docs/security.md, "Known gaps".
+# too late to fix: docs/security.md, "The services (session 33)".
 SERVICES_IN = LEDGER_ACCOUNT
 # every account but LEDGER: they reach the ledger through imports only (`account_imports`)
 OUTSIDE_ACCOUNTS = (PUBLIC_ACCOUNT, AGENTS_ACCOUNT, *SERVICE_ACCOUNTS)
