@@ -163,3 +163,16 @@ def test_up_checks_the_dashboards_login_before_it_starts_anything(tmp_path):
         assert result.returncode == 1 and words in result.stderr + result.stdout, result
         assert "Traceback" not in result.stderr
         assert not (tmp_path / "data").exists()
+
+
+def test_a_browser_logged_in_gets_the_pages_and_their_live_updates(dashboard):
+    """Headless Chromium with the token as the URL's password: the page, its script's EventSource
+    (/live) and fragment fetches go through on the browser's cached login (the badge stays "live";
+    a refused stream reads "not live"); without it, nothing of the page. Skipped without chromium."""
+    from tests.ops_ux.browser import _run, dom
+
+    port = dashboard(GPULEDGER_DASHBOARD_TOKEN=TOKEN)
+    # the DOM once the page's script ran a while: its stream opened, or was refused
+    page = _run("--timeout=4000", "--dump-dom", f"http://ops:{TOKEN}@127.0.0.1:{port}/").stdout
+    assert 'id="overview"' in page and 'class="live">live<' in page, page[-2000:]
+    assert 'id="overview"' not in dom(f"http://127.0.0.1:{port}/")  # the browser's login prompt
