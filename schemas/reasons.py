@@ -62,7 +62,8 @@ REASONS: tuple[ReasonCode, ...] = (
     # rejected at intake (ClaimRejected)
     ReasonCode("invalid", "never", "the claim breaks the contract; the reason names the field"),
     ReasonCode("conflict", "never", "the claim id is already used by a different claim (that claim is "
-                                    "untouched; the refusal is only on the dead-letter subject)"),
+                                    "untouched): the refusal is a dead letter, and also the sender's own "
+                                    "outcome when the id is another submitter's (a submit request answers it)"),
     ReasonCode("forbidden", "never", "the publishing system may not claim in the claim's namespace, "
                                      "or is not declared to the claim service (schemas/systems.py): "
                                      "the reason names the namespace or the system"),
