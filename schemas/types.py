@@ -248,7 +248,7 @@ class EndpointSpec(msgspec.Struct, gc=False, frozen=True, omit_defaults=True, fo
     # bounded like a claim's numbers: each worker is a claim with this priority, and a number past
     # 2^64 (stored as it came before session 25) could not be written in the allocator's snapshot
     workers_min: Annotated[int, msgspec.Meta(ge=0, le=MAX_WORKERS)] = 0
-    workers_max: Annotated[int, msgspec.Meta(ge=0, le=MAX_WORKERS)] = 3
+    workers_max: Annotated[int, msgspec.Meta(ge=1, le=MAX_WORKERS)] = 3
     scaler_type: str = "QUEUE_DELAY"  # QUEUE_DELAY | REQUEST_COUNT
     scaler_value: Annotated[int, msgspec.Meta(ge=1, le=MAX_SCALER_VALUE)] = 4
     idle_timeout_s: Annotated[float, msgspec.Meta(ge=0, le=MAX_LEASE_S)] = 5.0

@@ -54,3 +54,29 @@ async def test_a_huge_load_report_is_refused_naming_the_field(nc, load, field):
     reply = await request(nc, subjects.command("endpoint.load"), {"name": "chat", **load})
     assert reply["ok"] is False and reply["error"]["field"] == field, reply
     assert "must be at most" in reply["error"]["message"]
+
+
+@pytest.mark.parametrize("name, body", [
+    ("command.CreateEndpoint", {"endpoint": {"name": "chat", "namespace": "team-a", "workers_max": 0}}),
+    ("command.CreateEndpoint", {"endpoint": {"name": "chat", "workersMax": 0}}),  # the seed's spelling
+    ("command.UpdateEndpoint", {"endpoint": {"name": "chat", "namespace": "team-a", "workers_max": 0}}),
+])
+def test_the_json_schema_refuses_the_worker_bound_the_service_refuses(name, body):
+    """Session 34: `workers_max` had minimum 0 in the JSON Schema (and docs/endpoints.md said
+    1..10,000 for both bounds), while the service refuses an endpoint of no workers: a client that
+    validated first (ajv, jsonschema) sent what was then refused."""
+    import json
+    from pathlib import Path
+
+    import jsonschema
+
+    schema = json.loads((Path(__file__).resolve().parents[2] / "schemas" / "json" / f"{name}.json").read_text())
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(body, schema)
+
+
+async def test_an_endpoint_of_no_workers_is_refused_naming_the_field(nc):
+    reply = await request(nc, subjects.command("endpoint.create"),
+                          {"endpoint": {"name": "chat", "namespace": "team-a", "workers_max": 0}})
+    assert reply["ok"] is False and reply["error"]["field"] == "endpoint.workers_max", reply
+    assert ">= 1" in reply["error"]["message"], reply
