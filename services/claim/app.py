@@ -513,6 +513,7 @@ async def build(ctx: ServiceContext) -> None:
     ctx.spawn(service.follower.run(), "claim-follow")
     ctx.spawn(writer.run(), "claim-outcomes")
     ctx.spawn(writer.refresh_forever(), "claim-outcomes-refresh")
+    ctx.spawn(writer.renew_forever(), "claim-outcomes-lease")  # one replica writes outcomes at a time
     ctx.on_stop.append(writer.stop)
     js = ctx.nc.jetstream()
     service.intake_drained = lambda: wait_intake_drained(js)
