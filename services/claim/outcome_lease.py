@@ -14,9 +14,9 @@ over with a checkpoint conditioned on the last one it saw, and writes the outcom
 after that one's `seq`; of two that try at once, nats-server takes one. A writer whose checkpoint
 is refused (another took over while it was stalled) stands by.
 
-A restarted replica takes over at once when the last checkpoint is from its own host (its
-predecessor in the same pod, dead since this one runs): the outcomes wait for no lease after a
-crash. Replicas on one host (tests, `gpuledger up`) then both try at once: one is refused.
+A restarted replica takes over at once when the last checkpoint is from a process of its own host
+that is gone (its predecessor in the same pod, or under `gpuledger up`): the outcomes wait for no
+lease after a crash. Replicas that start at once with no checkpoint yet both try: one is refused.
 """
 
 from __future__ import annotations
@@ -42,12 +42,35 @@ LEASE_S = 3.0  # a checkpoint standing still this long: its writer is gone
 
 
 def writer_id() -> str:
-    """This process, named by its host first (a restarted process in the same pod has the same)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+    """This process: its host, its pid and when it started (a pid is reused: a restarted container's
+    process is often pid 1 again), and a token of its own (replicas in one process, in tests)."""
+    pid = os.getpid()
+    return f"{socket.gethostname()}:{pid}:{_started(pid)}:{secrets.token_hex(4)}"
 
 
-def _host(writer: str) -> str:
-    return writer.split(":", 1)[0]
+def _started(pid: int) -> str:
+    """When process `pid` started (clock ticks after boot, /proc/PID/stat), or "" where unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return ""
+
+
+def predecessor_gone(last: str, mine: str) -> bool:
+    """Whether the writer `last` was a process on this host that is gone: this one's predecessor (a
+    restart in the same pod, or under `gpuledger up`), whose lease need not be waited out. Another
+    host's writer, a live one here, or a replica in this very process: not known to be gone."""
+    if not last:
+        return True  # nobody wrote a checkpoint yet (or one from before leases)
+    try:
+        host, pid, started, _token = last.split(":", 3)
+        my_host, my_pid, my_started, _mine = mine.split(":", 3)
+    except ValueError:
+        return False
+    if host != my_host or (pid, started) == (my_pid, my_started):
+        return False
+    return not started or _started(int(pid)) != started
 
 
 class OutcomeLease:
@@ -79,8 +102,8 @@ class OutcomeLease:
         return True
 
     def ours_before(self) -> bool:
-        """The last checkpoint was written from this host (or by nobody, or before leases)."""
-        return not self.last_writer or _host(self.last_writer) == _host(self.writer)
+        """The last checkpoint was written by nobody, or by a process of this host that is gone."""
+        return predecessor_gone(self.last_writer, self.writer)
 
     async def write(self, value: int) -> bool:
         """A checkpoint at ledger sequence `value`, on condition of the last one this replica saw or
