@@ -175,11 +175,16 @@ class OutcomeWriter:
                 return
 
     async def _take_lease(self, value: int) -> bool:
+        """Take the lease (a checkpoint conditioned on the last one seen). NATS trouble (no stream,
+        no answer) is no sign of another writer: taken all the same, since outcomes written twice
+        for a while cost less than outcomes not written; the next checkpoint settles it."""
         try:
             return await self.lease.write(value)
-        except Exception as err:  # NATS trouble: not taken now; looked at again
-            log.warning("outcomes: checkpoint not written (%s: %s)", type(err).__name__, err)
-            return False
+        except Exception as err:
+            log.warning("outcomes: checkpoint not written (%s: %s); writing the outcomes meanwhile",
+                        type(err).__name__, err)
+            self.lease.held = True
+            return True
 
     def _covered(self, through: int) -> None:
         """The writer stored every outcome up to ledger sequence `through`: what this replica noted up
