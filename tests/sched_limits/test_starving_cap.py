@@ -48,7 +48,8 @@ def test_a_starving_gang_counts_a_held_nodes_room_within_its_cap():
     ledger = Ledger()
     ledger.append(h100_node("capped", labels={"name": "capped", CAP: "5"}), h100_node("b1", labels={"name": "b1"}),
                   h100_node("b2", labels={"name": "b2"}))
-    ledger.append(*[claim(f"fill-{n}", gpus=gpus, node_selector={"name": f"b{n}"}, at=0.0) for n, gpus in ((1, 8), (2, 5))])
+    ledger.append(*[claim(f"fill-{n}", gpus=gpus, node_selector={"name": f"b{n}"}, at=0.0)
+                    for n, gpus in ((1, 8), (2, 5))])
     assert set(allocated(ledger.decide(1.0))) == {"fill-1", "fill-2"}
     ledger.append(*[claim(f"g-{m}", gang_id="g", gang_size=2, gpus=4, models=["H100"], at=2.0) for m in range(2)])
     assert allocated(ledger.decide(3.0)) == {}  # one member fits `capped`, the other nowhere
