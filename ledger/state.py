@@ -87,6 +87,8 @@ class NodeStatic(NamedTuple):
     cpu_total: int
     mem_total: int
     max_claims: int = node_claims.CEILING  # the node's cap of live claims (ledger/node_claims.py)
+    # ... of which claims that hold no device may take this many (node_claims.grantless_cap)
+    max_grantless: int = node_claims.CEILING
 
 
 class _ViewFields(NamedTuple):
@@ -97,6 +99,8 @@ class _ViewFields(NamedTuple):
     # grants the node may still take (a CPU-only claim counts one), up to node_claims.ROOM: a
     # node far from its cap shares its view with nodes like it, whatever their claim counts
     claims_room: int = node_claims.ROOM
+    # False: the node holds as many claims without devices as it may (NodeStatic.max_grantless)
+    grantless_room: bool = True
 
 
 class NodeView(_ViewFields):
@@ -543,8 +547,20 @@ def unit_view(unit: Unit) -> UnitView:
 
 def node_static(node: Node, state: State | None = None) -> NodeStatic:
     models = tuple(sorted({u.model for u in node.units}))
+    cap = node_cap(node, state)
     return NodeStatic(models, tuple(sorted(node.labels.items())), node.cuda, node.cpu_total,
-                      node.mem_total, node_cap(node, state))
+                      node.mem_total, cap, node_claims.grantless_cap(cap, node.units))
+
+
+def grantless_room(node: Node, limit: int) -> bool:
+    """Whether the node may take one more claim that holds no device: its claims less those that
+    hold a device, below `limit`. Counted only when its claims reach the limit (rare: a node far
+    from it needs no count, and this runs at every reindex of a node)."""
+    claims = len(node.claims)
+    if claims < limit:
+        return True
+    holding = {cid for unit in node.units for cid in unit.holders}
+    return claims - len(holding) < limit
 
 
 def node_cap(node: Node, state: State | None) -> int:
@@ -606,8 +622,10 @@ def reindex_used(state: State, node: Node) -> None:
         else:
             units.append(unit_view(unit))
     _unindex(state, node.rank, old)
-    room = node_claims.room(old.static.max_claims, len(node.claims), grants)
-    _join(state, node, NodeView(old.static, node.cpu_free, node.mem_free, tuple(units), room))
+    static = old.static
+    room = node_claims.room(static.max_claims, len(node.claims), grants)
+    _join(state, node, NodeView(static, node.cpu_free, node.mem_free, tuple(units), room,
+                                grantless_room(node, static.max_grantless)))
 
 
 def restore_view(state: State, node: Node, view: NodeView | None) -> None:
@@ -673,8 +691,10 @@ def _index(state: State, node: Node) -> None:
         node.view = None
         return
     units = tuple(unit_view(u) for u in node.units)
-    room = node_claims.room(node.static.max_claims, len(node.claims), sum(u.holders for u in units))
-    _join(state, node, NodeView(node.static, node.cpu_free, node.mem_free, units, room))
+    static = node.static
+    room = node_claims.room(static.max_claims, len(node.claims), sum(u.holders for u in units))
+    _join(state, node, NodeView(static, node.cpu_free, node.mem_free, units, room,
+                                grantless_room(node, static.max_grantless)))
 
 
 def _join(state: State, node: Node, view: NodeView) -> None:
