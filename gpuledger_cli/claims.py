@@ -126,6 +126,8 @@ def explain(claim_id: str = ClaimId, as_json: bool = AsJson, url: Optional[str] 
         typer.echo(f"  priority {data.get('priority', 0)}: {data['priority_scope']}")
     if data.get("hint"):
         typer.echo(f"  note: {data['hint']}")
+    if data.get("over_cap"):
+        typer.echo(f"  note: {data['over_cap']}")
     for line in data.get("placement", []):
         typer.echo(f"  placed: {line}")
     for step in data.get("timeline", []):

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
 
 from gpuledger_cli.command_client import command_group, json_option, nats_url_option, read_document, send, show
 from schemas import subjects
 from schemas.commands import (
-    CreatePool, DeletePool, GetPool, IgnoreDevice, ListPools, RenderPool, UpdatePool)
+    CreatePool, DeletePool, GetPool, IgnoreDevice, ListPools, Query, RenderPool, SetFleetDefaults, UpdatePool)
 from services.pool_controller.manifest import ManifestError, pool_from_document
 
 SERVICE = "pool-controller"
@@ -80,6 +81,29 @@ def ignore(node: str = typer.Argument(..., help="the node the device is on"), de
     show(data, as_json, lambda d: f"{node} {d['uuid']} {state}{'' if d['changed'] else ' (unchanged)'}")
 
 
+@pool_app.command("defaults")
+def defaults(max_claims_per_node: Optional[int] = typer.Option(
+                 None, "--max-claims-per-node", min=0, max=1000,
+                 help="The cap of live claims (and device grants) of every node that neither its label "
+                      "gpuledger.io/max-claims nor a pool's max_claims_per_node sets; 0 = the built-in "
+                      "110 + 10 per device. A lower cap evicts nothing. Without it: show the defaults."),
+             as_json: bool = JSON, nats_url: str = nats_url_option()) -> None:
+    """Show, or set, the fleet's defaults (a node's cap of live claims)."""
+    if max_claims_per_node is None:
+        data = send(nats_url, subjects.query("pool.defaults.get"), Query(), SERVICE)
+    else:
+        data = send(nats_url, subjects.command("pool.defaults.set"),
+                    SetFleetDefaults(max_claims_per_node=max_claims_per_node), SERVICE)
+    show(data, as_json, _render_defaults)
+
+
+def _render_defaults(data: dict) -> str:
+    cap = data["max_claims_per_node"]
+    line = (f"max claims per node: {cap}" if cap else
+            "max claims per node: not set (110 + 10 per device, at most 1000)")
+    return line + (" (unchanged)" if data.get("changed") is False else "")
+
+
 @pool_app.command("update")
 def update(file: Path = FILE, as_json: bool = JSON, nats_url: str = nats_url_option()) -> None:
     """Change a pool's access; any other changed field is refused (immutable)."""
@@ -109,9 +133,11 @@ def list_pools(as_json: bool = JSON, nats_url: str = nats_url_option()) -> None:
 def _render_list(pools: list[dict]) -> str:
     if not pools:
         return "no pools"
-    rows = [("NAME", "BACKEND", "UNIT", "SLICES", "STRATEGY", "DEVICES", "NODES", "ALLOCATED")]
+    rows = [("NAME", "BACKEND", "UNIT", "SLICES", "STRATEGY", "DEVICES", "NODES", "ALLOCATED",
+             "MAX CLAIMS/NODE")]
     rows += [(p["name"], p["backend"], p["unit"], str(p["slices_per_unit"]), p["strategy"],
-              str(p["devices"]), str(p["nodes"]), str(p["allocated_devices"])) for p in pools]
+              str(p["devices"]), str(p["nodes"]), str(p["allocated_devices"]),
+              str(p.get("max_claims_per_node") or "-")) for p in pools]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
@@ -120,7 +146,8 @@ def _render_pool(status: dict) -> str:
     spec = status["spec"]
     lines = [f"pool {spec['name']}: backend {spec.get('backend', 'device-plugin')}, unit "
              f"{spec.get('unit', 'Card')}{' ' + spec['mig_profile'] if spec.get('mig_profile') else ''}, "
-             f"{spec.get('slices_per_unit', 1)} slice(s) per unit, {spec.get('strategy', 'BinPack')}"]
+             f"{spec.get('slices_per_unit', 1)} slice(s) per unit, {spec.get('strategy', 'BinPack')}"
+             + (f", at most {spec['max_claims_per_node']} live claims per node" if spec.get('max_claims_per_node') else "")]
     access = [f"{k.removeprefix('access_')}={','.join(spec[k])}" for k in
               ("access_namespaces", "access_service_accounts", "access_groups") if spec.get(k)]
     lines.append(f"access: {'; '.join(access) or 'everyone'}")

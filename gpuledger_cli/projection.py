@@ -242,6 +242,12 @@ async def _state_at(url: str, seq: Optional[int], when: Optional[float]) -> dict
     return summary
 
 
+def _claims_of(node: dict) -> str:
+    """Live claims / the node's cap; "over cap" when a cap was lowered below what it holds."""
+    text = f"{node['claims']} / {node['max_claims']}" if "max_claims" in node else str(node["claims"])
+    return text + (" over cap" if node.get("over_cap") else "")
+
+
 def _print_summary(summary: dict) -> None:
     out = table_console()
     out.print(f"state at sequence {summary['seq']} (log ends at {summary['stream_last_seq']})")
@@ -249,7 +255,7 @@ def _print_summary(summary: dict) -> None:
     nodes = Table("node", "condition", "lost", "devices", "in use", "claims", title="nodes")
     for n in summary["nodes"]:
         nodes.add_row(n["name"], n["condition"], "yes" if n["lost"] else "", str(n["devices"]),
-                      str(n["devices_in_use"]), str(n["claims"]))
+                      str(n["devices_in_use"]), _claims_of(n))
     out.print(nodes)
     devices = Table("device", "node", "model", "free (milli)", "holders", title="devices in use")
     for d in summary["devices_in_use"]:

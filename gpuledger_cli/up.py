@@ -259,6 +259,9 @@ def register(app: typer.Typer) -> None:
             # every GPULEDGER_* variable is checked here, once, before anything starts: a bad one
             # otherwise stopped each child in turn, and `up` with them after its restarts
             systems = Settings(systems=parse_systems(system)).systems if system else Settings().systems
+            if dashboard:  # its login's settings too (a short token, a bind beyond loopback without one)
+                from services.dashboard.login import Login
+                Login.from_env(os.environ.get("GPULEDGER_DASHBOARD_HOST", "127.0.0.1"), os.environ)
         except SystemsError as err:
             raise typer.BadParameter(str(err), param_hint="--system")
         try:

@@ -442,6 +442,18 @@ def _pool_deleted(state: State, e: ev.PoolDeleted, seq: int) -> None:
         _reassign_all_pools(state)
 
 
+def _fleet_defaults_set(state: State, e: ev.FleetDefaultsSet, seq: int) -> None:
+    """The fleet's default cap of live claims per node: every node's cap is derived again (a
+    node's label or pools still come first: ledger/node_claims.py). A lower cap evicts nothing."""
+    if state.fleet_max_claims == e.max_claims_per_node:
+        return
+    state.fleet_max_claims = e.max_claims_per_node
+    for node in state.nodes.values():
+        node.static = None
+        reindex_node(state, node)
+    grow(state)
+
+
 def _quota_set(state: State, e: ev.QuotaSet, seq: int) -> None:
     state.quotas[e.namespace] = e.spec
     state.quota_tree = None
@@ -589,6 +601,7 @@ _HANDLERS = {
     ev.PoolCreated: _pool_created,
     ev.PoolAccessChanged: _pool_access,
     ev.PoolDeleted: _pool_deleted,
+    ev.FleetDefaultsSet: _fleet_defaults_set,
     ev.DeviceIgnoreChanged: _device_ignore,
     ev.QuotaSet: _quota_set,
     ev.QuotaDeleted: _quota_deleted,

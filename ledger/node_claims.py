@@ -6,12 +6,17 @@ outsider) made a record past nats-server's 1 MB max payload. Placement now refus
 live claims or device grants reached its cap (services/allocator/core/rules.py,
 `node-claims-full`: the claim waits, or goes to another node).
 
-The cap of a node, from its registration (pure: the same in every fold):
+The cap of a node, from the log alone (pure: the same in every fold), the first that is set:
 - its label `gpuledger.io/max-claims` (a whole number, set by its agent: GPULEDGER_NODE_LABELS),
   at most CEILING; a value that is no whole number from 1 up is ignored;
+- its pools' `max_claims_per_node` (PoolSpec; 0: not set): the lowest of the pools its devices
+  are in, as a node holds one cap whatever pools its devices serve;
+- the fleet default (FleetDefaultsSet's `max_claims_per_node`, `gpuledger pool defaults`; 0: not set);
 - else BASE + PER_DEVICE for each of its devices (a card, or a MIG instance), or the device's
   time-slices where its pool gives it more (slices_per_unit), at most CEILING. An 8-card node:
   190; 8 cards in 7 MIG instances each: 670; 8 cards of 64 time-slices: 622.
+A cap set lower than what a node holds evicts nothing (as a kubelet's maxPods): the node takes no
+claim until it is under its cap again (docs/pools.md, "A node's cap of live claims").
 
 What it bounds: a node is full when its live claims, or the device grants they hold (a claim of
 8 GPUs holds 8), reach the cap, and a claim takes a node only with room for its grants. A record
@@ -23,24 +28,45 @@ with the longest UUIDs), well under the 1 MB max payload (tests/sched_limits che
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from schemas.types import MAX_CLAIMS_PER_NODE
+
 LABEL = "gpuledger.io/max-claims"
 # kubelet's default maxPods: room for CPU-only claims and the claims sharing a node's devices
 BASE = 110
 # claims sharing one device (HAMi's default deviceSplitCount), unless its time-slices are more
 PER_DEVICE = 10
-CEILING = 1000  # no node's cap is more: what keeps its record well under 1 MB (above)
+CEILING = MAX_CLAIMS_PER_NODE  # 1,000: no node's cap is more, what keeps its record well under 1 MB (above)
 # the most one claim holds on a node (a claim has at most 64 GPUs): the room a node view keeps
 # counts up to this, so nodes far from their cap share views as before
 ROOM = 64
 
 
-def max_claims(units, labels: dict[str, str]) -> int:
+def max_claims(units, labels: dict[str, str], pool_caps: Iterable[int] = (), fleet: int = 0) -> int:
     """A node's cap, from its devices (`ledger.state.Unit`s, each with `max_holders`, its
-    time-slices: 0 for none) and its labels."""
+    time-slices: 0 for none), its labels, the caps its devices' pools set and the fleet default
+    (0: not set), in that order of precedence."""
     asked = _whole(labels.get(LABEL, ""))
     if asked is not None:
         return min(asked, CEILING)
+    pooled = min((cap for cap in pool_caps if cap > 0), default=0)
+    if pooled:
+        return min(pooled, CEILING)
+    if fleet > 0:
+        return min(fleet, CEILING)
     return min(BASE + sum(max(unit.max_holders, PER_DEVICE) for unit in units), CEILING)
+
+
+def source(labels: dict[str, str], pool_caps: Iterable[int] = (), fleet: int = 0) -> str:
+    """Which setting gave a node its cap, in words (`claim explain`, `gpuledger state`)."""
+    if _whole(labels.get(LABEL, "")) is not None:
+        return f"label {LABEL}"
+    if any(cap > 0 for cap in pool_caps):
+        return "its pool's max_claims_per_node"
+    if fleet > 0:
+        return "the fleet default (gpuledger pool defaults)"
+    return f"{BASE} + {PER_DEVICE} per device"
 
 
 def label_problem(labels: dict[str, str]) -> str:

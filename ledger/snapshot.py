@@ -45,6 +45,7 @@ class Snapshot(msgspec.Struct):
     default_quota: QuotaSpec | None = None
     idle_watch: list[str] = []
     bound_seen: list[tuple[tuple, int]] = []  # absent before bound shapes were counted
+    fleet_max_claims: int = 0  # the fleet's default cap of live claims per node (session 34)
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -74,7 +75,7 @@ def to_snapshot(state: State, compact: bool = False) -> bytes:
             list(state.pools.values()), list(state.shape_counts.items()),
             list(state.shapes_seen.items()), ended, dict(state.ignored),
             default_quota=state.default_quota, idle_watch=list(state.idle_watch),
-            bound_seen=list(state.bound_seen.items())))
+            bound_seen=list(state.bound_seen.items()), fleet_max_claims=state.fleet_max_claims))
     finally:
         for node, view, static in views:
             node.view, node.static = view, static
@@ -106,7 +107,7 @@ def from_snapshot(data: bytes) -> State:
     state = State(last_seq=snap.last_seq, last_decision_seq=snap.last_decision_seq,
                   capacity_epoch=snap.capacity_epoch, next_rank=snap.next_rank,
                   submitted=snap.submitted, quotas=dict(snap.quotas), usage=dict(snap.usage),
-                  default_quota=snap.default_quota)
+                  default_quota=snap.default_quota, fleet_max_claims=snap.fleet_max_claims)
     state.pools = {p.name: p for p in snap.pools}
     state.shape_counts = {shape_key(k): v for k, v in snap.shape_counts}
     refresh_typical(state, {shape_key(k): v for k, v in snap.shapes_seen})

@@ -329,6 +329,9 @@ class State:
     parked: dict[str, None] = field(default_factory=dict)
     quotas: dict[str, QuotaSpec] = field(default_factory=dict)
     default_quota: QuotaSpec | None = None  # for every namespace without a quota of its own
+    # the fleet's default cap of live claims per node (FleetDefaultsSet; 0: not set, the built-in
+    # formula): below a node's label and its pools' (ledger/node_claims.py)
+    fleet_max_claims: int = 0
     quota_tree: Any = None  # derived from `quotas` (ledger.cohorts.tree_of); None: build it again
     usage_version: int = 0  # bumped whenever `usage` changes (ledger.cohorts.books_of caches by it)
     quota_books: Any = None  # ledger.cohorts.Subtrees for (quota_tree, usage_version)
@@ -538,10 +541,39 @@ def unit_view(unit: Unit) -> UnitView:
                     unit.mig_index)
 
 
-def node_static(node: Node) -> NodeStatic:
+def node_static(node: Node, state: State | None = None) -> NodeStatic:
     models = tuple(sorted({u.model for u in node.units}))
     return NodeStatic(models, tuple(sorted(node.labels.items())), node.cuda, node.cpu_total,
-                      node.mem_total, node_claims.max_claims(node.units, node.labels))
+                      node.mem_total, node_cap(node, state))
+
+
+def node_cap(node: Node, state: State | None) -> int:
+    """The node's cap of live claims (ledger/node_claims.py): its label, its pools', the fleet's."""
+    if state is None:
+        return node_claims.max_claims(node.units, node.labels)
+    return node_claims.max_claims(node.units, node.labels, pool_caps(node, state), state.fleet_max_claims)
+
+
+def cap_use(state: State, node: Node) -> tuple[int, int]:
+    """What counts against the node's cap now (its live claims, or the device grants they hold,
+    whichever is more) and the cap. More than the cap: it was lowered below what the node held,
+    which evicts nothing (as a kubelet's maxPods); the node takes no claim until it is under."""
+    grants = sum(len(u.holders) for u in node.units)
+    claims = len(node.claims)
+    return (claims if claims > grants else grants), node_cap(node, state)
+
+
+def cap_source(state: State, node: Node) -> str:
+    """Which setting gives the node its cap, in words."""
+    return node_claims.source(node.labels, pool_caps(node, state), state.fleet_max_claims)
+
+
+def pool_caps(node: Node, state: State) -> list[int]:
+    """The caps of live claims the pools of the node's devices set (0: not set)."""
+    pools = state.pools
+    if not pools:
+        return []
+    return [pools[name].max_claims_per_node for name in {u.pool for u in node.units} if name in pools]
 
 
 def reindex_node(state: State, node: Node) -> None:
@@ -632,7 +664,7 @@ def _unindex(state: State, rank: int | None, old: NodeView | None) -> None:
 
 def _index(state: State, node: Node) -> None:
     if node.static is None:
-        node.static = node_static(node)
+        node.static = node_static(node, state)
     for model in node.static.models or ("",):
         # "the fleet's models" (memory-sized claims get one option per model) are those of every
         # node indexed so far, schedulable or not: the same after a live fold, a flush or a snapshot

@@ -54,9 +54,10 @@ EVENT_CHANNELS = {
         "written by the allocator): one ClaimBound, or an EventBatch of them per record, appended "
         "on condition of the record's fence, the last sequence over gpu.evt.fence.{node}.*.", ["ClaimBound", "EventBatch"], "fenced",
         {"node": "the node name as a subject token"}),
-    "poolEvents": ("gpu.evt.pool.{pool}", "Pool definitions (pool controller).",
-                   ["PoolCreated", "PoolAccessChanged", "PoolDeleted"], "appended",
-                   {"pool": "the pool name"}),
+    "poolEvents": ("gpu.evt.pool.{pool}", "Pool definitions (pool controller); the fleet's "
+                   "defaults on " + subjects.FLEET_DEFAULTS + ".",
+                   ["PoolCreated", "PoolAccessChanged", "PoolDeleted", "FleetDefaultsSet"], "appended",
+                   {"pool": "the pool name, or _fleet"}),
     "deviceMarks": ("gpu.evt.marks.{node}", "Operators' marks on a node's devices (pool controller).",
                     ["DeviceIgnoreChanged"], "appended", {"node": "the node name"}),
     "quotaEvents": ("gpu.evt.quota.{namespace}", "Namespace quotas and their alerts (quota service); "
@@ -106,6 +107,8 @@ REQUESTS = (
     (subjects.query("pool.get"), "GetPool", "one pool"),
     (subjects.query("pool.list"), "ListPools", "every pool"),
     (subjects.query("pool.render"), "RenderPool", "the Kubernetes objects a pool needs"),
+    (subjects.command("pool.defaults.set"), "SetFleetDefaults", "the fleet's defaults (a node's cap of live claims)"),
+    (subjects.query("pool.defaults.get"), "Query", "the fleet's defaults"),
     (subjects.command("device.ignore"), "IgnoreDevice", "take a device out of service (Ignored) or give it back"),
     (subjects.command("endpoint.create"), "CreateEndpoint", "create a serverless endpoint"),
     (subjects.command("endpoint.update"), "UpdateEndpoint", "change an endpoint (a live one keeps its locked image)"),

@@ -93,6 +93,7 @@ AUTHORITY: dict[type, Rule] = {
     ev.PoolCreated: _rule(POOL_CONTROLLER, _ROOT + "pool.{pool.name}"),
     ev.PoolAccessChanged: _rule(POOL_CONTROLLER, _ROOT + "pool.{pool}"),
     ev.PoolDeleted: _rule(POOL_CONTROLLER, _ROOT + "pool.{pool}"),
+    ev.FleetDefaultsSet: _rule(POOL_CONTROLLER, subjects.FLEET_DEFAULTS),
     ev.DeviceIgnoreChanged: _rule(POOL_CONTROLLER, _ROOT + "marks.{node}"),
     ev.QuotaSet: _rule(QUOTA, _ROOT + "quota.{namespace}"),
     ev.QuotaDeleted: _rule(QUOTA, _ROOT + "quota.{namespace}"),

@@ -47,38 +47,63 @@ class GpuModel(msgspec.Struct, frozen=True):
     name: str  # short model name used in claims and events, e.g. "H100"
     group: str | None  # GpuGroup, None for models outside the seed's groups
     arch: str
+    # the card's size as it is sold and named ("H100 80GB"): what a claim's GiB are measured
+    # against (core/demand.py: N GiB of it is the share N / memory_gib of a card)
     memory_gib: int
     tflops: float  # dense BF16/FP16 tensor TFLOPS: what quota counts
     products: tuple[str, ...] = ()  # NVML product names that map to this model
     mig_profiles: tuple[str, ...] = ()
+    # what NVML (nvidia-smi's memory.total) reports for one card, in MiB: a little less than the
+    # name says on most cards (an H100 80GB: 81,559 MiB, 79.65 GiB). Node agents register this
+    # figure, and a grant's memory_mib is its share of it; a claim for the whole named size still
+    # takes the card (see memory_gib). 0: not known (the simulator uses memory_gib x 1024).
+    nvml_mib: int = 0
+
+    @property
+    def reported_mib(self) -> int:
+        """What a card of this model reports, as far as the catalogue knows."""
+        return self.nvml_mib or self.memory_gib * 1024
 
 
 CATALOGUE: tuple[GpuModel, ...] = (
+    # nvml_mib: nvidia-smi --query-gpu=memory.total on current drivers (ECC as shipped: on for the
+    # data-centre cards), as nvidia-smi prints them; see docs/node-agent.md "GPU memory: the name
+    # and NVML" and tests/sched_limits/test_catalogue_memory.py.
     GpuModel("H200", "HOPPER_141", "Hopper", 141, 989.0, ("NVIDIA H200", "NVIDIA H200 NVL"),
-             ("1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb")),
+             ("1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"), nvml_mib=143771),
     GpuModel("H100", "ADA_80_PRO", "Hopper", 80, 989.0,
-             ("NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA H100 NVL"),
-             ("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb")),
+             ("NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe"),
+             ("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"), nvml_mib=81559),
+    # the H100 NVL has 94 GB (95,830 MiB), not 80: it was an "H100" before session 34, so a claim for
+    # 90 GiB could never take one; an H100 variant, in the seed's ADA_80_PRO like the others
+    GpuModel("H100NVL", "ADA_80_PRO", "Hopper", 94, 835.0, ("NVIDIA H100 NVL",),
+             ("1g.12gb", "1g.24gb", "2g.24gb", "3g.47gb", "4g.47gb", "7g.94gb"), nvml_mib=95830),
     GpuModel("A100", "AMPERE_80", "Ampere", 80, 312.0,
              ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe"),
-             ("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb")),
-    GpuModel("A40", "AMPERE_48", "Ampere", 48, 150.0, ("NVIDIA A40",)),
-    GpuModel("RTXA6000", "AMPERE_48", "Ampere", 48, 155.0, ("NVIDIA RTX A6000",)),
-    GpuModel("L40S", "ADA_48_PRO", "Ada Lovelace", 48, 362.0, ("NVIDIA L40S",)),
-    GpuModel("L40", "ADA_48_PRO", "Ada Lovelace", 48, 181.0, ("NVIDIA L40",)),
-    GpuModel("RTX6000ADA", "ADA_48_PRO", "Ada Lovelace", 48, 364.0, ("NVIDIA RTX 6000 Ada Generation",)),
-    GpuModel("RTX5090", "ADA_32_PRO", "Blackwell", 32, 209.0, ("NVIDIA GeForce RTX 5090",)),
-    GpuModel("RTX4090", "ADA_24", "Ada Lovelace", 24, 165.0, ("NVIDIA GeForce RTX 4090",)),
-    GpuModel("RTXA5000", "AMPERE_24", "Ampere", 24, 111.0, ("NVIDIA RTX A5000",)),
-    GpuModel("L4", "AMPERE_24", "Ada Lovelace", 24, 121.0, ("NVIDIA L4",)),
-    GpuModel("RTX3090", "AMPERE_24", "Ampere", 24, 71.0, ("NVIDIA GeForce RTX 3090",)),
-    GpuModel("RTXA4000", "AMPERE_16", "Ampere", 16, 77.0, ("NVIDIA RTX A4000",)),
+             ("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"), nvml_mib=81920),
+    # the A100 40GB: its product names contain "A100", so before session 34 it registered as the
+    # 80 GB model and a claim for 60 GiB of an A100 could land on 40 GiB. Not in AMPERE_80 (the
+    # seed's "A100 80GB variants"); no seed group has it.
+    GpuModel("A100M40", None, "Ampere", 40, 312.0, ("NVIDIA A100-SXM4-40GB", "NVIDIA A100-PCIE-40GB"),
+             ("1g.5gb", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"), nvml_mib=40960),
+    GpuModel("A40", "AMPERE_48", "Ampere", 48, 150.0, ("NVIDIA A40",), nvml_mib=46068),
+    GpuModel("RTXA6000", "AMPERE_48", "Ampere", 48, 155.0, ("NVIDIA RTX A6000",), nvml_mib=49140),
+    GpuModel("L40S", "ADA_48_PRO", "Ada Lovelace", 48, 362.0, ("NVIDIA L40S",), nvml_mib=46068),
+    GpuModel("L40", "ADA_48_PRO", "Ada Lovelace", 48, 181.0, ("NVIDIA L40",), nvml_mib=46068),
+    GpuModel("RTX6000ADA", "ADA_48_PRO", "Ada Lovelace", 48, 364.0, ("NVIDIA RTX 6000 Ada Generation",),
+             nvml_mib=49140),
+    GpuModel("RTX5090", "ADA_32_PRO", "Blackwell", 32, 209.0, ("NVIDIA GeForce RTX 5090",), nvml_mib=32607),
+    GpuModel("RTX4090", "ADA_24", "Ada Lovelace", 24, 165.0, ("NVIDIA GeForce RTX 4090",), nvml_mib=24564),
+    GpuModel("RTXA5000", "AMPERE_24", "Ampere", 24, 111.0, ("NVIDIA RTX A5000",), nvml_mib=24564),
+    GpuModel("L4", "AMPERE_24", "Ada Lovelace", 24, 121.0, ("NVIDIA L4",), nvml_mib=23034),
+    GpuModel("RTX3090", "AMPERE_24", "Ampere", 24, 71.0, ("NVIDIA GeForce RTX 3090",), nvml_mib=24576),
+    GpuModel("RTXA4000", "AMPERE_16", "Ampere", 16, 77.0, ("NVIDIA RTX A4000",), nvml_mib=16376),
     # Models of the openb trace (Alibaba): kept so the simulator and live system share names.
-    GpuModel("V100M32", None, "Volta", 32, 125.0, ("Tesla V100-SXM2-32GB",)),
-    GpuModel("V100M16", None, "Volta", 16, 125.0, ("Tesla V100-SXM2-16GB",)),
-    GpuModel("P100", None, "Pascal", 16, 19.0, ("Tesla P100-PCIE-16GB",)),
-    GpuModel("T4", None, "Turing", 16, 65.0, ("Tesla T4",)),
-    GpuModel("A10", None, "Ampere", 24, 125.0, ("NVIDIA A10",)),  # in openb's fleet; no seed group
+    GpuModel("V100M32", None, "Volta", 32, 125.0, ("Tesla V100-SXM2-32GB",), nvml_mib=32768),
+    GpuModel("V100M16", None, "Volta", 16, 125.0, ("Tesla V100-SXM2-16GB",), nvml_mib=16384),
+    GpuModel("P100", None, "Pascal", 16, 19.0, ("Tesla P100-PCIE-16GB",), nvml_mib=16384),
+    GpuModel("T4", None, "Turing", 16, 65.0, ("Tesla T4",), nvml_mib=15360),
+    GpuModel("A10", None, "Ampere", 24, 125.0, ("NVIDIA A10",), nvml_mib=23028),  # in openb's fleet; no seed group
     GpuModel("G1", None, "undisclosed", 32, 100.0),
     GpuModel("G2", None, "undisclosed", 32, 100.0),
     GpuModel("G3", None, "undisclosed", 32, 100.0),
@@ -95,14 +120,19 @@ _BY_PRODUCT: dict[str, GpuModel] = {p.lower(): m for m in CATALOGUE for p in m.p
 
 
 def model_for_product(product: str) -> GpuModel | None:
-    """Map an NVML product name to a catalogue model (exact, then by the short name inside it)."""
+    """Map an NVML product name to a catalogue model (exact, then by the short name inside it).
+
+    By the short name only where the name states no other size: an "NVIDIA A100 40GB PCIe" is
+    not the catalogue's 80 GB A100 (a claim for 60 GiB of an A100 would land on 40), so it maps
+    to nothing, and its agent says the product is not in the catalogue."""
     exact = _BY_PRODUCT.get(product.lower())
     if exact is not None:
         return exact
     words = product.upper().replace("-", " ").split()
+    sizes = {int(w[:-2]) for w in words if w.endswith("GB") and w[:-2].isdigit()}
     for model in CATALOGUE:
         if model.name in words:
-            return model
+            return model if not sizes or model.memory_gib in sizes else None
     return None
 
 

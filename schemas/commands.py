@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from schemas.outcomes import STATUSES
-from schemas.types import ClaimSpec, EndpointSpec, PoolSpec, Text
+from schemas.types import ClaimSpec, ClaimsPerNode, EndpointSpec, PoolSpec, Text
 from schemas.wording import bounded, bounded_field
 
 
@@ -144,6 +144,14 @@ class GetPool(Command):
 
 class ListPools(Command):
     pass
+
+
+class SetFleetDefaults(Command):
+    """The fleet's defaults, all at once (each set replaces the last): `max_claims_per_node` is
+    the cap of live claims of every node that neither its label nor a pool sets (0: the built-in
+    110 + 10 per device; ledger/node_claims.py)."""
+
+    max_claims_per_node: ClaimsPerNode = 0
 
 
 class IgnoreDevice(Command):

@@ -12,6 +12,7 @@ import msgspec
 from schemas import upcast as upcasts
 from schemas.types import (
     ClaimSpec,
+    ClaimsPerNode,
     DeviceInfo,
     DeviceUsage,
     EndpointSpec,
@@ -127,6 +128,14 @@ class PoolAccessChanged(Event, tag=True):
 
 class PoolDeleted(Event, tag=True):
     pool: str
+
+
+class FleetDefaultsSet(Event, tag=True):
+    """The fleet's defaults (pool controller, on subjects.FLEET_DEFAULTS): each set replaces the
+    last. `max_claims_per_node`: the cap of live claims of a node that neither its label nor a pool
+    of its devices sets (0: the built-in formula; ledger/node_claims.py)."""
+
+    max_claims_per_node: ClaimsPerNode = 0
 
 
 class DeviceIgnoreChanged(Event, tag=True):
@@ -439,6 +448,7 @@ AnyEvent = (
     | PoolCreated
     | PoolAccessChanged
     | PoolDeleted
+    | FleetDefaultsSet
     | DeviceIgnoreChanged
     | QuotaSet
     | QuotaDeleted

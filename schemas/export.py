@@ -21,7 +21,7 @@ COMMANDS = (commands.SubmitClaim, commands.ReleaseClaim, commands.RenewLease, co
             commands.GetClaim, commands.ListClaims, commands.SetQuota, commands.ApplyQuotas,
             commands.SetDefaultQuota, commands.DeleteQuota,
             commands.GetQuota, commands.ListQuotas, commands.GetQuotaStatus, commands.CreatePool,
-            commands.UpdatePool, commands.DeletePool, commands.GetPool, commands.ListPools, commands.RenderPool, commands.IgnoreDevice,
+            commands.UpdatePool, commands.DeletePool, commands.GetPool, commands.ListPools, commands.RenderPool, commands.SetFleetDefaults, commands.IgnoreDevice,
             commands.CreateEndpoint, commands.UpdateEndpoint, commands.DeleteEndpoint, commands.GetEndpoint,
             commands.ListEndpoints, commands.ReportEndpointLoad, commands.AcquireSlot,
             commands.FinishSlotRequest, commands.ListSlots, commands.CleanupSlots, commands.Query, commands.Reply)

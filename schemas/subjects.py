@@ -122,6 +122,9 @@ def quota(namespace: str) -> str:
 # The default quota's subject: under the quota service's `gpu.evt.quota.>`, and no namespace can
 # be called `_default` (names start with a letter or digit), so it never collides with one.
 DEFAULT_QUOTA = "gpu.evt.quota._default"
+# The fleet's defaults (FleetDefaultsSet): under the pool controller's `gpu.evt.pool.>`, and no pool
+# can be called `_fleet` (names start with a letter or digit), so it never collides with one.
+FLEET_DEFAULTS = "gpu.evt.pool._fleet"
 
 
 def endpoint(name: str) -> str:

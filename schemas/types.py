@@ -195,6 +195,11 @@ class QuotaSpec(msgspec.Struct, gc=False, frozen=True, omit_defaults=True):
 PoolItem = Annotated[str, msgspec.Meta(max_length=512)]
 PoolList = Annotated[list[PoolItem], msgspec.Meta(max_length=1024)]
 MAX_DEVICES_PER_NODE = 1024
+# The most live claims (or device grants) any node may hold: a node's cap, however it is set
+# (its label, its pool, the fleet default: ledger/node_claims.py), is at most this.
+MAX_CLAIMS_PER_NODE = 1000
+# A cap of live claims per node as a pool or the fleet default sets it: 0 = not set here.
+ClaimsPerNode = Annotated[int, msgspec.Meta(ge=0, le=MAX_CLAIMS_PER_NODE)]
 
 
 class DeviceSelector(msgspec.Struct, gc=False, frozen=True, omit_defaults=True):
@@ -218,6 +223,9 @@ class PoolSpec(msgspec.Struct, gc=False, frozen=True, omit_defaults=True, forbid
     # 0 = no limit; at most MAX_DEVICES_PER_NODE (10^23 was stored as it came, past what the
     # allocator's snapshot can write)
     max_devices_per_node: Annotated[int, msgspec.Meta(le=MAX_DEVICES_PER_NODE)] = 0
+    # the cap of live claims on each node with a device in the pool (0: not set; the lowest of a
+    # node's pools applies, below its own label: ledger/node_claims.py); immutable like the rest
+    max_claims_per_node: ClaimsPerNode = 0
     strategy: str = "BinPack"  # BinPack | Spread
     topology_key: PoolItem = ""
     include: DeviceSelector = DeviceSelector()

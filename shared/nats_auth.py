@@ -58,11 +58,11 @@ def service_account(user: str) -> str:
 
 
 SERVICE_ACCOUNTS = tuple(service_account(u) for u in SERVICES)
-# Session 33: the services stay in LEDGER for now. In their own accounts (`service_account`) a
-# Node.js publisher's live outcome subscription got no outcome where tests run the claim service as ops
-# (tests/contract/test_outsider_client.py, tests/trust_edge/test_node_publisher_auth.py), found
-# too late to fix: docs/security.md, "The services (session 33)".
-SERVICES_IN = LEDGER_ACCOUNT
+# Each service in an account of its own (session 33, on again since session 34). A publisher's live
+# outcomes come from the claim user's account only (`published_imports`), so every claim service
+# must run as the `claim` user (as `up`, compose and deploy/ run it; `claim_account_warning` says
+# so loudly when one does not).
+SERVICES_IN_OWN_ACCOUNTS = True
 # every account but LEDGER: they reach the ledger through imports only (`account_imports`)
 OUTSIDE_ACCOUNTS = (PUBLIC_ACCOUNT, AGENTS_ACCOUNT, *SERVICE_ACCOUNTS)
 # the accounts whose users create push consumers (a service's followers, a node agent's watch of
@@ -116,7 +116,28 @@ def _service(user: str, publish: list[str], serves: list[str], reads: tuple[str,
         pub += _read(stream)
     # replies and deliveries on its own inbox prefix: no service may listen to another's replies
     return Role(user, tuple(dict.fromkeys(pub)), tuple(dict.fromkeys([*serves, f"{user_inbox(user)}.>"])),
-                notes=notes, account=SERVICES_IN, exported=tuple(serves) if SERVICES_IN != LEDGER_ACCOUNT else ())
+                notes=notes, account=service_account(user) if SERVICES_IN_OWN_ACCOUNTS else LEDGER_ACCOUNT,
+                exported=tuple(serves) if SERVICES_IN_OWN_ACCOUNTS else ())
+
+
+def foreign_user_warning(service: str, url: str) -> str | None:
+    """What a service connecting with `url` as another user than its own (`ops`, say) should say
+    loudly at start, or None (its own user, an open server, an nkey seed: no name in the URL).
+    The claim service's outcomes reach publishers live only from the claim user's account
+    (`published_imports`): run as ops, they go to LEDGER, where no publisher hears them."""
+    from shared.natscluster import url_user
+
+    user = url_user(url)
+    if service not in SERVICES or not user or user == service:
+        return None
+    if service == "claim" and SERVICES_IN_OWN_ACCOUNTS:
+        what = ("publishers subscribed to their claims' outcomes (gpu.outcome.>) will receive none "
+                "live: those come from the claim user's account only")
+    else:
+        what = "it runs with that user's rights and account, not its own"
+    return (f"{service}: connected to NATS as user {user!r}, not {service!r}: {what}. Run each service "
+            f"as its own user, as `gpuledger up`, docker-compose and deploy/k8s do "
+            f"(`gpuledger nats creds {service}` prints its URL; docs/security.md)")
 
 
 def service_roles() -> list[Role]:

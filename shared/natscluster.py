@@ -81,15 +81,21 @@ def url_inbox_prefix(url: str) -> str:
     may read. INBOX_PREFIX_ENV overrides it (a ValueError when services would not answer there)."""
     if os.environ.get(INBOX_PREFIX_ENV):
         return checked_inbox_prefix(os.environ[INBOX_PREFIX_ENV])
-    first = url.split(",")[0].strip()
-    try:
-        parts = urlsplit(first if "://" in first else f"nats://{first}")
-        user = unquote(parts.username or "") if parts.password is not None else ""
-    except ValueError:  # a malformed URL: the connection says so
-        user = ""
+    user = url_user(url)
     if user == "publisher":
         return "_INBOX"
     return f"_INBOX_{user or 'ops'}"
+
+
+def url_user(url: str) -> str:
+    """The user a URL connects as (its first server's `user:password@`), "" without one (an open
+    server, a token, an nkey seed from NKEY_SEED_ENV) or for a malformed URL (the connection says so)."""
+    first = url.split(",")[0].strip()
+    try:
+        parts = urlsplit(first if "://" in first else f"nats://{first}")
+        return unquote(parts.username or "") if parts.password is not None else ""
+    except ValueError:
+        return ""
 
 
 def broker_args(url: str) -> dict:

@@ -18,7 +18,7 @@ from shared.priority import lower_when_ready
 from shared.jetstream import JetStreamEventLog, ensure_streams
 from shared.metrics import Metrics
 from shared.retry import quiet_error, until_done
-from shared.nats_auth import user_inbox
+from shared.nats_auth import foreign_user_warning, user_inbox
 from shared.natscluster import INBOX_PREFIX_ENV, broker_args
 from shared.settings import Settings
 
@@ -65,6 +65,9 @@ async def start_service(name: str, settings: Settings, build: Builder) -> Servic
                         reconnect_time_wait=0.5, logger=None, error_cb=quiet_error,
                         reconnected_cb=reconnected, closed_cb=on_closed)
     ctx = ServiceContext(name, settings, broker, on_reconnect=hooks)
+    foreign = foreign_user_warning(name, settings.nats_url)
+    if foreign:  # a claim service as ops gives publishers no live outcomes: never silently
+        log.warning("%s", foreign)
     await broker.connect()
     ctx.nc = broker.connection
     # a start during an outage or a cluster's election waits it out instead of exiting

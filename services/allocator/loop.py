@@ -50,7 +50,7 @@ log = logging.getLogger("gpuledger.allocator")
 # only matter to the timers, which run on the tick anyway.
 _TRIGGERS = (ev.ClaimSubmitted, ev.ClaimReleased, ev.NodeRegistered, ev.DeviceHealthChanged,
              ev.NodeConditionChanged, ev.PoolCreated, ev.PoolDeleted, ev.PoolAccessChanged,
-             ev.QuotaSet, ev.QuotaDeleted, ev.DecisionBatch, ev.ClaimRejected)
+             ev.FleetDefaultsSet, ev.QuotaSet, ev.QuotaDeleted, ev.DecisionBatch, ev.ClaimRejected)
 
 
 ALLOCATOR_REFREEZE_EVERY = 50_000  # live events between two refreezes (ledger.follower)

@@ -30,7 +30,7 @@ from services.claim.outcomes import OutcomeWriter
 from services.claim.releases import ReleaseAppender
 from services.claim.seed_api import SeedSubmitClaim, decode_submit_claim, in_seed_names
 from services.claim.validation import ClaimInvalid, reserved_field, validate_claim
-from services.claim.views import claim_view, explain_view
+from services.claim.views import claim_view, explain_view, over_cap_note
 
 log = logging.getLogger("gpuledger.claim")
 ACTIVITY_EVERY_S = 1.0  # activity reports closer together than this are answered, not appended
@@ -382,6 +382,9 @@ class ClaimService:
             return self.view(claim_id)
         claim = self._claim(claim_id)
         view = explain_view(claim, self.state.units, quota_of(self.state, claim.spec.namespace))
+        over_cap = over_cap_note(claim, self.state)
+        if over_cap:
+            view["over_cap"] = over_cap
         return view | {"system": self.owners[claim_id]} if claim_id in self.owners else view
 
     def list(self, namespace: str, status: str, limit: int, cursor: str = "") -> tuple[list[dict], str]:

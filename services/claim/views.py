@@ -9,7 +9,7 @@ from schemas.catalogue import expand_groups, models_in_group
 from schemas.reasons import never_satisfiable_here
 from schemas.types import Grant
 
-from ledger.state import FREE, Claim, Unit
+from ledger.state import FREE, Claim, Unit, cap_source, cap_use
 
 
 def visible_devices_env(claim: Claim) -> dict[str, str]:
@@ -80,6 +80,32 @@ def explain_view(claim: Claim, units: Mapping[str, Unit] | None = None, quota=No
     if claim.placement:
         view["placement"] = claim.placement
     return view
+
+
+def over_cap_note(claim: Claim, state) -> str:
+    """The nodes over their cap of live claims that bear on this claim: the node it holds, or, for
+    a claim waiting `node-claims-full`, every such node (the first 5). A cap lowered below what a
+    node holds evicts nothing (ledger/node_claims.py); without this the node looks merely full."""
+    if claim.holds_devices and claim.node:
+        names = [claim.node]
+    elif claim.status == "pending" and any(r.code == "node-claims-full" for r in claim.reasons):
+        names = sorted(state.nodes)
+    else:
+        return ""
+    over = []
+    for name in names:
+        node = state.nodes.get(name)
+        if node is None:
+            continue
+        held, cap = cap_use(state, node)
+        if held > cap:
+            over.append(f"node {name} holds {held} live claims or device grants, over its cap of {cap} "
+                        f"({cap_source(state, node)})")
+    if not over:
+        return ""
+    shown = "; ".join(over[:5]) + (f"; and {len(over) - 5} more nodes" if len(over) > 5 else "")
+    return (f"{shown}: the cap was lowered below what the node holds, which evicts nothing; it takes "
+            "no new claim until it is under its cap")
 
 
 def priority_scope_text(namespace: str, quota) -> str:

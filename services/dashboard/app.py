@@ -24,6 +24,7 @@ from shared.paced import SLOW_READER_LINGER_S
 from ledger.follower import Follower
 from services.dashboard import render, render_claim, views
 from services.dashboard.feed import KEEP, Feed
+from services.dashboard.login import Login
 from services.dashboard.merge import merge_expositions
 
 STATIC = Path(__file__).parent / "static"
@@ -160,14 +161,17 @@ def _html(body: str, status: int = 200) -> Response:
     return Response(body, status, content_type="text/html; charset=utf-8")
 
 
-def routes(dashboard: Dashboard) -> Router:
+def routes(dashboard: Dashboard, login: Login | None = None) -> Router:
+    """The dashboard's routes; with `login` (main always gives one: services/dashboard/login.py)
+    every page but /healthz and the static files asks it first."""
+    guard = login.guard if login is not None else (lambda handler: handler)
     router = Router()
-    router.get("/", dashboard.index)
-    router.get("/fragment/overview", dashboard.overview)
-    router.get("/claim/{claim_id}", dashboard.claim)
-    router.get("/fragment/claim/{claim_id}", dashboard.claim_fragment)
-    router.get("/live", dashboard.live)
-    router.get("/metrics", dashboard.merged_metrics)
+    router.get("/", guard(dashboard.index))
+    router.get("/fragment/overview", guard(dashboard.overview))
+    router.get("/claim/{claim_id}", guard(dashboard.claim))
+    router.get("/fragment/claim/{claim_id}", guard(dashboard.claim_fragment))
+    router.get("/live", guard(dashboard.live))
+    router.get("/metrics", guard(dashboard.merged_metrics))
     router.get("/healthz", dashboard.healthz)
     router.static("/static", STATIC)
     return router

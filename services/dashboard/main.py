@@ -14,6 +14,7 @@ from shared.retry import quiet_error
 from shared.settings import env_port
 
 from services.dashboard.app import Dashboard, routes
+from services.dashboard.login import Login
 
 log = logging.getLogger("gpuledger.dashboard")
 
@@ -54,12 +55,13 @@ async def connect(url: str):
             await asyncio.sleep(1.0)
 
 
-async def run(url: str, host: str, port: int, targets: dict[str, str]) -> None:
+async def run(url: str, host: str, port: int, targets: dict[str, str], login: Login) -> None:
     nc, event_log = await connect(url)
     dashboard = Dashboard(nc, event_log, targets)
     follow = asyncio.create_task(dashboard.follower.run(), name="dashboard-follow")
-    server = await routes(dashboard).serve(host, port)
-    log.info("dashboard on http://%s:%d/ (merging %d /metrics)", host, port, len(targets))
+    server = await routes(dashboard, login).serve(host, port)
+    log.info("dashboard on http://%s:%d/ (merging %d /metrics; %s)", host, port, len(targets),
+             "login: GPULEDGER_DASHBOARD_TOKEN" if login.token else "no login, loopback names only")
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
@@ -80,5 +82,6 @@ def main() -> int:
     url = os.environ.get("GPULEDGER_NATS_URL", "nats://127.0.0.1:4222")
     port = env_port("GPULEDGER_DASHBOARD_PORT", 8080)
     host = os.environ.get("GPULEDGER_DASHBOARD_HOST", "127.0.0.1")
-    asyncio.run(run(url, host, port, parse_targets(os.environ.get("GPULEDGER_METRICS_TARGETS", ""))))
+    login = Login.from_env(host, os.environ)  # before anything starts: a bad setting stops it at once
+    asyncio.run(run(url, host, port, parse_targets(os.environ.get("GPULEDGER_METRICS_TARGETS", "")), login))
     return 0

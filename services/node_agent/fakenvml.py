@@ -24,11 +24,10 @@ MIB = 1024 * 1024
 PCI_DEVICE_IDS = {
     "NVIDIA H100 80GB HBM3": 0x2330, "NVIDIA H100 PCIe": 0x2331, "NVIDIA H100 NVL": 0x2321,
     "NVIDIA H200": 0x2335, "NVIDIA A100-SXM4-80GB": 0x20B2, "NVIDIA A100 80GB PCIe": 0x20B5,
+    "NVIDIA A100-SXM4-40GB": 0x20B0, "NVIDIA A100-PCIE-40GB": 0x20F1,
     "NVIDIA A40": 0x2235, "NVIDIA L40S": 0x26B9, "NVIDIA L40": 0x26B5, "NVIDIA L4": 0x27B8,
     "NVIDIA GeForce RTX 4090": 0x2684, "Tesla T4": 0x1EB8, "Tesla V100-SXM2-32GB": 0x1DB5,
 }
-# What NVML reports as total memory for a few products (the rest: catalogue GiB x 1024).
-TOTAL_MIB = {"NVIDIA H100 80GB HBM3": 81559, "NVIDIA A100-SXM4-80GB": 81920, "NVIDIA H200": 143771}
 # Bus numbers of an HGX board: two PCIe switches per CPU socket, like the real layout.
 HGX_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
 NVSWITCH_BUS = 0xE0
@@ -350,7 +349,7 @@ def bus_id_for(index: int) -> str:
 def _fake_gpu(spec: SimNodeSpec, index: int) -> FakeGpu:
     product = spec.model.products[0]
     gpu = FakeGpu(index=index, name=product, uuid="GPU-" + stable_uuid(spec.name, index),
-                  memory_mib=TOTAL_MIB.get(product, spec.model.memory_gib * 1024),
+                  memory_mib=spec.model.reported_mib,  # what NVML reports (schemas/catalogue.py)
                   bus_id=bus_id_for(index), pci_device=PCI_DEVICE_IDS.get(product, 0),
                   **_links_of(spec.model.arch))
     for mig_index, profile in enumerate(spec.mig_layout(index)):

@@ -15,12 +15,14 @@ from collections.abc import Callable
 
 from schemas import subjects
 from schemas.commands import (
-    CreatePool, DeletePool, GetPool, IgnoreDevice, ListPools, RenderPool, Reply, UpdatePool, fail, ok)
+    CreatePool, DeletePool, GetPool, IgnoreDevice, ListPools, Query, RenderPool, Reply, SetFleetDefaults, UpdatePool,
+    fail, ok)
 from ledger.follower import Follower
 from ledger.state import State
 from services.pool_controller.admission import AdmissionConfig, PoolPlacement, review
 from services.pool_controller.decisions import (
-    Append, Outcome, decide_create, decide_delete, decide_ignore, decide_update)
+    Append, Outcome, decide_create, decide_delete, decide_fleet_defaults, decide_ignore, decide_update,
+    fleet_defaults)
 from services.pool_controller.claim_pods import ClaimBinding
 from services.pool_controller.projection import (
     PoolProjection, claim_binding, pool_nodes, pool_status, pool_units)
@@ -110,6 +112,9 @@ class PoolController:
     async def ignore(self, cmd: IgnoreDevice) -> Reply:
         return await self.execute(lambda s: decide_ignore(s, cmd, self.clock()))
 
+    async def set_defaults(self, cmd: SetFleetDefaults) -> Reply:
+        return await self.execute(lambda s: decide_fleet_defaults(s, cmd, self.clock()))
+
     # --- queries -----------------------------------------------------------------------------
 
     async def get(self, cmd: GetPool) -> Reply:
@@ -128,6 +133,10 @@ class PoolController:
                                request)
         return ok({"objects": rendered.objects, "notes": rendered.notes})
 
+    async def defaults(self, cmd: Query) -> Reply:
+        await self.catch_up()
+        return ok(fleet_defaults(self.state))
+
     async def list(self, cmd: ListPools) -> Reply:
         await self.catch_up()
         return ok([self._summary(name) for name in self.state.pools])
@@ -136,6 +145,7 @@ class PoolController:
         spec, units = self.state.pools[name], pool_units(self.state, name)
         return {"name": name, "backend": spec.backend, "unit": spec.unit,
                 "slices_per_unit": spec.slices_per_unit, "strategy": spec.strategy,
+                "max_claims_per_node": spec.max_claims_per_node,
                 "devices": len(units), "nodes": len({u.node for u in units}),
                 "allocated_devices": sum(1 for u in units if u.holders)}
 
@@ -174,6 +184,8 @@ async def build(ctx: ServiceContext) -> PoolController:
     command(broker, subjects.query("pool.get"), GetPool, controller.get, queue=QUEUE)
     command(broker, subjects.query("pool.list"), ListPools, controller.list, queue=QUEUE)
     command(broker, subjects.query("pool.render"), RenderPool, controller.render, queue=QUEUE)
+    command(broker, subjects.command("pool.defaults.set"), SetFleetDefaults, controller.set_defaults, queue=QUEUE)
+    command(broker, subjects.query("pool.defaults.get"), Query, controller.defaults, queue=QUEUE)
     controller.boot_seq = await ctx.log.last_seq()
     ctx.metrics.gauges("gpuledger_pools", "GPU pools defined", (), lambda: {(): len(controller.state.pools)})
     ctx.metrics.follow_fold(lambda: controller.projection.last_seq, ctx.log.last_seq)

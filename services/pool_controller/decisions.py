@@ -12,8 +12,9 @@ from dataclasses import dataclass
 import msgspec
 
 from schemas import subjects
-from schemas.commands import CreatePool, DeletePool, IgnoreDevice, Reply, UpdatePool, fail, ok
-from schemas.events import DeviceIgnoreChanged, Event, PoolAccessChanged, PoolCreated, PoolDeleted
+from schemas.commands import CreatePool, DeletePool, IgnoreDevice, Reply, SetFleetDefaults, UpdatePool, fail, ok
+from schemas.events import (DeviceIgnoreChanged, Event, FleetDefaultsSet, PoolAccessChanged, PoolCreated,
+                            PoolDeleted)
 from ledger.state import State
 from services.pool_controller.projection import allocations_in_pool
 from services.pool_controller.validation import (
@@ -94,6 +95,21 @@ def decide_delete(state: State, cmd: DeletePool, now: float) -> Outcome:
                     "release them before deleting the pool", "name")
     return Append(subjects.pool(cmd.name), PoolDeleted(pool=cmd.name, at=now), "delete",
                   ok({"pool": cmd.name, "deleted": True}))
+
+
+def decide_fleet_defaults(state: State, cmd: SetFleetDefaults, now: float) -> Outcome:
+    """The fleet's defaults (the schema bounds them: a cap of 0 to 1,000); setting what is set
+    already is a no-op. A lower cap evicts nothing: nodes over it take no claim until under it."""
+    if cmd.max_claims_per_node == state.fleet_max_claims:
+        return ok(fleet_defaults(state) | {"changed": False})
+    event = FleetDefaultsSet(max_claims_per_node=cmd.max_claims_per_node, at=now)
+    after = fleet_defaults(state) | {"max_claims_per_node": cmd.max_claims_per_node, "changed": True}
+    return Append(subjects.FLEET_DEFAULTS, event, f"defaults:{cmd.max_claims_per_node}", ok(after))
+
+
+def fleet_defaults(state: State) -> dict:
+    """The fleet's defaults as `gpuledger pool defaults` shows them (0: not set)."""
+    return {"max_claims_per_node": state.fleet_max_claims}
 
 
 def decide_ignore(state: State, cmd: IgnoreDevice, now: float, by: str = "") -> Outcome:

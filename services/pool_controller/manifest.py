@@ -52,7 +52,8 @@ def _flatten_manifest(doc: dict) -> dict:
     # a key left over in a section is a typo or a field we do not know: refused, never dropped
     for section, names in (
             ("allocation", {"mode": "unit", "unit": "unit", "migProfile": "mig_profile",
-                            "slicesPerUnit": "slices_per_unit", "maxDevicesPerNode": "max_devices_per_node"}),
+                            "slicesPerUnit": "slices_per_unit", "maxDevicesPerNode": "max_devices_per_node",
+                            "maxClaimsPerNode": "max_claims_per_node"}),
             ("scheduling", {"strategy": "strategy", "topologyKey": "topology_key"}),
             ("access", {"namespaces": "access_namespaces", "serviceAccounts": "access_service_accounts",
                         "dexGroups": "access_groups", "groups": "access_groups"})):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ledger.state import State
+from ledger.state import State, cap_use
 
 
 def state_summary(state: State) -> dict[str, Any]:
@@ -30,8 +30,9 @@ def _unit_key(unit) -> tuple:
 def _node(state: State, name: str) -> dict[str, Any]:
     node = state.nodes[name]
     in_use = sum(1 for u in node.units if u.holders)
+    held, cap = cap_use(state, node)  # over it: a cap lowered below what the node held (evicts nothing)
     return {"name": name, "condition": node.condition, "lost": node.lost, "devices": len(node.units),
-            "devices_in_use": in_use, "claims": len(node.claims),
+            "devices_in_use": in_use, "claims": len(node.claims), "max_claims": cap, "over_cap": held > cap,
             "last_heartbeat": node.last_heartbeat}
 
 

@@ -21,7 +21,8 @@ from tests.service.helpers import h100_node, register_nodes, running
 
 @pytest.fixture(scope="module")
 async def users_server(tmp_path_factory):
-    """(ops URL, publisher URL) of a nats-server with every gpuledger user and its permissions."""
+    """The URL of each user (`url(user)`) of a nats-server with every gpuledger user and its
+    permissions."""
     tmp_path = tmp_path_factory.mktemp("users")
     roles = nats_auth.roles()
     passwords = nats_auth.load_secrets(tmp_path, [r.user for r in roles])
@@ -29,13 +30,14 @@ async def users_server(tmp_path_factory):
     conf.write_text(nats_auth.users_block(roles, passwords))
     port = free_port()
     server = start_nats_server(tmp_path / "nats", port, config_file=conf)
-    url = {user: nats_auth.user_url(user, passwords[user], "127.0.0.1", port)
-           for user in (nats_auth.OPS, nats_auth.PUBLISHER)}
-    ops = await nats.connect(url[nats_auth.OPS])
+    def url(user: str) -> str:
+        return nats_auth.user_url(user, passwords[user], "127.0.0.1", port)
+
+    ops = await nats.connect(url(nats_auth.OPS))
     await ensure_streams(ops.jetstream())
     await ops.close()
     try:
-        yield url[nats_auth.OPS], url[nats_auth.PUBLISHER]
+        yield url
     finally:
         server.stop()
 
@@ -44,8 +46,8 @@ async def users_server(tmp_path_factory):
 async def outsider(users_server):
     """What the client saw, run once for every test of this file."""
     require_node()
-    ops_url, publisher_url = users_server
-    async with running(ops_url, "claim", "allocator"):
+    ops_url, publisher_url = users_server(nats_auth.OPS), users_server(nats_auth.PUBLISHER)
+    async with running(users_server, "claim", "allocator"):  # each as its own user, as `up` runs them
         nc = await nats.connect(ops_url)
         await register_nodes(JetStreamEventLog(nc), h100_node("node-a"), h100_node("node-b"))
         await nc.close()

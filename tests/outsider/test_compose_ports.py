@@ -49,3 +49,14 @@ def test_the_dashboard_and_nats_monitoring_are_still_published_for_this_host(com
     assert ports[("dashboard", "8080")] == "127.0.0.1"
     assert ports[("nats", "8222")] == "127.0.0.1"
     assert ports[("nats", "4222")] == "" and ports[("pool-controller", "8443")] == ""
+
+
+def test_the_dashboard_binding_every_interface_of_its_container_has_a_login(compose):
+    """Published on 127.0.0.1 of the host, but bound to 0.0.0.0 in its container: every other
+    container of the compose network reaches it (session 34). It takes its token from .env, as the
+    NATS passwords, and stops without one (services/dashboard/login.py)."""
+    env = compose["services"]["dashboard"]["environment"]
+    assert env["GPULEDGER_DASHBOARD_HOST"] not in LOOPBACK
+    assert env.get("GPULEDGER_DASHBOARD_TOKEN") == "${GPULEDGER_DASHBOARD_TOKEN:?set it in .env}"
+    header = (ROOT / "docker-compose.yml").read_text().split("\nx-env:")[0]
+    assert "GPULEDGER_DASHBOARD_TOKEN=$(openssl rand -hex 16)" in header, "the .env recipe makes the token too"

@@ -110,7 +110,7 @@ async def test_a_hostile_agent_over_its_own_user_changes_no_fold(auth_server):
     hostile = await nats.connect(auth_server.url("node-gpu-1"), inbox_prefix=nats_auth.user_inbox("node-gpu-1"))
     try:
         await honest.jetstream().publish(subjects.node("gpu-2"), raw_inventory("gpu-2"))
-        async with running(auth_server.url(nats_auth.OPS), "claim", "allocator", "quota") as contexts:
+        async with running(auth_server.url, "claim", "allocator", "quota") as contexts:
             js = hostile.jetstream()
             for payload in (raw_inventory("gpu-1", cpu_milli=HUGE, memory_mib=HUGE),
                             raw_inventory("gpu-1", devices=[{"uuid": "GPU-gpu-2-0", "index": 0, "model": "H100",

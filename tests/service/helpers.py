@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+from collections.abc import Callable
 from dataclasses import replace
 
 import msgspec
@@ -12,6 +14,8 @@ import nats
 from schemas import events as ev
 from schemas import subjects
 from schemas.types import DeviceInfo
+from shared.nats_auth import user_inbox
+from shared.natscluster import INBOX_PREFIX_ENV
 from shared.service import start_service, stop_service
 from shared.settings import Settings
 
@@ -30,19 +34,41 @@ def test_settings(url: str, **overrides) -> Settings:
 
 
 @contextlib.asynccontextmanager
-async def running(url: str, *names: str, **settings_overrides):
-    """Start services in this process (each with its own connection); stop them after."""
+async def running(url: str | Callable[[str], str], *names: str, **settings_overrides):
+    """Start services in this process (each with its own connection); stop them after. `url` is
+    one URL for all, or a function giving each service's user its URL (an authorized server's
+    `AuthServer.url`): then each runs as its own user on its own inbox prefix, as `gpuledger up`
+    runs it (a claim service run as ops gives publishers no live outcomes: docs/security.md)."""
     from gpuledger_cli.services_cmd import builder_for
 
-    settings = test_settings(url, **settings_overrides)
     contexts = []
     try:
         for name in names:
-            contexts.append(await start_service(name, settings, builder_for(name)))
+            settings = test_settings(url if isinstance(url, str) else url(name), **settings_overrides)
+            with _inbox_prefix(None if isinstance(url, str) else user_inbox(name)):
+                contexts.append(await start_service(name, settings, builder_for(name)))
         yield contexts
     finally:
         for ctx in reversed(contexts):
             await stop_service(ctx)
+
+
+@contextlib.contextmanager
+def _inbox_prefix(prefix: str | None):
+    """INBOX_PREFIX_ENV set to `prefix` while a service connects (a service's user may read only
+    its own: `shared.service.serve` sets it by name), then as it was; unchanged for None."""
+    if prefix is None:
+        yield
+        return
+    before = os.environ.get(INBOX_PREFIX_ENV)
+    os.environ[INBOX_PREFIX_ENV] = prefix
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(INBOX_PREFIX_ENV, None)
+        else:
+            os.environ[INBOX_PREFIX_ENV] = before
 
 
 async def request(nc, subject: str, payload, timeout: float = 10.0) -> dict:

@@ -11,7 +11,6 @@ import pytest
 from schemas.systems import parse_systems
 from shared import nats_auth
 from shared.jetstream import JetStreamEventLog, ensure_streams
-from shared.natscluster import INBOX_PREFIX_ENV
 from shared.natsserver import start_nats_server
 from tests.service.helpers import h100_node, register_nodes, running
 from tests.trust_edge.conftest import AuthServer
@@ -29,7 +28,7 @@ class Tenants:
 
 
 @pytest.fixture
-async def tenants(tmp_path, monkeypatch):
+async def tenants(tmp_path):
     roles = nats_auth.roles(systems=SYSTEMS)
     passwords = nats_auth.load_secrets(tmp_path, [r.user for r in roles])
     conf = tmp_path / "users.conf"
@@ -40,10 +39,8 @@ async def tenants(tmp_path, monkeypatch):
         await handle.watch()
         ops = await nats.connect(handle.url(nats_auth.OPS))
         await ensure_streams(ops.jetstream())
-        # the claim service as its own user, on the inbox prefix only it may read (as `up` runs it)
-        monkeypatch.setenv(INBOX_PREFIX_ENV, nats_auth.user_inbox("claim"))
-        async with running(handle.url("claim"), "claim", systems=SYSTEMS), \
-                running(handle.url(nats_auth.OPS), "allocator"):
+        # each service as its own user, on the inbox prefix only it may read (as `up` runs it)
+        async with running(handle.url, "claim", "allocator", systems=SYSTEMS):
             await register_nodes(JetStreamEventLog(ops), h100_node("node-a"))
             yield Tenants(handle, ops)
         await ops.close()

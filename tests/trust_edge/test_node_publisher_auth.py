@@ -18,7 +18,7 @@ from tests.service.helpers import h100_node, register_nodes, running
 async def test_a_node_publisher_with_the_publisher_user_gets_its_allocation(auth_server):
     require_node()
     ops_url = auth_server.url(nats_auth.OPS)
-    async with running(ops_url, "claim", "allocator"):
+    async with running(auth_server.url, "claim", "allocator"):  # each as its own user, as `up` runs them
         nc = await nats.connect(ops_url)
         await register_nodes(JetStreamEventLog(nc), h100_node("node-a"))
         await nc.close()

@@ -76,11 +76,11 @@ CASES = [
     ("node-claims-full", "room for the grants", view()._replace(claims_room=2), need(count=2), True, True, None),
     ("node-claims-full", "room for fewer grants", view()._replace(claims_room=1), need(count=2), True, False,
      "2 nodes have as many live claims (or device grants) as they may hold (a node's cap: label "
-     "gpuledger.io/max-claims, else 110 + 10 per device, at most 1000)"),
+     "gpuledger.io/max-claims, else its pools' or the fleet default, else 110 + 10 per device, at most 1000)"),
     ("node-claims-full", "a CPU-only claim counts one", view()._replace(claims_room=0),
      need(count=0, models=None), True, False,
      "2 nodes have as many live claims (or device grants) as they may hold (a node's cap: label "
-     "gpuledger.io/max-claims, else 110 + 10 per device, at most 1000)"),
+     "gpuledger.io/max-claims, else its pools' or the fleet default, else 110 + 10 per device, at most 1000)"),
 ]
 
 

@@ -153,7 +153,8 @@ RULES: tuple[Rule, ...] = (
     # asks for it (its argument is always True), so placement checks it on each candidate view.
     Rule("node-claims-full", claims_room,
          lambda n, need, _: f"{n} {n.have} as many live claims (or device grants) as {_they(n)} may "
-         f"hold (a node's cap: label {node_claims.LABEL}, else {node_claims.BASE} + "
+         f"hold (a node's cap: label {node_claims.LABEL}, else its pools' or the fleet default, "
+         f"else {node_claims.BASE} + "
          f"{node_claims.PER_DEVICE} per device, at most {node_claims.CEILING})",
          argument=lambda spec, state: True, explain_rank=1),
 )

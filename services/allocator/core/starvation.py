@@ -47,7 +47,12 @@ def hold_nodes_for_gang(state: State, run: Pass, members: list[Claim]) -> None:
 
 
 def _hold(state: State, run: Pass, claim: Claim) -> int | None:
-    """Hold the node with most room of the claim's kind; its room of that kind (None: none held)."""
+    """Hold the node with most room of the claim's kind; its room of that kind (None: none held).
+
+    The room is what the node could take were it empty: its healthy units of the kind, and no more
+    grants than its cap of live claims (ledger/node_claims.py). A node whose cap is below the
+    claim's grants can never take it: holding it kept every claim of equal or lower priority off
+    it for ever (session 34), so it is not held."""
     needs = needs_for(claim.spec, sorted(k for k in state.groups_by_model if k))
     if not needs:
         return None
@@ -56,6 +61,7 @@ def _hold(state: State, run: Pass, claim: Claim) -> int | None:
     for group in state.groups_for_models(need.models):
         room = sum(1 for u in group.view.units if u.healthy and u.pool == need.pool
                    and (need.models is None or u.model in need.models))
+        room = min(room, group.view.static.max_claims)
         if room < need.count:
             continue
         free_units = group.view.free_units
