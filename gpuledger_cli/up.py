@@ -298,7 +298,7 @@ def _start_server(data_dir: Path, book: PortBook, port: int | None, users: up_au
     try:
         server = start_nats_server(data_dir / "nats", port=book.take("nats", port),
                                    config_file=users.config_file if users else None,
-                                   pass_fds=folder.fds if folder else (), share_machine=True)
+                                   pass_fds=folder.fds if folder else ())
     except NatsServerError as err:
         _say(f"cannot start nats-server: {err}")
         raise typer.Exit(1)

@@ -62,55 +62,33 @@ PORT_TRIES = 5  # a free port chosen here that another process bound first: try 
 
 def start_nats_server(store_dir: str | os.PathLike, port: int | None = None,
                       ready_timeout: float = 15.0, config_file: str | os.PathLike | None = None,
-                      pass_fds: tuple[int, ...] = (), share_machine: bool = False) -> NatsServer:
+                      pass_fds: tuple[int, ...] = ()) -> NatsServer:
     """Start nats-server with JetStream, wait until it accepts connections. `config_file` (users
     and permissions, shared.nats_auth) is read first; the address, port and store given here win.
     `pass_fds`: descriptors the server keeps open (`gpuledger up`'s lock on its data folder).
-    `share_machine`: the server shares the machine with the whole stack (`gpuledger up`): its Go
-    processors are a quarter of the CPUs (`server_env`).
     Without `port`, a free one: found free here, it can be bound by another process before the
     server binds it (tests start many servers at once): then another one is tried."""
     for attempt in range(1, PORT_TRIES + 1):
         try:
-            return _start(Path(store_dir), port or free_port(), ready_timeout, config_file, pass_fds,
-                          server_env() if share_machine else None)
+            return _start(Path(store_dir), port or free_port(), ready_timeout, config_file, pass_fds)
         except PortTaken:
             if port or attempt == PORT_TRIES:
                 raise
     raise AssertionError("unreachable")
 
 
-# The Go runtime's processors (GOMAXPROCS) for the nats-server `gpuledger up` embeds: a quarter of
-# the machine's CPUs, at least one. It shares the machine with every service of the stack and needs
-# well under a core for the claims two cores carry (0.15 ms of CPU per claim); with a processor per
-# CPU its goroutines were handed between threads, and idle processors spun looking for work, around
-# every message: on a 2-core machine a JetStream publish and its delivery cost nats-server 9-17 %
-# more CPU than with one (docs/benchmarks.md, session 32 speed-cost). Servers started for anything
-# else (tests, `bench replay`'s reads) keep Go's default. GOMAXPROCS set in the environment wins.
-GOMAXPROCS_SHARE = 4
-
-
-def server_env(environ: dict[str, str] | None = None, cpus: int | None = None) -> dict[str, str]:
-    """The environment an embedded nats-server starts with: this one, GOMAXPROCS set unless it is."""
-    env = dict(os.environ if environ is None else environ)
-    if not env.get("GOMAXPROCS"):
-        env["GOMAXPROCS"] = str(max(1, (cpus or os.cpu_count() or 1) // GOMAXPROCS_SHARE))
-    return env
-
-
 class PortTaken(NatsServerError):
     """nats-server could not listen on its port: something else had bound it."""
 
 
-def _start(store: Path, port: int, ready_timeout: float, config_file, pass_fds, env) -> NatsServer:
+def _start(store: Path, port: int, ready_timeout: float, config_file, pass_fds) -> NatsServer:
     store.mkdir(parents=True, exist_ok=True)
     log_file = store / "nats-server.log"
     offset = log_file.stat().st_size if log_file.exists() else 0  # the earlier runs' lines
     cmd = [find_binary(), *(["-c", str(config_file)] if config_file else []), "-a", "127.0.0.1",
            "-p", str(port), "-js", "-sd", str(store), "-l", str(log_file)]
     process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, start_new_session=True, pass_fds=pass_fds,
-                               env=env)
+                               stderr=subprocess.PIPE, start_new_session=True, pass_fds=pass_fds)
     server = NatsServer(process, port, store, log_file)
     _wait_ready(server, ready_timeout, offset)
     return server
