@@ -10,6 +10,7 @@ response needs no chunking; a stream simply ends when the client goes away.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import mimetypes
 import re
@@ -52,11 +53,43 @@ _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Al
             503: "Service Unavailable"}
 
 
-class Router:
-    """Routes like `/claim/{claim_id}` (one path segment per parameter) to handlers."""
+def is_loopback(name: str) -> bool:
+    """An address or host name that only ever means this machine (browsers resolve `localhost`
+    and `*.localhost` to loopback themselves, so no DNS answer can move them elsewhere)."""
+    name = name.strip().strip("[]").rstrip(".").lower()
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
 
-    def __init__(self) -> None:
+
+def host_name(header: str) -> str:
+    """The name of a `Host` header without its port: `127.0.0.1:8080`, `[::1]:8080`, `localhost`."""
+    header = header.strip()
+    if header.startswith("["):
+        return header[: header.find("]") + 1] if "]" in header else header
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+def foreign_host(request: Request) -> str | None:
+    """The request's `Host` when it is not a loopback name (None when it is, or there is none).
+    A server bound to loopback keeps other machines out, not other sites' pages in a browser on
+    this one: a name of theirs made to resolve to 127.0.0.1 (DNS rebinding) is same-origin with
+    their page, which then reads the answers; its requests carry that name (session 34)."""
+    host = request.headers.get("host")
+    return None if host is None or is_loopback(host_name(host)) else host
+
+
+class Router:
+    """Routes like `/claim/{claim_id}` (one path segment per parameter) to handlers. With
+    `loopback_names_only` (a server bound to loopback that has no login of its own) a request
+    naming any other host is answered 403 (`foreign_host`)."""
+
+    def __init__(self, loopback_names_only: bool = False) -> None:
         self.routes: list[tuple[re.Pattern, Handler]] = []
+        self.loopback_names_only = loopback_names_only
 
     def get(self, pattern: str, handler: Handler) -> None:
         regex = re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", pattern)
@@ -98,6 +131,9 @@ class Router:
     async def _answer(self, request: Request) -> Response | Stream:
         if request.method not in ("GET", "HEAD"):
             return Response("only GET\n", 405)
+        if self.loopback_names_only and (host := foreign_host(request)) is not None:
+            return Response(f"this server answers only loopback names (127.0.0.1, localhost), not Host "
+                            f"{host[:80]!r} (a page of another site could reach it under such a name)\n", 403)
         found = self.find(request.path)
         if found is None:
             return Response(f"not found: {request.path}\n", 404)

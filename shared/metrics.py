@@ -21,7 +21,7 @@ from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, 
                                generate_latest)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from shared.httpserve import Request, Response, Router
+from shared.httpserve import Request, Response, Router, is_loopback
 
 log = logging.getLogger("gpuledger")
 disable_created_metrics()  # a `_created` series per counter and histogram doubles what is scraped
@@ -126,7 +126,7 @@ class Metrics:
         return generate_latest(self.registry)
 
     async def serve(self, port: int, host: str = "127.0.0.1") -> asyncio.Server:
-        router = Router()
+        router = Router(loopback_names_only=is_loopback(host))  # no login: see httpserve.foreign_host
         router.get("/metrics", self._metrics)
         router.get("/healthz", _healthz)
         return await router.serve(host, port)

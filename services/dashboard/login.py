@@ -22,35 +22,14 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
-import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from shared.httpserve import Handler, Request, Response
+from shared.httpserve import Handler, Request, Response, foreign_host, is_loopback
 
 TOKEN_ENV = "GPULEDGER_DASHBOARD_TOKEN"
 MIN_TOKEN = 16
 REALM = 'Basic realm="gpuledger dashboard", charset="UTF-8"'
-
-
-def is_loopback(name: str) -> bool:
-    """An address or host name that only ever means this machine (browsers resolve `localhost`
-    and `*.localhost` to loopback themselves, so no DNS answer can move them elsewhere)."""
-    name = name.strip().strip("[]").rstrip(".").lower()
-    if name == "localhost" or name.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
-
-
-def host_name(header: str) -> str:
-    """The name of a `Host` header without its port: `127.0.0.1:8080`, `[::1]:8080`, `localhost`."""
-    header = header.strip()
-    if header.startswith("["):
-        return header[: header.find("]") + 1] if "]" in header else header
-    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
 
 
 @dataclass(frozen=True)
@@ -73,8 +52,8 @@ class Login:
     def refusal(self, request: Request) -> Response | None:
         """None when the request may be answered, else the answer that says why not."""
         if self.token is None:
-            host = request.headers.get("host")
-            if host is None or is_loopback(host_name(host)):
+            host = foreign_host(request)
+            if host is None:
                 return None
             return Response(
                 f"this dashboard has no login and answers only loopback names (127.0.0.1, localhost), "

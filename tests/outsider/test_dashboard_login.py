@@ -144,7 +144,7 @@ def test_with_a_token_every_page_asks_for_it(dashboard):
 
 
 def test_host_names_and_loopback():
-    from services.dashboard.login import host_name, is_loopback
+    from shared.httpserve import host_name, is_loopback
 
     assert [host_name(h) for h in ("127.0.0.1:80", "[::1]:8080", "[::1]", "localhost", "a.b:1")] == \
         ["127.0.0.1", "[::1]", "[::1]", "localhost", "a.b"]
@@ -176,3 +176,30 @@ def test_a_browser_logged_in_gets_the_pages_and_their_live_updates(dashboard):
     page = _run("--timeout=4000", "--dump-dom", f"http://ops:{TOKEN}@127.0.0.1:{port}/").stdout
     assert 'id="overview"' in page and 'class="live">live<' in page, page[-2000:]
     assert 'id="overview"' not in dom(f"http://127.0.0.1:{port}/")  # the browser's login prompt
+
+
+async def test_a_services_metrics_on_loopback_answer_loopback_names_only():
+    """Each service's own /metrics (127.0.0.1 under `up`, no login): per-namespace quota use and
+    claim counts for any page that finds the port under a rebound name, as the dashboard was. In a
+    container (bound 0.0.0.0, Prometheus scraping `claim:9464`) any name is answered."""
+    import asyncio
+
+    from shared.metrics import Metrics
+
+    async def status_of(port: int, host: str) -> int:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(f"GET /metrics HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n"), 30)
+        writer.close()
+        return int(head.split(b" ")[1])
+
+    loopback = await Metrics().serve(0, "127.0.0.1")
+    anywhere = await Metrics().serve(0, "0.0.0.0")
+    try:
+        port = loopback.sockets[0].getsockname()[1]
+        assert await status_of(port, f"evil.example:{port}") == 403
+        assert await status_of(port, f"127.0.0.1:{port}") == 200 and await status_of(port, "localhost") == 200
+        assert await status_of(anywhere.sockets[0].getsockname()[1], "claim:9464") == 200
+    finally:
+        loopback.close()
+        anywhere.close()
