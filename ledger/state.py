@@ -214,15 +214,30 @@ class Claim:
         return self.status in ("allocated", "bound")
 
 
+class DoomedClaim(Claim):
+    """A claim that a catch-up dropping ended claims (the allocator's: `keep_ended` off, dropping
+    deferred) knows will end within the range it folds: the read-ahead helper read an admitted
+    release of it further on (`shared.readahead.DecodedFrames`, which sends its submit unchecked).
+    Such a claim leaves the state when it ends, and until then nothing the fold reads depends on
+    its namespace's use, its lease, its place in the queue or its history: so it joins none of
+    `pending`, `queue`, `parked`, `holding` or `leased`, its namespace's use is not charged (only
+    `usage_version` moves, and its namespace's entry is made, as a charge would), its pending
+    decisions and its history are not kept, and the claims left when the catch-up ends are what
+    folding it as a plain claim leaves (tests/speed_replay/test_doomed_claims.py). Only
+    `ledger.catchup` makes one; `holdings` never charges one. Never in a caught-up state."""
+
+    __slots__ = ()
+
+
 _new_claim = object.__new__
 
 
-def new_claim(spec: ClaimSpec, seq: int, at: float, system: str = "") -> Claim:
+def new_claim(spec: ClaimSpec, seq: int, at: float, system: str = "", kind: type = Claim) -> Claim:
     """`Claim(spec, seq, at, last_activity=at, system=system)`, as the fold of a submit makes one (200k of them
     in a 1M-event replay): every field set here, none through the dataclass's `__init__`, whose
     keyword defaults and default factories cost twice this. Keep it in step with `Claim`'s fields
     (tests/speed/test_replay_catchup_fold.py compares the two)."""
-    claim = _new_claim(Claim)
+    claim = _new_claim(kind)  # `kind`: Claim, or DoomedClaim for ledger.catchup
     claim.spec, claim.seq, claim.submitted_at, claim.status = spec, seq, at, "pending"
     claim.grants, claim.node, claim.reasons = [], "", []
     claim.allocated_at = claim.last_renewed = claim.reported_at = 0.0
@@ -373,6 +388,10 @@ class State:
     # fold ends it, keeping only its id in `ended`. The allocator decides on live claims only, so it
     # runs this way (see `drop_ended_claims`); services that answer for old claims keep them.
     keep_ended: bool = True
+    # True while a catch-up keeps ended claims only until it sheds them (`evolve.defer_dropping`):
+    # `keep_ended` is on meanwhile, but what only an ended claim would hold (its history's last
+    # line) is never seen, and claims known to end in the range may fold as `DoomedClaim`s
+    ends_deferred: bool = False
     # the claim-shape mix as of the last checkpoint (see evolve): fragmentation-aware scores use it,
     # and keeping it fixed between checkpoints keeps the per-view score memo valid
     shapes_seen: dict[tuple, int] = field(default_factory=dict)
