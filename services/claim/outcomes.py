@@ -32,7 +32,6 @@ import asyncio
 import logging
 import time
 
-
 from schemas import events as ev
 from schemas import subjects
 from schemas.outcomes import encode_outcome
@@ -43,8 +42,9 @@ from services.claim.outcome_view import outcome_of, rejected_outcome
 log = logging.getLogger("gpuledger.claim.outcomes")
 _ONE_CLAIM = (ev.ClaimRejected, ev.ClaimReleased, ev.ClaimBound, ev.ClaimAllocated, ev.ClaimPending,
               ev.AllocationRejected, ev.ClaimEvicted, ev.AllocationExpired, ev.AllocationUnused)
-# fields of a tracked claim: [seq, at, signature, written at, first noted at (writer's clock)]
-_SEQ, _AT, _SIG, _WRITTEN, _SINCE = range(5)
+# fields of a tracked claim: [seq, at, signature, written at, first noted at (writer's clock), the
+# subject its outcomes go to once found (its system never changes: found once, not at each write)]
+_SEQ, _AT, _SIG, _WRITTEN, _SINCE, _SUBJECT = range(6)
 # Changes noted within this long of a flush go out together in the next one: under load a claim is
 # allocated, bound and released within a few tens of ms, and a flush after every folded batch
 # wrote about 4 outcomes per claim (each a stored message and an ack).
@@ -123,7 +123,7 @@ class OutcomeWriter:
             return
         track = self.tracked.get(claim_id)
         if track is None:
-            track = self.tracked[claim_id] = [seq, at, None, 0.0, self.clock()]
+            track = self.tracked[claim_id] = [seq, at, None, 0.0, self.clock(), None]
         track[_SEQ], track[_AT] = seq, at
         if seq > self.since:
             self.dirty[claim_id] = None
@@ -324,14 +324,17 @@ class OutcomeWriter:
             track[_SIG], track[_WRITTEN] = signature, now
             if outcome.final:
                 del self.tracked[claim_id]
-            out.append((claim_id, subjects.outcome(claim_id, outcome.system), data, outcome.seq, outcome.at))
+            subject = track[_SUBJECT]
+            if subject is None:
+                subject = track[_SUBJECT] = subjects.outcome(claim_id, outcome.system)
+            out.append((claim_id, subject, data, outcome.seq, outcome.at))
         return out
 
     def _retry(self, claim_id: str, seq: int, at: float) -> None:
         self.failures += 1
         track = self.tracked.get(claim_id)
         if track is None or track[_SEQ] <= seq:
-            self.tracked[claim_id] = [seq, at, None, 0.0, 0.0]  # written again at once, even pending
+            self.tracked[claim_id] = [seq, at, None, 0.0, 0.0, None]  # written again at once, even pending
         else:
             track[_SIG] = None  # a newer change is noted: write that one
         self.dirty[claim_id] = None
