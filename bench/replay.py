@@ -75,7 +75,7 @@ def service_headers(subject: str, number: int) -> dict[str, str]:
     node agents' (their conditional headers are left out: a synthetic log cannot know the
     sequences they would name)."""
     headers = {"Nats-Expected-Stream": "GPULEDGER"}
-    if subject == subjects.INTAKE_BATCHES or subject.startswith(_WITH_MSG_ID) or subject.endswith(".bound"):
+    if subject in (subjects.INTAKE_BATCHES, subjects.SUBMITS) or subject.startswith(_WITH_MSG_ID) or subject.endswith(".bound"):
         headers["Nats-Msg-Id"] = f"bench-{number}"
     return headers
 

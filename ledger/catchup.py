@@ -25,7 +25,7 @@ from ledger.evolve import HANDLERS, apply_decision, refresh_typical
 from ledger.holdings import fitting_units, park_if_fleet_bound
 from ledger.node_claims import ROOM
 from ledger.shapes import bound_models
-from ledger.state import FREE, State, new_claim
+from ledger.state import FREE, Claim, DoomedClaim, State, new_claim
 
 _ALLOCATED, _PENDING = ev.ClaimAllocated, ev.ClaimPending
 
@@ -69,30 +69,33 @@ def _claim_released(state: State, e: ev.ClaimReleased, seq: int) -> None:
                 deferred[node.name] = node.view
         namespace = spec.namespace
         state.usage_version += 1  # `holdings._charge(state, claim, -1)`
-        usage = state.usage.get(namespace)
-        if usage is None:
-            usage = state.usage_of(namespace)
-        tflops_m = usage.tflops_m = usage.tflops_m - claim.tflops_m
-        usage.tflops = tflops_m / 1000
-        limit_m = usage.limit_tflops_m = usage.limit_tflops_m - claim.limit_tflops_m
-        usage.limit_tflops = limit_m / 1000
-        usage.vram_mib -= claim.vram_mib
-        usage.limit_vram_mib -= claim.limit_vram_mib
-        usage.workers -= 1
-        usage.gpus -= len(claim.grants)
-        state.leased.pop(cid, None)
-        state.holding.pop(cid, None)
+        if type(claim) is not DoomedClaim:  # (one was never charged, nor in `leased`, `holding`)
+            usage = state.usage.get(namespace)
+            if usage is None:
+                usage = state.usage_of(namespace)
+            tflops_m = usage.tflops_m = usage.tflops_m - claim.tflops_m
+            usage.tflops = tflops_m / 1000
+            limit_m = usage.limit_tflops_m = usage.limit_tflops_m - claim.limit_tflops_m
+            usage.limit_tflops = limit_m / 1000
+            usage.vram_mib -= claim.vram_mib
+            usage.limit_vram_mib -= claim.limit_vram_mib
+            usage.workers -= 1
+            usage.gpus -= len(claim.grants)
+            state.leased.pop(cid, None)
+            state.holding.pop(cid, None)
         state.idle_watch.pop(cid, None)
         state.freed_ns[namespace] = epoch
     elif status == "pending":
-        state.pending.pop(cid, None)
-        state.queue.pop(cid, None)
-        state.parked.pop(cid, None)
+        if type(claim) is not DoomedClaim:  # (one never joined the queue)
+            state.pending.pop(cid, None)
+            state.queue.pop(cid, None)
+            state.parked.pop(cid, None)
     else:
         return
     claim.status, claim.end_reason = "released", e.reason
     if state.keep_ended:
-        claim.trail.append((e.at, "released", e.reason))
+        if not state.ends_deferred:  # else it leaves the state unseen (`evolve.defer_dropping`)
+            claim.trail.append((e.at, "released", e.reason))
     else:
         del state.claims[cid]
         state.ended[cid] = None
@@ -157,6 +160,9 @@ def _allocated(state: State, d: ev.ClaimAllocated) -> None:
     # the node's own name (equal to the decision's) and the decision's own list of grants (a
     # stored event is never changed): the claim keeps no copies of what the event brought
     node_name = node.name
+    if type(claim) is DoomedClaim:
+        _doomed_allocated(state, claim, d, node, unit if granted is None else None, granted)
+        return
     tflops, limit_tflops = d.tflops, d.limit_tflops
     claim.tflops, claim.vram_mib = tflops, d.vram_mib
     claim.limit_tflops, claim.limit_vram_mib = limit_tflops, d.limit_vram_mib
@@ -205,17 +211,48 @@ def _allocated(state: State, d: ev.ClaimAllocated) -> None:
     claim.trail.append((at, "allocated", node_name, d.policy, d.explain))
 
 
-def _claim_submitted(state: State, e: ev.ClaimSubmitted, seq: int) -> None:
-    """`evolve._claim_submitted`, with the shape key's models and the checkpoint spelled out."""
+def _doomed_allocated(state: State, claim: DoomedClaim, d: ev.ClaimAllocated, node, unit, granted) -> None:
+    """`_allocated` for a claim that ends later in the range (`ledger.state.DoomedClaim`), once the
+    decision was found valid: what other decisions' validity and the end state depend on (its
+    units, its node's room and claims, the node noted for the index, `usage_version`, its
+    namespace's entry) and what its own end reads (status, node, grants); no charge, no books, no
+    history. `unit`: the one grant's unit (`granted` None), else `granted` the grants' units."""
+    cid, grants, spec = claim.spec.claim_id, d.grants, claim.spec
+    if granted is None:
+        milli = grants[0].milli
+        unit.milli_free -= milli
+        unit.holders[cid] = milli
+    else:
+        for grant, unit in zip(grants, granted):
+            milli = grant.milli
+            unit.milli_free -= milli
+            unit.holders[cid] = milli
+    node.cpu_free -= spec.cpu_milli
+    node.mem_free -= spec.memory_mib
+    node.claims[cid] = None
+    node_name = node.name
+    claim.grants, claim.status, claim.node = grants, "allocated", node_name
+    state.usage_version += 1  # as `holdings._charge` moves it, and makes the namespace's entry
+    if spec.namespace not in state.usage:
+        state.usage_of(spec.namespace)
+    deferred = state.deferred
+    if node_name not in deferred:
+        deferred[node_name] = node.view
+
+
+def _claim_submitted(state: State, e: ev.ClaimSubmitted, seq: int, kind: type = Claim) -> None:
+    """`evolve._claim_submitted`, with the shape key's models and the checkpoint spelled out.
+    `kind` DoomedClaim: a claim released later in the range (`_doomed_submits`), in no queue."""
     spec = e.claim
     claim_id = spec.claim_id
     claims = state.claims
     if claim_id in claims or claim_id in state.ended:
         return  # a retried submit beyond the dedup window: stored twice, counted once
     submitted = state.submitted = state.submitted + 1
-    claims[claim_id] = new_claim(spec, seq or submitted, e.at, e.system)
-    state.pending[claim_id] = None
-    state.queue[claim_id] = None
+    claims[claim_id] = new_claim(spec, seq or submitted, e.at, e.system, kind)
+    if kind is Claim:
+        state.pending[claim_id] = None
+        state.queue[claim_id] = None
     models = spec.models
     if models:  # `bound_models` for a claim that names its models
         bound = (models[0],) if len(models) == 1 else tuple(sorted(set(models)))
@@ -235,7 +272,9 @@ def _pending(state: State, d: ev.ClaimPending) -> None:
     """`evolve.apply_decision` for a ClaimPending, without a journal."""
     claim_id = d.claim_id
     claim = state.claims.get(claim_id) if claim_id else None
-    if claim is not None and claim.status == "pending":
+    # a claim that ends later in the range is in no queue to be parked in, and its reasons are
+    # never read before it ends (`ledger.state.DoomedClaim`)
+    if claim is not None and claim.status == "pending" and type(claim) is not DoomedClaim:
         claim.reasons = list(d.reasons)
         park_if_fleet_bound(state, claim)
 
@@ -248,11 +287,22 @@ def _event_batch(state: State, e: ev.EventBatch, seq: int) -> None:
             handler(state, member, seq)
 
 
+def _doomed_submits(state: State, e, seq: int) -> None:
+    """Submits the read-ahead helper sent unchecked (`schemas.lenient.unchecked_submits`): each
+    claim's admitted release comes later in the range, so in a catch-up that drops ended claims
+    it folds as a `DoomedClaim`; in one that keeps them, as the plain submits they stand for."""
+    if not state.ends_deferred:
+        _event_batch(state, e, seq)
+        return
+    for member in e.events:
+        _claim_submitted(state, member, seq, DoomedClaim)
+
+
 CATCH_UP = {
     **HANDLERS,
     # what the read-ahead helper hands over in place of submits of claims that end later in the
     # range (`schemas.lenient.unchecked_submits`): the same fields, read without the constraints
-    lenient.unchecked_submits(): _event_batch,
+    lenient.unchecked_submits(): _doomed_submits,
     lenient.lenient_twin(ev.ClaimSubmitted): _claim_submitted,
     ev.ClaimSubmitted: _claim_submitted,
     ev.ClaimReleased: _claim_released,

@@ -221,6 +221,10 @@ class Follower:
         paced = {"linger_s": self.linger_s} if self.linger_s else {}  # logs in tests lack it
         if not self.listeners and self.unread is None:  # nothing but the fold reads the events
             paced["decoded"] = True  # a long catch-up's rows come decoded (`_fold_decoded`)
+            # ... and the range read so ends where the catch-up does (the log's end may have moved
+            # on since `end` was taken): no decoded batch reaches `_fold_live`, and every release
+            # the read-ahead helper read is folded before the catch-up ends (`DoomedClaim`)
+            paced["range_end"] = end
             if not self.keep_ended:  # ended claims leave the state: what only they kept need not come
                 paced["drop_dead"] = True  # (`shared.readahead.DecodedFrames`)
         with contextlib.ExitStack() as collector:

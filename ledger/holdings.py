@@ -14,7 +14,7 @@ from schemas.reasons import never_satisfiable_here
 from schemas.types import Grant
 
 from ledger.node_claims import ROOM
-from ledger.state import FREE, Claim, Node, NodeView, State, Unit, reindex_node, reindex_used, restore_view
+from ledger.state import FREE, Claim, DoomedClaim, Node, NodeView, State, Unit, reindex_node, reindex_used, restore_view
 
 _CLAIM_FIELDS = Claim.__slots__ if hasattr(Claim, "__slots__") else ()
 _claim_values = attrgetter(*_CLAIM_FIELDS)
@@ -199,9 +199,10 @@ def allocate(state: State, claim: Claim, grants: list[Grant], node_name: str,
     claim.grants = list(grants)
     _charge(state, claim, +1)
     _leave_queue(state, cid)
-    state.holding[cid] = None
-    if spec.lease_seconds > 0:
-        state.leased[cid] = None
+    if type(claim) is not DoomedClaim:  # one in neither book (ledger.state.DoomedClaim)
+        state.holding[cid] = None
+        if spec.lease_seconds > 0:
+            state.leased[cid] = None
     claim.status, claim.node = "allocated", node_name
     if claim.reasons:
         claim.reasons = []
@@ -349,6 +350,8 @@ def _charge(state: State, claim: Claim, sign: int) -> None:
     usage = state.usage.get(claim.spec.namespace)  # `usage_of`, spelled out: every charge
     if usage is None:
         usage = state.usage_of(claim.spec.namespace)
+    if type(claim) is DoomedClaim:  # never charged (ledger.state.DoomedClaim): the version moves alone
+        return
     # summed in milli-TFLOPs (every granted figure has 3 decimals, place.py): integers, so the sum
     # is the same in any order (the allocator folds a release stored beside its own batch either
     # side of it: services/allocator/own_batch.py), with no float drift and no rounding step

@@ -15,6 +15,12 @@ The cap of a node, from the log alone (pure: the same in every fold), the first 
 - else BASE + PER_DEVICE for each of its devices (a card, or a MIG instance), or the device's
   time-slices where its pool gives it more (slices_per_unit), at most CEILING. An 8-card node:
   190; 8 cards in 7 MIG instances each: 670; 8 cards of 64 time-slices: 622.
+Claims that hold no device (CPU-only claims) take at most the cap less what the node's devices
+bring: `grantless_cap`, BASE (110) under the formula, so the per-device part stays for claims that
+hold devices. Before session 34 about 1,000 never-ending CPU-only claims of 1 milli-CPU filled
+every cap of the demo fleet and every GPU claim waited `node-claims-full` beside free GPUs (session
+34's outsider). A cap set explicitly keeps the same part for devices, but never leaves CPU-only
+claims less than BASE (or the whole cap, when it is smaller): its operator chose that number.
 A cap set lower than what a node holds evicts nothing (as a kubelet's maxPods): the node takes no
 claim until it is under its cap again (docs/pools.md, "A node's cap of live claims").
 
@@ -55,7 +61,19 @@ def max_claims(units, labels: dict[str, str], pool_caps: Iterable[int] = (), fle
         return min(pooled, CEILING)
     if fleet > 0:
         return min(fleet, CEILING)
-    return min(BASE + sum(max(unit.max_holders, PER_DEVICE) for unit in units), CEILING)
+    return min(BASE + device_part(units), CEILING)
+
+
+def device_part(units) -> int:
+    """What a node's devices bring to the formula's cap: PER_DEVICE each, or their time-slices."""
+    return sum(max(unit.max_holders, PER_DEVICE) for unit in units)
+
+
+def grantless_cap(cap: int, units) -> int:
+    """How many claims holding no device the node may hold: the cap less its devices' part, and
+    never less than BASE (or the cap itself, where smaller)."""
+    part = device_part(units) if units else 0
+    return max(min(cap, BASE), cap - part)
 
 
 def source(labels: dict[str, str], pool_caps: Iterable[int] = (), fleet: int = 0) -> str:

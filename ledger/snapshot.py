@@ -59,6 +59,8 @@ def to_snapshot(state: State, compact: bool = False) -> bytes:
     """The state as bytes. `compact` leaves ended claims out (keeping their ids), so the snapshot
     grows with live claims rather than with the log; the claim service and the read models still
     answer for ended claims from the log."""
+    if state.ends_deferred:  # a catch-up's state is the log's fold only once it ends (DoomedClaim)
+        raise ValueError("no snapshot of a catch-up before it ends")
     claims = list(state.claims.values())
     ended = list(state.ended)
     if compact:

@@ -87,6 +87,8 @@ class NodeStatic(NamedTuple):
     cpu_total: int
     mem_total: int
     max_claims: int = node_claims.CEILING  # the node's cap of live claims (ledger/node_claims.py)
+    # ... of which claims that hold no device may take this many (node_claims.grantless_cap)
+    max_grantless: int = node_claims.CEILING
 
 
 class _ViewFields(NamedTuple):
@@ -97,6 +99,8 @@ class _ViewFields(NamedTuple):
     # grants the node may still take (a CPU-only claim counts one), up to node_claims.ROOM: a
     # node far from its cap shares its view with nodes like it, whatever their claim counts
     claims_room: int = node_claims.ROOM
+    # False: the node holds as many claims without devices as it may (NodeStatic.max_grantless)
+    grantless_room: bool = True
 
 
 class NodeView(_ViewFields):
@@ -210,15 +214,30 @@ class Claim:
         return self.status in ("allocated", "bound")
 
 
+class DoomedClaim(Claim):
+    """A claim that a catch-up dropping ended claims (the allocator's: `keep_ended` off, dropping
+    deferred) knows will end within the range it folds: the read-ahead helper read an admitted
+    release of it further on (`shared.readahead.DecodedFrames`, which sends its submit unchecked).
+    Such a claim leaves the state when it ends, and until then nothing the fold reads depends on
+    its namespace's use, its lease, its place in the queue or its history: so it joins none of
+    `pending`, `queue`, `parked`, `holding` or `leased`, its namespace's use is not charged (only
+    `usage_version` moves, and its namespace's entry is made, as a charge would), its pending
+    decisions and its history are not kept, and the claims left when the catch-up ends are what
+    folding it as a plain claim leaves (tests/speed_replay/test_doomed_claims.py). Only
+    `ledger.catchup` makes one; `holdings` never charges one. Never in a caught-up state."""
+
+    __slots__ = ()
+
+
 _new_claim = object.__new__
 
 
-def new_claim(spec: ClaimSpec, seq: int, at: float, system: str = "") -> Claim:
+def new_claim(spec: ClaimSpec, seq: int, at: float, system: str = "", kind: type = Claim) -> Claim:
     """`Claim(spec, seq, at, last_activity=at, system=system)`, as the fold of a submit makes one (200k of them
     in a 1M-event replay): every field set here, none through the dataclass's `__init__`, whose
     keyword defaults and default factories cost twice this. Keep it in step with `Claim`'s fields
     (tests/speed/test_replay_catchup_fold.py compares the two)."""
-    claim = _new_claim(Claim)
+    claim = _new_claim(kind)  # `kind`: Claim, or DoomedClaim for ledger.catchup
     claim.spec, claim.seq, claim.submitted_at, claim.status = spec, seq, at, "pending"
     claim.grants, claim.node, claim.reasons = [], "", []
     claim.allocated_at = claim.last_renewed = claim.reported_at = 0.0
@@ -369,6 +388,10 @@ class State:
     # fold ends it, keeping only its id in `ended`. The allocator decides on live claims only, so it
     # runs this way (see `drop_ended_claims`); services that answer for old claims keep them.
     keep_ended: bool = True
+    # True while a catch-up keeps ended claims only until it sheds them (`evolve.defer_dropping`):
+    # `keep_ended` is on meanwhile, but what only an ended claim would hold (its history's last
+    # line) is never seen, and claims known to end in the range may fold as `DoomedClaim`s
+    ends_deferred: bool = False
     # the claim-shape mix as of the last checkpoint (see evolve): fragmentation-aware scores use it,
     # and keeping it fixed between checkpoints keeps the per-view score memo valid
     shapes_seen: dict[tuple, int] = field(default_factory=dict)
@@ -543,8 +566,20 @@ def unit_view(unit: Unit) -> UnitView:
 
 def node_static(node: Node, state: State | None = None) -> NodeStatic:
     models = tuple(sorted({u.model for u in node.units}))
+    cap = node_cap(node, state)
     return NodeStatic(models, tuple(sorted(node.labels.items())), node.cuda, node.cpu_total,
-                      node.mem_total, node_cap(node, state))
+                      node.mem_total, cap, node_claims.grantless_cap(cap, node.units))
+
+
+def grantless_room(node: Node, limit: int) -> bool:
+    """Whether the node may take one more claim that holds no device: its claims less those that
+    hold a device, below `limit`. Counted only when its claims reach the limit (rare: a node far
+    from it needs no count, and this runs at every reindex of a node)."""
+    claims = len(node.claims)
+    if claims < limit:
+        return True
+    holding = {cid for unit in node.units for cid in unit.holders}
+    return claims - len(holding) < limit
 
 
 def node_cap(node: Node, state: State | None) -> int:
@@ -606,8 +641,10 @@ def reindex_used(state: State, node: Node) -> None:
         else:
             units.append(unit_view(unit))
     _unindex(state, node.rank, old)
-    room = node_claims.room(old.static.max_claims, len(node.claims), grants)
-    _join(state, node, NodeView(old.static, node.cpu_free, node.mem_free, tuple(units), room))
+    static = old.static
+    room = node_claims.room(static.max_claims, len(node.claims), grants)
+    _join(state, node, NodeView(static, node.cpu_free, node.mem_free, tuple(units), room,
+                                grantless_room(node, static.max_grantless)))
 
 
 def restore_view(state: State, node: Node, view: NodeView | None) -> None:
@@ -673,8 +710,10 @@ def _index(state: State, node: Node) -> None:
         node.view = None
         return
     units = tuple(unit_view(u) for u in node.units)
-    room = node_claims.room(node.static.max_claims, len(node.claims), sum(u.holders for u in units))
-    _join(state, node, NodeView(node.static, node.cpu_free, node.mem_free, units, room))
+    static = node.static
+    room = node_claims.room(static.max_claims, len(node.claims), sum(u.holders for u in units))
+    _join(state, node, NodeView(static, node.cpu_free, node.mem_free, units, room,
+                                grantless_room(node, static.max_grantless)))
 
 
 def _join(state: State, node: Node, view: NodeView) -> None:

@@ -36,9 +36,15 @@ EVENT_CHANNELS = {
         "the node unbound (only the allocator writes here): under the node's binding fence "
         "gpu.evt.fence.{node}.*, so no binding is stored after the mark.",
         ["ClaimEnding"], "appended", {"node": "the node name as a subject token"}),
+    "submits": (
+        subjects.SUBMITS, "Every new claim (session 34 on): a ClaimSubmitted, or one EventBatch of "
+        "them per drained intake batch (read its members in order), appended on condition of this "
+        "subject's last sequence, so two claim-service replicas never both append one id.",
+        ["ClaimSubmitted", "EventBatch"], "fenced", {}),
     "intakeBatches": (
-        subjects.INTAKE_BATCHES, "Claims the claim service drained from the intake together: one "
-        "EventBatch of ClaimSubmitted (read its members in order).", ["EventBatch"], "appended", {}),
+        subjects.INTAKE_BATCHES, "The claim service's batches: releases of bound or pending claims "
+        "(an EventBatch of ClaimReleased); until session 34 also the claims it drained from the intake "
+        "together (an EventBatch of ClaimSubmitted).", ["EventBatch"], "appended", {}),
     "decisions": (
         subjects.DECISIONS, "The allocator's fenced decisions: one DecisionBatch per append "
         "(ClaimAllocated, ClaimPending, AllocationRejected, ClaimEvicted, AllocationExpired, "

@@ -67,7 +67,10 @@ _FLEET = _ROOT + "fleet.{node^}"
 _DECISION = _rule(IN_DECISION_BATCH)
 
 AUTHORITY: dict[type, Rule] = {
-    ev.ClaimSubmitted: _rule(CLAIM, _ROOT + "claim.{claim.claim_id}", subjects.INTAKE_BATCHES),
+    # every new claim goes on gpu.evt.submit (session 34 on), alone or in an EventBatch, fenced there
+    # so two claim-service replicas never both append one id; its own subject and gpu.evt.intake
+    # are where claims went before
+    ev.ClaimSubmitted: _rule(CLAIM, _ROOT + "claim.{claim.claim_id}", subjects.INTAKE_BATCHES, subjects.SUBMITS),
     # gpu.evt.intake is the claim service's own batch subject: any of its claim events may go there
     ev.ClaimRejected: _rule(CLAIM, _CLAIM, subjects.INTAKE_BATCHES),
     # and on a node's release subject: the releases of claims allocated there, not yet bound
@@ -110,7 +113,7 @@ AUTHORITY: dict[type, Rule] = {
     ev.SlotRequestFinished: _rule(CLAIM, _ROOT + "slot.{slot_id}"),
     ev.DecisionBatch: _rule(ALLOCATOR, subjects.DECISIONS),
     # members are checked one by one against the same subject
-    ev.EventBatch: _rule(CLAIM + "|" + NODE_AGENT, subjects.INTAKE_BATCHES, _ROOT + "node.*.bound",
+    ev.EventBatch: _rule(CLAIM + "|" + NODE_AGENT, subjects.INTAKE_BATCHES, subjects.SUBMITS, _ROOT + "node.*.bound",
                          _ROOT + "fleet.*", _ROOT + "fence.*.release"),
     **{decision: _DECISION for decision in ev.DECISION_TYPES},
 }

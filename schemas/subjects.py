@@ -8,7 +8,11 @@ EVENTS = "gpu.evt.>"
 INTAKE_STREAM = "GPULEDGER_INTAKE"
 INTAKE_CLAIMS = "gpu.intake.claim"  # durable: other systems publish JSON claims here
 DECISIONS = "gpu.evt.decision"  # the allocator's fenced subject
-INTAKE_BATCHES = "gpu.evt.intake"  # the claim service's drained intake, several claims per message
+INTAKE_BATCHES = "gpu.evt.intake"  # the claim service's batches: releases (and its drained intake until session 34)
+# Every new claim (session 34 on): a ClaimSubmitted, or an EventBatch of them, appended on condition
+# of this subject's last sequence, so two claim-service replicas never both append one id
+# (services/claim/intake_fence.py). Before, claims went on their own subject or INTAKE_BATCHES.
+SUBMITS = "gpu.evt.submit"
 DEAD_LETTER = "gpu.evt.deadletter"
 OUTCOMES_STREAM = "GPULEDGER_OUTCOMES"
 OUTCOMES = "gpu.outcome.>"

@@ -182,7 +182,7 @@ BATCH_MAX = 1000  # requests handled together at most
 
 async def batched_command(nc, subject: str, command_type: type,
                     handle_many: Callable[[list[Any]], Awaitable[list[Reply]]],
-                    spawn: Callable[[Any, str], Any], with_subject: bool = False) -> Any:
+                    spawn: Callable[[Any, str], Any], with_subject: bool = False, queue: str = "") -> Any:
     """Answer the requests on `subject` a batch at a time: whatever arrived while the previous
     batch was being handled goes to `handle_many` together (one reply per command, in order), so
     a handler that appends can append once per batch instead of once per request. A malformed
@@ -190,19 +190,20 @@ async def batched_command(nc, subject: str, command_type: type,
     Subscribed through nats-py, not faststream: faststream's per-message dispatch cost more CPU
     than the command itself (DESIGN.md). `spawn(coro, name)` runs the worker (ServiceContext.spawn).
     `with_subject`: `handle_many` gets (command, subject it arrived on) pairs (a wildcard
-    `subject`). Returns the subscription."""
+    `subject`). `queue`: a queue group, so that each request is handled by one replica of the
+    service, not by every one. Returns the subscription."""
     decoder = _Strict(msgspec.json.Decoder(command_type).decode)
-    queue: asyncio.Queue = asyncio.Queue()
+    arrivals: asyncio.Queue = asyncio.Queue()
 
     def arrived(sid: int, subject: bytes, reply: bytes, data: bytes, headers) -> None:
-        queue.put_nowait(Msg(_client=nc, subject=subject.decode(), reply=reply.decode(), data=data,
+        arrivals.put_nowait(Msg(_client=nc, subject=subject.decode(), reply=reply.decode(), data=data,
                              headers=headers, _sid=sid))
 
     async def work() -> None:
         while True:
-            msgs = [await queue.get()]
-            while not queue.empty() and len(msgs) < BATCH_MAX:
-                msgs.append(queue.get_nowait())
+            msgs = [await arrivals.get()]
+            while not arrivals.empty() and len(msgs) < BATCH_MAX:
+                msgs.append(arrivals.get_nowait())
             await _answer_batch(msgs)
 
     async def _answer_batch(msgs: list) -> None:
@@ -228,7 +229,7 @@ async def batched_command(nc, subject: str, command_type: type,
     spawn(work(), f"batched {subject}")
     # requests handed over as they are parsed, straight to the batch's queue: not through the
     # subscription's own queue and task first (shared.direct_sub; one request per claim released)
-    return await subscribe_direct(nc, subject, arrived)
+    return await subscribe_direct(nc, subject, arrived, queue=queue)
 
 
 async def _respond_all(nc, answers: list[tuple[Any, bytes]]) -> None:

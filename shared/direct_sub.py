@@ -28,17 +28,18 @@ Handler = Callable[[int, bytes, bytes, bytes, "dict[str, str] | None"], None]
 _TABLE = "_gpuledger_direct"  # the attribute of a connection that holds its sid -> handler table
 
 
-async def subscribe_direct(nc, subject: str, handler: Handler, raw_headers: bool = False):
+async def subscribe_direct(nc, subject: str, handler: Handler, raw_headers: bool = False, queue: str = ""):
     """Subscribe `handler` to `subject` on `nc` (see the module); returns nats-py's subscription.
     `raw_headers`: the handler gets a message's header block as it came (bytes from `NATS/1.0` on,
     None when it has none), unparsed: for a reader that looks at few of them (`shared.paced`). Only
     where the connection can be hooked; otherwise they come parsed, as from nats-py (a dict: the
-    handler tells the two apart by type)."""
+    handler tells the two apart by type). `queue`: a queue group (each message to one member: a
+    command served by several replicas of a service)."""
     async def fallback(msg) -> None:  # a client this module cannot hook (or a message it missed)
         headers = msg.headers or None
         handler(getattr(msg, "_sid", 0) or 0, msg.subject.encode(), (msg.reply or "").encode(), msg.data, headers)
 
-    sub = await nc.subscribe(subject, cb=fallback)
+    sub = await nc.subscribe(subject, queue=queue, cb=fallback)
     table = _hook(nc)
     if table is not None:
         table[sub._id] = (handler, raw_headers)

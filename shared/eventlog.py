@@ -126,10 +126,10 @@ class InMemoryEventLog:
                 await self._grew.wait_for(lambda: seq <= len(self._entries))
 
     async def follow_raw(self, from_seq=1, subject=None, stop_at=None, headers=True, decoded=False,
-                         drop_dead=False):
+                         drop_dead=False, range_end=None):
         """Batches of (seq, subject, payload, headers), like the JetStream log's read path (which
         may leave headers out with `headers=False`, or hand a long range over decoded with
-        `decoded=True`, and `drop_dead`; here they cost nothing, and rows are all there is)."""
+        `decoded=True`, and `drop_dead`, `range_end`; here they cost nothing, and rows are all there is)."""
         seq = max(from_seq, 1)
         while stop_at is None or seq <= stop_at:
             end = len(self._entries) if stop_at is None else min(stop_at, len(self._entries))

@@ -363,7 +363,7 @@ class JetStreamEventLog:
 
     async def follow_raw(self, from_seq: int = 1, subject: str | None = None,
                          stop_at: int | None = None, linger_s: float = 0.0, headers: bool = True,
-                         decoded: bool = False, drop_dead: bool = False):
+                         decoded: bool = False, drop_dead: bool = False, range_end: int | None = None):
         """Batches of (seq, subject, payload, headers) as they arrive, with no decoding.
 
         What is stored when the call starts is read with `shared.fastread` (a pull consumer over a
@@ -381,8 +381,12 @@ class JetStreamEventLog:
         ((seq, event) pairs the helper decoded and admitted), the rest as rows. `drop_dead` (with
         `decoded`), for a fold that drops ended claims (the allocator's): without the events of
         claims released later in the range that change nothing but the claim (`readahead.DecodedFrames`).
+        `range_end`: the stored range read as such ends there at most (a catch-up's end, taken
+        before this call: the log may have grown since), the rest comes as the live tail does.
         """
         end = await self.last_seq() if stop_at is None else stop_at
+        if range_end is not None:
+            end = min(end, range_end)
         if end - from_seq + 1 >= FAST_READ_MIN:
             position = [from_seq]  # where the ordered consumer takes over
             # closed with this generator, not when collected: a read-ahead helper ends with it

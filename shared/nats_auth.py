@@ -144,7 +144,7 @@ def service_roles() -> list[Role]:
     return [
         # gpu.evt.fence.*.release: releases of claims allocated on a node and not bound yet, under
         # the node's binding fence (subjects.node_fence); never the allocator's ending marks there
-        _service("claim", ["gpu.evt.claim.*", subjects.INTAKE_BATCHES, "gpu.evt.fence.*.release",
+        _service("claim", ["gpu.evt.claim.*", subjects.INTAKE_BATCHES, subjects.SUBMITS, "gpu.evt.fence.*.release",
                            f"{subjects.DEAD_LETTER}.>",
                            "gpu.evt.endpoint.>", "gpu.evt.slot.>", subjects.OUTCOMES],
                  ["gpu.cmd.claim.>", "gpu.qry.claim.>", "gpu.qry.cluster.>", "gpu.cmd.endpoint.>",

@@ -216,7 +216,7 @@ class LiveRun:
 
     def _wanted(self, subject: str) -> bool:
         # a node's release subject too: a claim allocated and not bound is released there
-        return (subject in (subjects.DECISIONS, subjects.INTAKE_BATCHES, self.fleet.subject)
+        return (subject in (subjects.DECISIONS, subjects.INTAKE_BATCHES, subjects.SUBMITS, self.fleet.subject)
                 or subject.startswith(self.claim_subjects)
                 or (subject.startswith(NODE_FENCES) and subject.endswith(".release")))
 

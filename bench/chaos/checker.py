@@ -151,7 +151,7 @@ class ChaosCheck:
 
     def _submitted(self, subject: str, event: ev.ClaimSubmitted) -> None:
         claim_id = event.claim.claim_id
-        if subject not in (subjects.claim(claim_id), subjects.INTAKE_BATCHES):
+        if subject not in (subjects.claim(claim_id), subjects.INTAKE_BATCHES, subjects.SUBMITS):
             self.forged_stored += 1
             return
         count = self.submitted.get(claim_id, 0) + 1

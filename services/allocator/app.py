@@ -73,8 +73,9 @@ async def _snapshot_forever(js, allocator: Allocator, every: int) -> None:
 
 async def snapshot_if_due(js, allocator: Allocator, last: int, every: int) -> int:
     """Save a snapshot when `every` events were folded since `last`; returns the new `last`."""
-    # not while a decided batch is kept applied ahead of the log (own_batch.py)
-    if allocator.state.last_seq - last < every or allocator.own.holding:
+    # not while a decided batch is kept applied ahead of the log (own_batch.py), nor while the
+    # catch-up drops ended claims: its state is the log's fold only once it ends (ledger.state.DoomedClaim)
+    if allocator.state.last_seq - last < every or allocator.own.holding or allocator.state.ends_deferred:
         return last
     damage = dangling_references(allocator.state)
     if damage:  # never made durable: a restart would load it

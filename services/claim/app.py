@@ -16,12 +16,14 @@ from schemas.outcomes import FINAL
 from schemas.seed import CLAIM_WIRE
 from schemas.types import ClaimSpec
 from shared.commands import DomainError, batched_command, command
+from shared.eventlog import AppendConflict
 from shared.service import ServiceContext
 from shared.telemetry import inject_headers
 
 from ledger.cohorts import quota_of
 from ledger.follower import Follower
 from services.claim.intake import SYSTEMS_DURABLE, consume_intake, wait_intake_drained
+from services.claim.intake_fence import SubmitFence
 from services.claim.listing import page
 from services.claim.lookup import Unresolved, claim_with_prefix
 from services.claim.metrics import instrument
@@ -41,6 +43,7 @@ RENEW_EVERY_S = 1.0  # renewals closer together than this (or a tenth of the lea
 # stays pending held up every later submit for an hour (session 27, tests/outsider/test_submit_waits.py).
 SUBMIT_WORKERS = 64
 SUBMIT_WAITS = 48
+QUEUE = "claim"  # the claim service's requests: each to one replica (register_handlers)
 SETTLED = ("allocated", "bound", "rejected", "released", "evicted", "expired", "lost")
 
 
@@ -83,7 +86,8 @@ class ClaimService:
         self.follower.listeners.append(self._remember)
         self.intake_drained = None  # async () -> None: set where the durable intake is consumed
         self.on_intake_batch = None  # (size) -> None: the intake batch size histogram, when served
-        self._submitting = asyncio.Lock()  # submit requests' checks and appends, one at a time
+        # every new claim's checks and append, in turn, fenced against every replica's (intake_fence.py)
+        self.fence = SubmitFence(event_log, self.follower)
         self.waiting = 0  # submit requests waiting for their outcome now
         # (kind, claim id) -> this service's clock when it last appended a renewal or activity
         # report: the throttles below compare times of this one clock (see `_recent`)
@@ -92,6 +96,8 @@ class ClaimService:
     def _remember(self, seq: int, subject: str, event: ev.Event) -> None:
         kind = type(event)
         if kind is ev.ClaimSubmitted:
+            if subject == subjects.SUBMITS:  # folded: this one's checks see it (intake_fence.py)
+                self.fence.heard(seq)
             self._remember_token(seq, subject, event)
             self._remember_owner(seq, subject, event)
         elif kind is ev.ClaimRejected:
@@ -204,23 +210,36 @@ class ClaimService:
         # read yet looks free, and a claim reusing it (another system's, a different spec, an id
         # sharing its subject) was appended instead of refused (tests/outsider/test_intake_while_catching_up.py)
         await self.follower.caught_up.wait()
-        async with self._submitting:  # checked against every submit before it, as it is appended
-            taken = self.in_flight.get(spec.claim_id)  # an intake batch's, not folded yet
-            pending, owners = ({spec.claim_id: taken[0]}, {spec.claim_id: taken[1]}) if taken else (None, None)
-            event = self.prepare(spec, trace, pending=pending, system=system, pending_owners=owners,
-                                 internal=internal)
+        appended, event, taken = None, None, None
+        try:
+            # checked against every claim before it, here (in flight) and in every replica (the
+            # fence: services/claim/intake_fence.py), as it is appended
+            async with self.fence.lock:
+                expected = self.fence.tip
+                while True:
+                    taken = self.in_flight.get(spec.claim_id)  # an intake batch's, not folded yet
+                    pending, owners = ({spec.claim_id: taken[0]}, {spec.claim_id: taken[1]}) if taken else (None, None)
+                    event = self.prepare(spec, trace, pending=pending, system=system, pending_owners=owners,
+                                         internal=internal)
+                    if event is None:
+                        break
+                    self.in_flight[spec.claim_id] = (event.claim, system)
+                    try:
+                        appended = await self.fence.append(event, expected, msg_id=spec.claim_id,
+                                                           headers=inject_headers())
+                        break
+                    except AppendConflict as conflict:  # another replica's claim came first: check again
+                        self.in_flight.pop(spec.claim_id, None)
+                        expected = await self.fence.caught_up(conflict)
             existing = event is None
             spec = event.claim if event is not None else spec
-            if event is not None:
-                self.in_flight[spec.claim_id] = (spec, system)
-                try:
-                    appended = await self.log.append(subjects.claim(spec.claim_id), event, msg_id=spec.claim_id,
-                                                     headers=inject_headers())
-                    await self.follower.wait_for_seq(appended.seq)
-                finally:
-                    self.in_flight.pop(spec.claim_id, None)
+            if appended is not None:
+                await self.follower.wait_for_seq(appended.seq)
             elif taken:  # the same claim, in an intake batch: answered once that is folded
                 await self.follower.wait_until(lambda: spec.claim_id in self.state.claims, 30.0)
+        finally:
+            if event is not None:
+                self.in_flight.pop(spec.claim_id, None)
         if wait_seconds > 0 and self.waiting < SUBMIT_WAITS:
             self.waiting += 1
             try:
@@ -433,20 +452,25 @@ async def register_handlers(ctx: ServiceContext, service: ClaimService) -> None:
         claims, more = service.list(c.namespace, c.status, c.limit, c.cursor)
         return cmd.Reply(ok=True, data=claims, next=more)
 
+    # One queue group: each request is answered by one replica, as by a single claim service. Without
+    # it every replica handled every request (two of them: each submit checked and appended twice,
+    # each renewal and activity report appended twice, every query answered twice).
+    q = QUEUE
     for suffix in ("", ".*"):
         command(b, subjects.command("claim.submit") + suffix, cmd.SubmitClaim, submit,
-                decode=decode_submit_claim, with_subject=True, max_workers=SUBMIT_WORKERS)
-        command(b, subjects.command("claim.renew") + suffix, cmd.RenewLease, renew, with_subject=True)
-        command(b, subjects.command("claim.activity") + suffix, cmd.ReportActivity, activity, with_subject=True)
-    command(b, subjects.query("claim.get"), cmd.GetClaim, get)
-    command(b, subjects.query("claim.explain"), cmd.GetClaim, explain)
-    command(b, subjects.query("claim.list"), cmd.ListClaims, list_claims)
-    command(b, subjects.query("claim.resolve"), cmd.GetClaim, resolve)
-    command(b, subjects.query("cluster.summary"), cmd.Query, lambda _: _summary(service))
+                decode=decode_submit_claim, with_subject=True, max_workers=SUBMIT_WORKERS, queue=q)
+        command(b, subjects.command("claim.renew") + suffix, cmd.RenewLease, renew, with_subject=True, queue=q)
+        command(b, subjects.command("claim.activity") + suffix, cmd.ReportActivity, activity, with_subject=True,
+                queue=q)
+    command(b, subjects.query("claim.get"), cmd.GetClaim, get, queue=q)
+    command(b, subjects.query("claim.explain"), cmd.GetClaim, explain, queue=q)
+    command(b, subjects.query("claim.list"), cmd.ListClaims, list_claims, queue=q)
+    command(b, subjects.query("claim.resolve"), cmd.GetClaim, resolve, queue=q)
+    command(b, subjects.query("cluster.summary"), cmd.Query, lambda _: _summary(service), queue=q)
     # releases come one per claim at the claims' rate: answered a batch at a time, one append each
     for suffix in ("", ".*"):
         await batched_command(ctx.nc, subjects.command("claim.release") + suffix, cmd.ReleaseClaim, release_many,
-                              ctx.spawn, with_subject=True)
+                              ctx.spawn, with_subject=True, queue=q)
 
 
 async def _summary(service: ClaimService):
@@ -492,6 +516,7 @@ async def build(ctx: ServiceContext) -> None:
     ctx.spawn(service.follower.run(), "claim-follow")
     ctx.spawn(writer.run(), "claim-outcomes")
     ctx.spawn(writer.refresh_forever(), "claim-outcomes-refresh")
+    ctx.spawn(writer.renew_forever(), "claim-outcomes-lease")  # one replica writes outcomes at a time
     ctx.on_stop.append(writer.stop)
     js = ctx.nc.jetstream()
     service.intake_drained = lambda: wait_intake_drained(js)

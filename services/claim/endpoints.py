@@ -37,6 +37,7 @@ from ledger.state import State
 from services.claim.releases import ReleaseAppender
 from services.claim.availability import availability
 from services.claim.heard import WORKER_SIGNS, HeardHere
+from services.claim.intake_fence import SubmitFence
 from services.claim.seed_api import (SeedCreateEndpoint, SeedUpdateEndpoint, decode_create_endpoint,
                                      decode_update_endpoint)
 from services.claim.autoscaler import LIVE, EndpointView, Load, Scaling, Worker, decide_scaling
@@ -276,10 +277,14 @@ class EndpointBook:
 
 
 class Endpoints:
-    def __init__(self, event_log, follower: Follower, clock=time.time, live_image: str = "runpod/tetra-rp:latest"):
+    def __init__(self, event_log, follower: Follower, clock=time.time, live_image: str = "runpod/tetra-rp:latest",
+                 fence: SubmitFence | None = None):
         self.live_image = live_image
         self.log = event_log
         self.follower = follower
+        # workers are claims: appended where every new claim is, fenced against every replica's
+        # (the claim service's own fence, so its turns include these: intake_fence.py)
+        self.fence = fence if fence is not None else SubmitFence(event_log, follower)
         self.clock = clock
         self.releases = ReleaseAppender(event_log, follower, clock)  # where any claim's release goes
         self.book = EndpointBook()
@@ -476,9 +481,24 @@ class Endpoints:
     async def _submit_claims(self, name: str, claim_ids: list[str]) -> None:
         spec = self.book.endpoints[name].spec
         for claim_id in claim_ids:
-            claim = worker_claim(spec, int(claim_id.rsplit("-w", 1)[1]))
-            await self._append(subjects.claim(claim_id), ev.ClaimSubmitted(claim=claim, at=self.clock()),
-                               claim_id, fenced=False)
+            await self._submit_worker(worker_claim(spec, int(claim_id.rsplit("-w", 1)[1])))
+
+    async def _submit_worker(self, claim: ClaimSpec) -> None:
+        """A worker's claim, unless a claim with its id is in the fold: on the submit subject, on
+        condition that no claim came there since this fold's last (another replica's worker or a
+        client's claim with this id, not yet folded here: folded, then looked at again)."""
+        fence, appended = self.fence, None
+        async with fence.lock:
+            expected = fence.tip
+            while claim.claim_id not in self.state.claims and claim.claim_id not in self.state.ended:
+                try:
+                    appended = await fence.append(ev.ClaimSubmitted(claim=claim, at=self.clock()), expected,
+                                                  msg_id=claim.claim_id)
+                    break
+                except AppendConflict as conflict:
+                    expected = await fence.caught_up(conflict)
+        if appended is not None:
+            await self.follower.wait_for_seq(appended.seq)
 
     async def _release(self, claim_id: str, reason: str) -> None:
         """Where a client's release would go (its node's release subject while it may still be
@@ -513,7 +533,8 @@ async def register_endpoints(ctx: ServiceContext) -> Endpoints:
     """Add the endpoint handlers and the scaling loop to a claim service being built."""
     claims = getattr(ctx, "claims", None)
     follower = claims.follower if claims is not None else Follower(ctx.log, places=False)
-    endpoints = Endpoints(ctx.log, follower, live_image=ctx.settings.live_image)
+    endpoints = Endpoints(ctx.log, follower, live_image=ctx.settings.live_image,
+                          fence=claims.fence if claims is not None else None)
     ctx.endpoints = endpoints  # type: ignore[attr-defined]  # for in-process tests
     b = ctx.broker
     command(b, subjects.command("endpoint.create"), CreateEndpoint, endpoints.create, queue=QUEUE,

@@ -35,6 +35,7 @@ from shared.publish_many import publish_many
 from shared.retry import TRANSIENT, Backoff
 from shared.telemetry import inject_headers, tracer
 
+from services.claim.intake_fence import SubmitFence
 from services.claim.intake_pull import StandingPull
 from services.claim.intake_stamps import CURRENT as STAMPS, IntakeStamps
 from services.claim.outcome_view import rejected_outcome
@@ -188,10 +189,11 @@ async def _give_up_on_redelivered(service, msgs) -> list:
             keep.append(msg)
             continue
         data, headers = msg.data, dict(msg.headers or {})
-        await _reject(service, _readable_id(data, headers), "undeliverable",
-                      f"delivered {delivered} times without being handled (the claim service stopped "
-                      "or failed on it each time): not tried again", "", data, {}, _stream_seq(msg),
-                      _system(msg))
+        async with _fence(service).lock:  # its refusal may go on the claim's subject: fenced there
+            await _reject(service, _readable_id(data, headers), "undeliverable",
+                          f"delivered {delivered} times without being handled (the claim service stopped "
+                          "or failed on it each time): not tried again", "", data, {}, _stream_seq(msg),
+                          _system(msg))
         await msg.term()
     return keep
 
@@ -254,15 +256,17 @@ async def handle_intake_batch(service, messages: list[tuple]) -> None:
     validated on its own (a refusal is recorded per claim), the new claims appended together, as
     one EventBatch when there are several (one message to write and to read back instead of one
     per claim), in as many batches as keep each under the server's message size. A claim repeated
-    within the batch is kept once; one already in the log is not appended again."""
+    within the batch is kept once; one already in the log is not appended again, not even when
+    another claim-service replica appended it a moment ago (`services/claim/intake_fence.py`)."""
     accepted: dict[str, ev.ClaimSubmitted] = {}
     specs: dict[str, ClaimSpec] = {}
     owners: dict[str, str] = {}  # claim id -> its system, for the claims in `specs` that have one
+    taken: list[str] = []  # the ids this batch put in flight, to take out once folded (or failed)
     in_flight = _in_flight(service)
     try:
-        await _take_batch(service, messages, accepted, specs, owners, in_flight)
+        await _take_batch(service, messages, accepted, specs, owners, in_flight, taken)
     finally:
-        for claim_id in accepted:  # folded by now (or failed, to come again): the fold answers for them
+        for claim_id in taken:  # folded by now (or failed, to come again): the fold answers for them
             in_flight.pop(claim_id, None)
 
 
@@ -280,8 +284,32 @@ def _in_flight(service) -> dict[str, tuple[ClaimSpec, str]]:
     return in_flight
 
 
+def _fence(service) -> SubmitFence:
+    fence = getattr(service, "fence", None)
+    if fence is None:  # a stand-in service of a test
+        fence = service.fence = SubmitFence(service.log, service.follower)
+    return fence
+
+
 async def _take_batch(service, messages: list[tuple], accepted: dict, specs: dict, owners: dict,
-                      in_flight: dict) -> None:
+                      in_flight: dict, taken: list) -> None:
+    fence = _fence(service)
+    # checked and appended in one turn of the fence: the append is conditioned on the last claim
+    # on the submit subject as it was before the checks (intake_fence.py)
+    async with fence.lock:
+        expected = fence.tip
+        sources = await _check_batch(service, messages, accepted, specs, owners, in_flight, taken)
+        last = await _append_fenced(service, fence, expected, accepted, specs, owners, sources)
+    if last:
+        await service.follower.wait_for_seq(last)
+
+
+async def _check_batch(service, messages: list[tuple], accepted: dict, specs: dict, owners: dict,
+                       in_flight: dict, taken: list) -> dict[str, tuple]:
+    """Each message checked; the new claims in `accepted`, put in flight. Returns, per accepted
+    claim, its message (payload, intake sequence, system), for a refusal should it be refused
+    after all (another replica appended its id meanwhile)."""
+    sources: dict[str, tuple] = {}
     with tracer().start_as_current_span("claim.intake") as span:  # one span per drained batch
         span.set_attribute("gpuledger.messages", len(messages))
         # the trace of a claim its publisher sent none: this span's, the same for the whole batch
@@ -292,31 +320,72 @@ async def _take_batch(service, messages: list[tuple], accepted: dict, specs: dic
             seq, system = rest[0] if rest else 0, rest[1] if len(rest) > 1 else ""
             event = await _accept(service, data, headers, specs, seq, system, owners, current, in_flight)
             if event is not None:
-                accepted[event.claim.claim_id], specs[event.claim.claim_id] = event, event.claim
-                in_flight[event.claim.claim_id] = (event.claim, system)
+                claim_id = event.claim.claim_id
+                accepted[claim_id], specs[claim_id] = event, event.claim
+                in_flight[claim_id] = (event.claim, system)
+                taken.append(claim_id)
+                sources[claim_id] = (data, seq, system)
                 if system:
-                    owners[event.claim.claim_id] = system
+                    owners[claim_id] = system
                 if stamps is not None:
-                    stamps.note(event.claim.claim_id, seq)
+                    stamps.note(claim_id, seq)
+    return sources
+
+
+async def _append_fenced(service, fence: SubmitFence, expected: int, accepted: dict, specs: dict,
+                         owners: dict, sources: dict) -> int:
+    """The accepted claims on the submit subject, on condition that no claim came there after
+    `expected`. Refused: the fold reads up to the claim that came, the claims not stored yet are
+    checked again against it, and what is left is appended on condition of that one. Returns the
+    last sequence appended (0: none)."""
     last = 0
     limit = _max_bytes(service.log)
     # the common case costs no encoding: a claim's event is its payload re-encoded (no longer
     # than twice it, even in the seed's spelling) plus a trace context and the event's own fields
-    roomy = sum(len(m[0]) for m in messages) * 2 + 1024 * len(accepted) < limit
-    for chunk in ([list(accepted.values())] if roomy and accepted else split_under(list(accepted.values()), limit)):
-        last = max(last, (await _append(service, chunk)).seq)
-    if last:
-        await service.follower.wait_for_seq(last)
+    roomy = sum(len(sources[c][0]) for c in accepted) * 2 + 1024 * len(accepted) < limit
+    waiting = list(accepted.values())
+    while waiting:
+        chunks = [waiting] if roomy else split_under(waiting, limit)
+        try:
+            for chunk in chunks:
+                appended = await _append(service, fence, chunk, expected)
+                last, expected = max(last, appended.seq), max(expected, appended.seq)
+                stored = {e.claim.claim_id for e in chunk}
+                waiting = [e for e in waiting if e.claim.claim_id not in stored]
+        except AppendConflict as conflict:  # another replica's claims came first
+            expected = await fence.caught_up(conflict)
+            waiting = await _check_again(service, waiting, specs, owners, sources)
+    return last
 
 
-async def _append(service, chunk: list[ev.ClaimSubmitted]):
+async def _check_again(service, events: list[ev.ClaimSubmitted], specs: dict, owners: dict,
+                       sources: dict) -> list[ev.ClaimSubmitted]:
+    """The claims still to append, checked against a fold that has read every claim before the
+    next append's condition (each was checked against the others of its batch already): a repeat
+    of a claim now in the fold is dropped, as it would have been had the fold had it at first; a
+    conflict is refused as it would have been (`_refuse_prepared`)."""
+    keep = []
+    for event in events:
+        spec = event.claim
+        data, seq, system = sources[spec.claim_id]
+        try:
+            again = service.prepare(spec, event.trace or None, system=system, internal=True)
+        except DomainError as err:
+            await _refuse_prepared(service, err, spec.claim_id, data, specs, seq, system, owners)
+            continue
+        if again is not None:
+            keep.append(event)
+    return keep
+
+
+async def _append(service, fence: SubmitFence, chunk: list[ev.ClaimSubmitted], expected: int):
     stamps = STAMPS.get()
     headers = stamps.headers([e.claim.claim_id for e in chunk]) if stamps is not None else None
     if len(chunk) == 1:
         claim_id = chunk[0].claim.claim_id
-        return await service.log.append(subjects.claim(claim_id), chunk[0], msg_id=claim_id, headers=headers)
-    return await service.log.append(subjects.INTAKE_BATCHES, ev.EventBatch(events=chunk, at=service.clock()),
-                                    msg_id=_batch_id([e.claim.claim_id for e in chunk]), headers=headers)
+        return await fence.append(chunk[0], expected, msg_id=claim_id, headers=headers)
+    return await fence.append(ev.EventBatch(events=chunk, at=service.clock()), expected,
+                              msg_id=_batch_id([e.claim.claim_id for e in chunk]), headers=headers)
 
 
 def _max_bytes(event_log) -> int:
@@ -363,12 +432,17 @@ async def _accept(service, data: bytes, headers: dict[str, str], specs: dict[str
         return service.prepare(spec, trace or None, pending=specs, system=system, pending_owners=owners,
                                current_trace=current_trace)
     except DomainError as err:
-        # the intake's payload is the claim itself: `gpus`, not the request's `claim.gpus`
-        field = err.field.removeprefix("claim.")
-        if _seed_spelled(data):  # answered in the names the publisher wrote
-            field = seed_field(field, CLAIM_WIRE) if field else field
-        await _reject(service, spec.claim_id, err.code, err.message, field, data, specs, seq, system, owners)
+        await _refuse_prepared(service, err, spec.claim_id, data, specs, seq, system, owners)
         return None
+
+
+async def _refuse_prepared(service, err: DomainError, claim_id: str, data: bytes, specs: dict[str, ClaimSpec],
+                           seq: int, system: str, owners: dict[str, str] | None) -> None:
+    # the intake's payload is the claim itself: `gpus`, not the request's `claim.gpus`
+    field = err.field.removeprefix("claim.")
+    if _seed_spelled(data):  # answered in the names the publisher wrote
+        field = seed_field(field, CLAIM_WIRE) if field else field
+    await _reject(service, claim_id, err.code, err.message, field, data, specs, seq, system, owners)
 
 
 def _held_by_another(service, claim_id: str, specs: dict[str, ClaimSpec], owners: dict[str, str] | None,
@@ -450,34 +524,27 @@ async def _reject(service, claim_id: str, code: str, message: str, field: str, d
     elsewhere = _held_by_another(service, claim_id, specs, owners, system)
     event = await _dead_letter(service, claim_id, code, message, field, data, seq, system, elsewhere)
     if claim_id and not _known(service, claim_id, specs):
-        await _refuse_on_subject(service, claim_id, event)
+        await _refuse_on_subject(service, claim_id, event, specs)
 
 
-async def _refuse_on_subject(service, claim_id: str, event: ev.ClaimRejected) -> None:
-    """The refusal on the claim's subject only where that holds no claim, checked by nats-server
-    (the subject's last sequence): a claim with this id appended a moment ago (a submit request,
-    the other intake consumer) and not yet folded here is not known to `_known`, and the fold ends a
-    pending claim on its refusal (session 31). Earlier refusals of the id may be there (a publisher
-    sending a bad claim again): then after the last of them."""
-    subject, expected = subjects.claim(claim_id), 0
-    for _ in range(3):
+async def _refuse_on_subject(service, claim_id: str, event: ev.ClaimRejected, specs: dict[str, ClaimSpec]) -> None:
+    """The refusal on the claim's subject only where no claim has this id, checked by nats-server:
+    appended on condition that no claim came on the submit subject since the last this service's
+    checks saw (`intake_fence.py`); one that came (another replica's, a moment ago, not yet folded
+    here) is folded and the id checked again. On a pending claim's subject the fold ends the claim
+    on its refusal (session 31). The caller holds the fence's lock."""
+    fence = _fence(service)
+    subject = subjects.claim(claim_id)
+    for _ in range(5):
+        expected = fence.tip
+        if _known(service, claim_id, specs):
+            break
         try:
-            await service.log.append(subject, event, msg_id=f"rejected-{claim_id}", expected_last_subject_seq=expected)
+            await fence.append_elsewhere(subject, event, expected, msg_id=f"rejected-{claim_id}")
             return
-        except AppendConflict as err:
-            if not err.actual or not await _a_refusal_at(service.log, subject, err.actual):
-                break
-            expected = err.actual
-    log.debug("intake refusal of %r kept as a dead letter only: its subject holds a claim", claim_id)
-
-
-async def _a_refusal_at(event_log, subject: str, seq: int) -> bool:
-    try:
-        async for stored in event_log.subject_after(subject, seq - 1):
-            return stored.seq == seq and isinstance(stored.event, ev.ClaimRejected)
-    except Exception:  # not an event at all (nothing the claim service wrote): not a refusal
-        return False
-    return False
+        except AppendConflict as conflict:
+            await fence.caught_up(conflict)
+    log.debug("intake refusal of %r kept as a dead letter only: the id is a claim's", claim_id)
 
 
 def _known(service, claim_id: str, specs: dict[str, ClaimSpec]) -> bool:

@@ -29,23 +29,22 @@ reader that follows a subject drops one with a lower `seq` than it has seen (doc
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
-
-from nats.js.errors import NotFoundError
 
 from schemas import events as ev
 from schemas import subjects
 from schemas.outcomes import encode_outcome
 from services.claim.ack_window import AckWindow, Flight
+from services.claim.outcome_lease import OutcomeLease
 from services.claim.outcome_view import outcome_of, rejected_outcome
 
 log = logging.getLogger("gpuledger.claim.outcomes")
 _ONE_CLAIM = (ev.ClaimRejected, ev.ClaimReleased, ev.ClaimBound, ev.ClaimAllocated, ev.ClaimPending,
               ev.AllocationRejected, ev.ClaimEvicted, ev.AllocationExpired, ev.AllocationUnused)
-# fields of a tracked claim: [seq, at, signature, written at, first noted at (writer's clock)]
-_SEQ, _AT, _SIG, _WRITTEN, _SINCE = range(5)
+# fields of a tracked claim: [seq, at, signature, written at, first noted at (writer's clock), the
+# subject its outcomes go to once found (its system never changes: found once, not at each write)]
+_SEQ, _AT, _SIG, _WRITTEN, _SINCE, _SUBJECT = range(6)
 # Changes noted within this long of a flush go out together in the next one: under load a claim is
 # allocated, bound and released within a few tens of ms, and a flush after every folded batch
 # wrote about 4 outcomes per claim (each a stored message and an ack).
@@ -70,7 +69,7 @@ class OutcomeWriter:
                  refresh_after_s: float = subjects.OUTCOMES_MAX_AGE_S / 2, clock=time.monotonic,
                  ack_timeout_s: float = 10.0, retry_after_s: float = 0.5, coalesce_s: float = COALESCE_S,
                  pending_after_s: float = PENDING_AFTER_S, unexplained_after_s: float = UNEXPLAINED_AFTER_S,
-                 pending_per_s: float = PENDING_PER_S):
+                 pending_per_s: float = PENDING_PER_S, writer: str | None = None):
         self.js = nc.jetstream()
         self.window = AckWindow(nc, window)
         # an ack lost in a reconnect never comes: give up on it after a while and write it again,
@@ -95,6 +94,8 @@ class OutcomeWriter:
         self.checkpointed, self._last_checkpoint = 0, 0.0
         self.failures = 0  # outcomes not sent or not acked (each written again)
         self.wake = asyncio.Event()
+        # one replica writes the outcomes at a time; the others stand by (outcome_lease.py)
+        self.lease = OutcomeLease(self.js, writer, renew_s=checkpoint_every_s)
 
     # --- noting changes (a follower listener: runs inside the fold, no I/O) ------------------
 
@@ -122,7 +123,7 @@ class OutcomeWriter:
             return
         track = self.tracked.get(claim_id)
         if track is None:
-            track = self.tracked[claim_id] = [seq, at, None, 0.0, self.clock()]
+            track = self.tracked[claim_id] = [seq, at, None, 0.0, self.clock(), None]
         track[_SEQ], track[_AT] = seq, at
         if seq > self.since:
             self.dirty[claim_id] = None
@@ -141,21 +142,63 @@ class OutcomeWriter:
     # --- writing -----------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Catch up silently to the checkpoint and the log's end, then write as changes come."""
+        """Catch up silently to the checkpoint and the log's end, then write as changes come, while
+        this replica holds the outcome lease (outcome_lease.py); stand by while another does."""
         await self._read_checkpoint()
         follower = self.service.follower
         target = await self.service.log.last_seq()
         while not await follower.wait_for_seq(target, timeout=60.0):
             log.info("outcomes: catching up, at %d of %d", follower.state.last_seq, target)
+        if not (self.lease.ours_before() and await self._take_lease(self.since)):
+            await self._stand_by()
         self._after_catch_up()
         while True:
             await self._wait_for_work()
             self.wake.clear()
+            if not self.lease.held:  # another replica took over: its outcomes, until it stops
+                await self._stand_by()
             self._release_held()
             if await self.flush():  # some not sent (disconnected): do not spin on them
                 await asyncio.sleep(self.retry_after_s)
             elif self.coalesce_s > 0:
                 await self.coalescing_window()
+
+    async def _stand_by(self) -> None:
+        """Until this replica holds the lease: changes go on being noted, and those the writer's
+        checkpoints cover are forgotten (it stored their outcomes)."""
+        while True:
+            await self.lease.wait_until_quiet(self._covered)
+            if await self._take_lease(self.lease.last_value):
+                self._covered(self.lease.last_value)  # takes over where the last writer stopped
+                self.checkpointed = self.stored_through = self.lease.last_value
+                self.wake.set()
+                return
+
+    async def _take_lease(self, value: int) -> bool:
+        """Take the lease (a checkpoint conditioned on the last one seen). NATS trouble (no stream,
+        no answer) is no sign of another writer: taken all the same, since outcomes written twice
+        for a while cost less than outcomes not written; the next checkpoint settles it."""
+        try:
+            return await self.lease.write(value)
+        except Exception as err:
+            log.warning("outcomes: checkpoint not written (%s: %s); writing the outcomes meanwhile",
+                        type(err).__name__, err)
+            self.lease.held = True
+            return True
+
+    def _covered(self, through: int) -> None:
+        """The writer stored every outcome up to ledger sequence `through`: what this replica noted up
+        to there needs no writing, and an ended claim noted there no tracking."""
+        self.since = max(self.since, through)
+        claims = self.service.state.claims
+        for claim_id in list(self.dirty):
+            track = self.tracked.get(claim_id)
+            if track is None or track[_SEQ] <= through:
+                del self.dirty[claim_id]
+        for claim_id, track in list(self.tracked.items()):
+            claim = claims.get(claim_id)
+            if track[_SEQ] <= through and (claim is None or claim.status not in ("pending", "allocated", "bound")):
+                del self.tracked[claim_id]
 
     async def _wait_for_work(self) -> None:
         """Until something is noted, or the first held pending outcome is due."""
@@ -281,14 +324,17 @@ class OutcomeWriter:
             track[_SIG], track[_WRITTEN] = signature, now
             if outcome.final:
                 del self.tracked[claim_id]
-            out.append((claim_id, subjects.outcome(claim_id, outcome.system), data, outcome.seq, outcome.at))
+            subject = track[_SUBJECT]
+            if subject is None:
+                subject = track[_SUBJECT] = subjects.outcome(claim_id, outcome.system)
+            out.append((claim_id, subject, data, outcome.seq, outcome.at))
         return out
 
     def _retry(self, claim_id: str, seq: int, at: float) -> None:
         self.failures += 1
         track = self.tracked.get(claim_id)
         if track is None or track[_SEQ] <= seq:
-            self.tracked[claim_id] = [seq, at, None, 0.0, 0.0]  # written again at once, even pending
+            self.tracked[claim_id] = [seq, at, None, 0.0, 0.0, None]  # written again at once, even pending
         else:
             track[_SIG] = None  # a newer change is noted: write that one
         self.dirty[claim_id] = None
@@ -327,23 +373,30 @@ class OutcomeWriter:
         waiting = [self.tracked[c][_SEQ] for c in (*self.dirty, *self.held, *self.unexplained) if c in self.tracked]
         return min([self.stored_through, *(s - 1 for s in waiting)])
 
-    async def write_checkpoint(self) -> None:
+    async def write_checkpoint(self, renew: bool = False) -> None:
+        """The checkpoint, when it moved (or, `renew`, at all: the outcome lease's renewal), while
+        this replica holds the lease (outcome_lease.py)."""
         value = self.safe_checkpoint()
-        if value <= self.checkpointed:
+        if not self.lease.held or (value <= self.checkpointed and not renew):
             return
         try:
-            await self.js.publish(subjects.OUTCOME_CHECKPOINT, json.dumps({"seq": value}).encode(),
-                                  stream=subjects.OUTCOMES_STREAM)
-            self.checkpointed = value
+            if await self.lease.write(value):
+                self.checkpointed = value
         except Exception as err:  # only costs rewriting more outcomes after a restart
             log.warning("outcome checkpoint not written: %s", err)
 
+    async def renew_forever(self) -> None:
+        """The lease's renewal: a checkpoint every `lease.renew_s` while this replica writes, so a
+        replica standing by knows it is alive when no outcome changes."""
+        while True:
+            await asyncio.sleep(self.lease.renew_s)
+            if self.lease.held:
+                await self.write_checkpoint(renew=True)
+
     async def _read_checkpoint(self) -> None:
-        try:
-            msg = await self.js.get_last_msg(subjects.OUTCOMES_STREAM, subjects.OUTCOME_CHECKPOINT)
-        except NotFoundError:
+        if not await self.lease.look():
             return
-        seq = int(json.loads(msg.data).get("seq", 0))
+        seq = self.lease.last_value
         # a ledger that was reset under a kept outcome stream: write everything again
         self.since = seq if seq <= await self.service.log.last_seq() else 0
         self.checkpointed = self.stored_through = self.since

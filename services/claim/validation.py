@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+import msgspec
+
 from schemas import claim_rules
 from schemas.catalogue import ANY_GROUP, CUDA_VERSIONS, GPU_GROUPS, MODELS, cuda_conflict
 from schemas.types import PLACEMENT_POLICIES, ClaimSpec
@@ -143,7 +145,10 @@ def _selector(spec: ClaimSpec) -> None:
 
 
 def _normalise(spec: ClaimSpec) -> ClaimSpec:
-    import msgspec
-
-    groups = ["any"] if [g.lower() for g in spec.gpu_groups] == [ANY_GROUP] else spec.gpu_groups
-    return msgspec.structs.replace(spec, gpu_groups=list(groups))
+    """`gpu_groups` of `ANY` alone written `any`; any other claim is returned as it came. A copy of
+    every claim (`msgspec.structs.replace`, whatever it changed) was up to 5 % of the claim
+    service's CPU at saturation (docs/benchmarks.md, "Session 34, speed-cost")."""
+    groups = spec.gpu_groups
+    if len(groups) == 1 and groups[0] != ANY_GROUP and groups[0].lower() == ANY_GROUP:
+        return msgspec.structs.replace(spec, gpu_groups=[ANY_GROUP])
+    return spec

@@ -31,7 +31,7 @@ from services.node_agent.fleet import DEFAULT_FLEET, FleetSpecError, SimNodeSpec
 from services.node_agent.health import APPLICATION_XIDS
 from services.node_agent.nvmlcalls import error_text
 from services.node_agent.simulation import SimulatedFleet
-from services.node_agent.watch import watch_records
+from services.node_agent.watch import another_agent_watching, watch_records
 
 SERVICE = "node-agent"
 ENDED_POLICIES = ("report", "kill")
@@ -178,6 +178,12 @@ def build_real(settings: Settings | None = None, node: str | None = None) -> Bui
     nvml = real_nvml()  # now, so a machine without a driver fails before connecting anywhere
 
     async def build(ctx: ServiceContext) -> None:
+        if await another_agent_watching(ctx.nc, name):
+            # two agents for one node bind every claim twice and take each other's watch of the
+            # node's record in turn (docs/reliability.md, Replicas): the second does not start
+            raise AgentSetupError(f"another node agent is running for node {name!r} (it watches the node's "
+                                  "record of live claims): stop it first, or give this one another "
+                                  "node name (GPULEDGER_NODE_NAME)")
         agent = NodeAgent(nvml, config, ctx.log, ctx.nc, offload=True)
         agent.on_ended.append(lambda claim: agent.look_for_leftovers(claim, kill))
         await _start_agents(ctx, [agent])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 
 import msgspec
+from nats.js.errors import NotFoundError
 
 from schemas import subjects
 from schemas.grants import decode_grants
@@ -37,3 +38,14 @@ def watch_records(nc, binders: list[Binder]) -> LatestWatch:
     # one node: under its fixed name, the one its user may touch (a fleet's may touch any)
     name = subjects.records_watcher(binders[0].node) if len(binders) == 1 else None
     return LatestWatch(nc.jetstream(), subjects.NODE_GRANTS_STREAM, list(by_subject), on_msg, name)
+
+
+async def another_agent_watching(nc, node: str) -> bool:
+    """Whether a live process watches `node`'s record under the one name a node's agent uses (a
+    consumer with a subscriber bound to it): another agent for this node. One left by a process
+    that died has none (nats-server drops the interest with the connection), and is taken over."""
+    try:
+        info = await nc.jetstream().consumer_info(subjects.NODE_GRANTS_STREAM, subjects.records_watcher(node))
+    except NotFoundError:
+        return False
+    return bool(getattr(info, "push_bound", False))

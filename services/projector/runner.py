@@ -39,6 +39,10 @@ BUSY_ROWS_PER_S = 500.0
 FLOOD_COMMIT_EVERY_S = 2.0
 FLOOD_ROWS_PER_S = 1500.0
 RETRY_S = (0.2, 0.5, 1.0, 2.0, 5.0)
+# After another writer moved the position: it must stand still this long before this projector
+# refolds and writes again (`stand_by`). Each live projector commits every COMMIT_EVERY_S (a few
+# seconds at most) while events come.
+STANDBY_QUIET_S = 10.0
 
 
 async def catch_up_in_memory(projector: Projector, event_log) -> int:
@@ -54,14 +58,40 @@ async def catch_up_in_memory(projector: Projector, event_log) -> int:
 
 
 async def run(projector: Projector, event_log, max_batch: int = MAX_BATCH,
-              on_commit=None) -> None:
-    """Project forever; a moved position (a rebuild, a second projector) restarts from the DB."""
+              on_commit=None, quiet_s: float | None = None) -> None:
+    """Project forever; a moved position (a rebuild, a second projector) restarts from the DB,
+    once it has stood still for `quiet_s` (`stand_by`; default STANDBY_QUIET_S)."""
     while True:
         try:
             await _project(projector, event_log, max_batch, on_commit)
         except PositionMoved as moved:
             log.warning("%s; refolding from the stored position", moved)
             projector.reset()
+            await stand_by(projector, STANDBY_QUIET_S if quiet_s is None else quiet_s)
+
+
+async def stand_by(projector: Projector, quiet_s: float) -> int:
+    """Wait while another writer moves the stored position (a second projector on the same
+    database): each of its commits would fence this one out again, and every refold reads the whole
+    log, so two live projectors refolded for ever, each in turn. This one waits, saying so once,
+    until the position has not moved for `quiet_s` (the other stopped, or the log is quiet: taking
+    over then costs one refold), and returns how many times it looked."""
+    last, looks, said = await asyncio.to_thread(projector.stored_position), 0, False
+    while True:
+        await asyncio.sleep(quiet_s)
+        looks += 1
+        now = await asyncio.to_thread(projector.stored_position)
+        if now == last:
+            if said:
+                log.warning("projection %s: its position stood still for %.0f s: this projector takes "
+                            "over at %d", projector.name, quiet_s, now)
+            return looks
+        if not said:
+            log.error("projection %s is being written by another projector (its position moved from %d "
+                      "to %d): this one stands by until it stops (one writer per read-model database; "
+                      "docs/reliability.md, Replicas)", projector.name, last, now)
+            said = True
+        last = now
 
 
 async def _project(projector: Projector, event_log, max_batch: int, on_commit) -> None:

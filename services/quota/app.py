@@ -17,6 +17,7 @@ from schemas import commands as cmd
 from schemas import events as ev
 from schemas import subjects
 from shared.commands import DomainError, command
+from shared.eventlog import AppendConflict
 from shared.service import ServiceContext
 from shared.settings import Settings
 
@@ -41,6 +42,7 @@ RECONCILE_EVERY_S = 0.25
 # at the node's last report looked like a process outliving its claim: a DriftDetected and a
 # DriftCleared per released claim, 45 % of the log in `bench e2e`.
 SETTLE_AFTER_END_S = 5.0
+QUEUE = "quota"  # the quota service's requests: each to one replica
 QUERY_WAIT_S = 2.0  # a query waits at most this long for the fold to read what is stored
 
 
@@ -65,6 +67,11 @@ class QuotaService(QuotaWrites):
         self.settling: dict[str, tuple[float, str]] = {}
         self._settle_order: list[tuple[float, str]] = []  # a heap of (when, claim) over `settling`
         self.events_appended = 0
+        # the last sequence this fold has read on each subject the rules append to (a namespace's
+        # quota subject, a node's drift subject): their appends are conditioned on it, so two quota
+        # replicas (or one beside a quota command) never both store one alert or drift report
+        self.subject_seqs: dict[str, int] = {}
+        self.fenced_out = 0  # rule appends refused because another writer came first
         self.judged_through = 0  # the log position the last finished reconcile pass judged (tests wait on it)
 
     # --- the fold and the rules that append ----------------------------------------------------
@@ -74,6 +81,8 @@ class QuotaService(QuotaWrites):
         if type(event) in _NEITHER_ENDS_NOR_JUDGES:  # most of the log: one look, not six
             self.changed.set()
             return
+        if subject.startswith(_RULE_SUBJECTS):
+            self.subject_seqs[subject] = seq
         ended = self._ends(event)
         if ended:
             due = self.clock() + self.settle_after_end_s
@@ -156,15 +165,36 @@ class QuotaService(QuotaWrites):
         changes = alert_changes(view, namespaces, now) + drift_changes(
             view, nodes, self.settings.stale_after_s, now, self.settings.release_unused_after_s,
             settling=self.settling)
-        last = 0
+        last, appended_count = 0, 0
         for event in changes:
-            appended = await self.log.append(_subject_of(event), event, msg_id=_msg_id(event, view.last_seq))
-            last = max(last, appended.seq)
+            subject = _subject_of(event)
+            try:
+                appended = await self.log.append(subject, event, msg_id=_msg_id(event, view.last_seq),
+                                                 expected_last_subject_seq=self.subject_seqs.get(subject, 0))
+            except AppendConflict as conflict:  # written meanwhile (another replica): judged again once read
+                await self._fenced_out(subject, event, conflict)
+                continue
+            self.subject_seqs[subject] = max(self.subject_seqs.get(subject, 0), appended.seq)
+            last, appended_count = max(last, appended.seq), appended_count + 1
         if last:
-            self.events_appended += len(changes)
+            self.events_appended += appended_count
             await self.follower.wait_for_seq(last)
         self.judged_through = max(self.judged_through, judged)
         return len(changes)
+
+    async def _fenced_out(self, subject: str, event: ev.Event, conflict: AppendConflict) -> None:
+        """Another writer appended on `subject` since this fold's last look (a second quota replica
+        deciding the same alert, a quota command, a node agent's drift report): nothing is appended
+        now; once the fold has read up to that message the rules judge again (an alert the other
+        replica raised is then no change). A message there no fold believes (a forgery) still moves
+        the subject: once read past, its sequence is taken as this subject's last."""
+        self.fenced_out += 1
+        actual = conflict.actual or 0
+        if actual and await self.follower.wait_for_seq(actual, timeout=QUERY_WAIT_S):
+            self.subject_seqs[subject] = max(self.subject_seqs.get(subject, 0), actual)
+        if isinstance(event, (ev.DriftDetected, ev.DriftCleared)):
+            self.dirty_nodes.add(event.node)
+        self.changed.set()
 
     # --- queries ---------------------------------------------------------------------------------
 
@@ -235,6 +265,9 @@ _NEITHER_ENDS_NOR_JUDGES = frozenset((ev.ClaimSubmitted, ev.ClaimBound, ev.NodeH
                                       ev.LeaseRenewed, ev.ClaimActivity))
 
 
+_RULE_SUBJECTS = ("gpu.evt.quota.", "gpu.evt.drift.")  # subjects.quota(ns), subjects.drift(node)
+
+
 def _subject_of(event: ev.Event) -> str:
     if isinstance(event, (ev.DriftDetected, ev.DriftCleared)):
         return subjects.drift(event.node)
@@ -285,15 +318,17 @@ def register_handlers(ctx: ServiceContext, service: QuotaService) -> None:
     async def apply(c: cmd.ApplyQuotas):
         return cmd.ok(await service.apply(c))
 
-    command(b, subjects.command("quota.apply"), cmd.ApplyQuotas, apply)
-    command(b, subjects.command("quota.default.set"), cmd.SetDefaultQuota, set_default)
-    command(b, subjects.command("quota.default.get"), cmd.Query, get_default)
-    command(b, subjects.command("quota.default.delete"), cmd.Query, delete_default)
-    command(b, subjects.command("quota.set"), cmd.SetQuota, set_quota)
-    command(b, subjects.command("quota.delete"), cmd.DeleteQuota, delete_quota)
-    command(b, subjects.command("quota.get"), cmd.GetQuota, get_quota)
-    command(b, subjects.command("quota.list"), cmd.ListQuotas, list_quotas)
-    command(b, subjects.query("quota.status"), cmd.GetQuotaStatus, quota_status)
+    # one queue group: each request to one replica (without it every replica appended every set)
+    q = QUEUE
+    command(b, subjects.command("quota.apply"), cmd.ApplyQuotas, apply, queue=q)
+    command(b, subjects.command("quota.default.set"), cmd.SetDefaultQuota, set_default, queue=q)
+    command(b, subjects.command("quota.default.get"), cmd.Query, get_default, queue=q)
+    command(b, subjects.command("quota.default.delete"), cmd.Query, delete_default, queue=q)
+    command(b, subjects.command("quota.set"), cmd.SetQuota, set_quota, queue=q)
+    command(b, subjects.command("quota.delete"), cmd.DeleteQuota, delete_quota, queue=q)
+    command(b, subjects.command("quota.get"), cmd.GetQuota, get_quota, queue=q)
+    command(b, subjects.command("quota.list"), cmd.ListQuotas, list_quotas, queue=q)
+    command(b, subjects.query("quota.status"), cmd.GetQuotaStatus, quota_status, queue=q)
 
 
 async def build(ctx: ServiceContext) -> None:

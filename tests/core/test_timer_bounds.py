@@ -99,10 +99,12 @@ def test_a_silent_node_is_lost_even_when_the_pass_has_no_room_left_to_release():
 
 def test_a_node_with_ten_thousand_long_claim_ids_fits_a_default_nats_message(monkeypatch):
     # Since session 33 placement puts at most 1,000 claims on a node (ledger/node_claims.py); a log
-    # written before may hold 10,000 on one. Here the ceiling is raised so the decisions place them.
+    # written before may hold 10,000 on one. Here the ceiling is raised so the decisions place them,
+    # on a node without cards (since session 34 a node's cards keep their part of its cap for claims
+    # that hold them: CPU-only claims take the rest).
     monkeypatch.setattr(node_claims, "CEILING", 10_000)
     ledger = Ledger()
-    ledger.append(h100_node("h0", labels={"name": "h0", node_claims.LABEL: "10000"}),
+    ledger.append(h100_node("h0", gpus=0, labels={"name": "h0", node_claims.LABEL: "10000"}),
                   h100_node("h1", labels={"name": "h1"}))
     ledger.append(*[claim(f"{i:05d}".ljust(128, "x"), gpus=0, cpu_milli=10, node_selector={"name": "h0"}, at=0.0)
                     for i in range(10_000)])

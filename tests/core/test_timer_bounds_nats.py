@@ -46,13 +46,14 @@ async def _append_all(log, events: list[tuple[str, ev.Event]]) -> None:
 @pytest.mark.timeout(900)  # 15,000 claims placed and ended on a loaded machine; each step bounded by the log
 async def test_a_lost_node_of_10000_claims_and_5000_expiries_are_all_stored(fresh_client, fresh_nats, monkeypatch):
     # Since session 33 placement puts at most 1,000 claims on a node (ledger/node_claims.py); a log
-    # written before may hold 10,000 on one. Here the ceiling is raised so the allocator places them.
+    # written before may hold 10,000 on one. Here the ceiling is raised so the allocator places them
+    # (on nodes without cards: since session 34 cards keep their part of a cap for claims holding them).
     monkeypatch.setattr(node_claims, "CEILING", ON_BIG)
     log = JetStreamEventLog(fresh_client)
     assert fresh_client.max_payload == 1024 * 1024  # the server's default
     now = [time.time()]
     for name in ("big", "leases"):
-        node = h100_node(name, labels={"name": name, node_claims.LABEL: str(ON_BIG)}, at=now[0])
+        node = h100_node(name, gpus=0, labels={"name": name, node_claims.LABEL: str(ON_BIG)}, at=now[0])
         await log.append(subjects.node(name), node)
     claims = [(_id("big", i), "big", {}) for i in range(ON_BIG)]
     claims += [(_id("lease", i), "leases", {"lease_seconds": 30}) for i in range(LEASED)]

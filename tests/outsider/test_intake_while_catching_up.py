@@ -59,10 +59,13 @@ def held_fold(monkeypatch):
     return gate
 
 
-async def _victim_pending(nc) -> None:
+async def _victim_pending(nc, subject: str = "") -> None:
+    """The victim claim in the log: on its own subject, where claims went before session 34 (a log
+    a restarted service reads), or on `subject` (`gpu.evt.submit`, where every claim goes now)."""
     await ensure_streams(nc.jetstream())
     spec = ClaimSpec(claim_id=VICTIM, namespace="team-b", gpus=1, models=["H100"])
-    await JetStreamEventLog(nc).append(subjects.claim(VICTIM), ev.ClaimSubmitted(claim=spec, at=1.0), msg_id=VICTIM)
+    await JetStreamEventLog(nc).append(subject or subjects.claim(VICTIM), ev.ClaimSubmitted(claim=spec, at=1.0),
+                                       msg_id=VICTIM)
 
 
 async def _status_text(url: str) -> str:
@@ -103,19 +106,24 @@ async def test_a_refusal_during_catch_up_does_not_end_a_claim_it_names(fresh_nat
 
 async def test_a_refusal_lands_only_on_a_subject_nothing_is_stored_on(fresh_nats):
     """The same refusal with the fold caught up but a claim of that id appended a moment ago and not
-    yet folded (a submit request, or the other intake consumer, racing): nats-server checks that
-    the claim's subject is empty (`Nats-Expected-Last-Subject-Sequence: 0`)."""
+    yet folded (a submit request, the other intake consumer, another replica, racing): nats-server
+    checks that no claim came on the submit subject since the fold's last (session 34; before, that
+    the claim's own subject was empty)."""
     from services.claim.app import ClaimService
     from services.claim.intake import handle_intake_batch
 
     nc = await nats.connect(fresh_nats.url)
-    await _victim_pending(nc)
+    await _victim_pending(nc, subjects.SUBMITS)
     log = JetStreamEventLog(nc)
     service = ClaimService(log)  # its fold not run: it has not read the claim, as in the race
     hostile = msgspec.json.encode({"claim_id": VICTIM, "namespace": "team-a", "gpus": -1})
-    await handle_intake_batch(service, [(hostile, {}, 7, "")])
+    follow = asyncio.create_task(service.follower.run(until=0))  # it reads the claim once refused
+    try:
+        await handle_intake_batch(service, [(hostile, {}, 7, "")])
+    finally:
+        follow.cancel()
     on_subject = [type(s.event).__name__ async for s in log.subject_after(subjects.claim(VICTIM))]
-    assert on_subject == ["ClaimSubmitted"]
+    assert on_subject == []
     dead = await nc.jetstream().get_last_msg(subjects.STREAM, subjects.DEAD_LETTER + ".intake")
     assert msgspec.json.decode(dead.data)["claim_id"] == VICTIM
     # an id no claim has still hears its refusal on its own subject
@@ -152,18 +160,26 @@ async def test_a_second_refusal_of_an_id_still_lands_after_the_first(fresh_nats)
     from services.claim.intake import _refuse_on_subject
 
     nc = await nats.connect(fresh_nats.url)
-    await _victim_pending(nc)
+    await _victim_pending(nc, subjects.SUBMITS)
     log = JetStreamEventLog(nc)
     appended = log.append
+    refusals = 0
 
     async def past_the_window(*args, msg_id=None, **kwargs):
-        return await appended(*args, msg_id=f"{msg_id}-{kwargs.get('expected_last_subject_seq')}", **kwargs)
+        nonlocal refusals
+        refusals += 1
+        return await appended(*args, msg_id=f"{msg_id}-{refusals}", **kwargs)
 
     log.append = past_the_window
     service = ClaimService(log)
-    for claim_id in ("twice-1", VICTIM):
-        for n, code in enumerate(("invalid", "conflict")):
-            await _refuse_on_subject(service, claim_id, ev.ClaimRejected(claim_id=claim_id, code=code, at=float(n)))
+    follow = asyncio.create_task(service.follower.run(until=0))  # it reads the claim once refused
+    try:
+        for claim_id in ("twice-1", VICTIM):
+            for n, code in enumerate(("invalid", "conflict")):
+                await _refuse_on_subject(service, claim_id, ev.ClaimRejected(claim_id=claim_id, code=code, at=float(n)),
+                                         {})
+    finally:
+        follow.cancel()
     assert [s.event.code async for s in log.subject_after(subjects.claim("twice-1"))] == ["invalid", "conflict"]
-    assert [type(s.event).__name__ async for s in log.subject_after(subjects.claim(VICTIM))] == ["ClaimSubmitted"]
+    assert [type(s.event).__name__ async for s in log.subject_after(subjects.claim(VICTIM))] == []
     await nc.close()

@@ -54,7 +54,8 @@ async def test_intake_appends_a_drained_fetch_as_one_batch_and_rejects_per_claim
         await handle_intake_batch(service, drained)
         stored = [s async for s in log.read()]
         batches = [s for s in stored if isinstance(s.event, ev.EventBatch)]
-        assert len(batches) == 1 and batches[0].subject == subjects.INTAKE_BATCHES
+        # on the submit subject, fenced (session 34; gpu.evt.intake before)
+        assert len(batches) == 1 and batches[0].subject == subjects.SUBMITS
         assert [e.claim.claim_id for e in batches[0].event.events] == ["x1", "x2"]
         rejected = {s.event.claim_id: s.event.code for s in stored
                     if isinstance(s.event, ev.ClaimRejected) and s.subject.startswith("gpu.evt.claim.")}
@@ -66,7 +67,7 @@ async def test_intake_appends_a_drained_fetch_as_one_batch_and_rejects_per_claim
         await handle_intake_batch(service, [(spec("x1"), {}), (spec("x4"), {})])  # redelivery + one new
         latest = [s async for s in log.read(from_seq=len(stored) + 1)]
         assert [(s.subject, type(s.event).__name__) for s in latest] == [
-            (subjects.claim("x4"), "ClaimSubmitted")]  # a single new claim keeps its own subject
+            (subjects.SUBMITS, "ClaimSubmitted")]  # a single new claim alone, not in a batch
     finally:
         follower.cancel()
 

@@ -125,11 +125,16 @@ def test_a_claim_larger_than_every_nodes_cap_is_never_satisfiable():
 
 
 def test_the_default_cap_holds_on_a_plain_node():
-    """An 8-card node (no label): 190 claims, the 191st waits; a MIG node's instances all fill."""
+    """An 8-card node (no label): 190 claims, the 191st waits; CPU-only claims take at most 110 of
+    them (session 34: the 80 its cards bring are kept for claims that hold them); a MIG node's
+    instances all fill."""
     ledger = Ledger()
     ledger.append(h100_node("a"), *[cpu_claim(f"c{i}") for i in range(191)])
-    assert len(allocated(ledger.decide(1.0))) == 190
-    assert reasons(ledger, "c190")[0] == "node-claims-full"
+    assert len(allocated(ledger.decide(1.0))) == 110
+    assert reasons(ledger, "c110")[0] == "node-claims-full"
+    ledger.append(*[claim(f"s{i}", gpus=1, gpu_milli=50) for i in range(81)])  # 10 a card, room for more
+    assert len(allocated(ledger.decide(2.0))) == 80
+    assert reasons(ledger, "s80")[0] == "node-claims-full"
     mig = Ledger()
     mig.append(a100_mig_node("m"), *[claim(f"m{i}", gpus=1, mig_profile="1g.10gb") for i in range(7)])
     assert len(allocated(mig.decide(1.0))) == 7

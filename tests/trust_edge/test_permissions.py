@@ -19,6 +19,7 @@ OWNED = {
     "gpu.evt.fence.gpu-1.ending": "allocator",  # ClaimEnding (fences the node's bindings)
     "gpu.evt.fence.gpu-1.release": "claim",  # releases of unbound claims (fence the node's bindings)
     "gpu.evt.intake": "claim",
+    "gpu.evt.submit": "claim",  # every new claim (session 34 on), fenced there
     "gpu.outcome.claim.c1": "claim",
     "gpu.evt.quota.team-a": "quota",
     "gpu.evt.pool.p1": "pool-controller",

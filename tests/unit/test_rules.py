@@ -30,6 +30,10 @@ def need(count=1, milli=FREE, models=frozenset({"H100"}), cpu=1000, mem=1024, po
 BUSY = unit(milli_free=0, holders=1)
 
 # (rule code, case, view, need, the rule's argument, passes, the message for 2 nodes when it fails)
+_CPU_FULL = ("2 nodes have as many live claims, or claims without devices, as they may hold (a node's cap: "
+             "label gpuledger.io/max-claims, else its pools' or the fleet default, else 110 + 10 per device, "
+             "at most 1000; claims without devices take at most the cap less 10 per device, and at least 110)")
+
 CASES = [
     ("node-selector", "labels match", view(), need(), (("zone", "a"),), True, None),
     ("node-selector", "another value", view(), need(), (("zone", "b"),), False,
@@ -78,9 +82,12 @@ CASES = [
      "2 nodes have as many live claims (or device grants) as they may hold (a node's cap: label "
      "gpuledger.io/max-claims, else its pools' or the fleet default, else 110 + 10 per device, at most 1000)"),
     ("node-claims-full", "a CPU-only claim counts one", view()._replace(claims_room=0),
-     need(count=0, models=None), True, False,
-     "2 nodes have as many live claims (or device grants) as they may hold (a node's cap: label "
-     "gpuledger.io/max-claims, else its pools' or the fleet default, else 110 + 10 per device, at most 1000)"),
+     need(count=0, models=None), True, False, _CPU_FULL),
+    # session 34: claims without devices take at most the part of the cap the devices do not keep
+    ("node-claims-full", "room, but not for claims without devices", view()._replace(grantless_room=False),
+     need(count=0, models=None), True, False, _CPU_FULL),
+    ("node-claims-full", "room for a GPU claim beside a full part for claims without devices",
+     view()._replace(grantless_room=False), need(count=1), True, True, None),
 ]
 
 

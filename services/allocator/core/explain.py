@@ -89,7 +89,7 @@ def _empty(view: NodeView) -> NodeView:
     """The node as it would be with nothing allocated and every device healthy."""
     units = tuple(u._replace(milli_free=FREE, holders=0, healthy=True) for u in view.units)
     return view._replace(cpu_free=view.static.cpu_total, mem_free=view.static.mem_total, units=units,
-                         claims_room=node_claims.room(view.static.max_claims, 0, 0))
+                         claims_room=node_claims.room(view.static.max_claims, 0, 0), grantless_room=True)
 
 
 def never_reason(state: State, needs: list[Need], ctx: PlacementContext) -> Reason | None:

@@ -99,8 +99,11 @@ def units_free(view: NodeView, need: Need, _: None) -> bool:
 
 def claims_room(view: NodeView, need: Need, _: bool) -> bool:
     """Room under the node's cap of live claims and grants (ledger/node_claims.py) for one more
-    claim and its grants (a CPU-only claim counts one)."""
-    return view.claims_room >= (need.count or 1)
+    claim and its grants (a CPU-only claim counts one, within the part of the cap its devices do
+    not keep for claims that hold them)."""
+    if need.count == 0:
+        return view.claims_room >= 1 and view.grantless_room
+    return view.claims_room >= need.count
 
 
 # --- the messages -----------------------------------------------------------------------------
@@ -112,6 +115,16 @@ def _in_pool(need: Need) -> str:
 
 def _they(nodes: Nodes) -> str:
     return "it" if nodes.count == 1 else "they"
+
+
+def _full(n: Nodes, need: Need) -> str:
+    cap = (f"a node's cap: label {node_claims.LABEL}, else its pools' or the fleet default, else "
+           f"{node_claims.BASE} + {node_claims.PER_DEVICE} per device, at most {node_claims.CEILING}")
+    if need.count == 0:  # the part of the cap its devices keep is not for claims without devices
+        return (f"{n} {n.have} as many live claims, or claims without devices, as {_they(n)} may hold "
+                f"({cap}; claims without devices take at most the cap less {node_claims.PER_DEVICE} "
+                f"per device, and at least {node_claims.BASE})")
+    return f"{n} {n.have} as many live claims (or device grants) as {_they(n)} may hold ({cap})"
 
 
 def _wanted(need: Need) -> str:
@@ -151,11 +164,7 @@ RULES: tuple[Rule, ...] = (
     # last: a node that would take the claim but for its cap says so (session 33; the cap keeps a
     # node's record for its agent, one NATS message, well under the max payload). Every claim
     # asks for it (its argument is always True), so placement checks it on each candidate view.
-    Rule("node-claims-full", claims_room,
-         lambda n, need, _: f"{n} {n.have} as many live claims (or device grants) as {_they(n)} may "
-         f"hold (a node's cap: label {node_claims.LABEL}, else its pools' or the fleet default, "
-         f"else {node_claims.BASE} + "
-         f"{node_claims.PER_DEVICE} per device, at most {node_claims.CEILING})",
+    Rule("node-claims-full", claims_room, lambda n, need, _: _full(n, need),
          argument=lambda spec, state: True, explain_rank=1),
 )
 
