@@ -65,12 +65,17 @@ def test_a_claim_for_the_named_size_takes_a_card_that_reports_nvmls_figure(model
     assert (half.milli, half.memory_mib) == (500, model.reported_mib // 2)
 
 
-def test_an_h100_nvl_is_its_own_94_gb_model_and_takes_a_claim_for_90_gib():
-    nvml = FakeNvml.from_node_spec(parse_fleet("1xH100x2")[0])
+def discovered_as(fleet_spec: str, product: str, memory_mib: int, node: str):
+    """The cards the node agent discovers on a fake NVML whose GPUs report `product` and `memory_mib`."""
+    nvml = FakeNvml.from_node_spec(parse_fleet(fleet_spec)[0])
     for gpu in nvml.gpus:
-        gpu.name, gpu.memory_mib = "NVIDIA H100 NVL", 95830
+        gpu.name, gpu.memory_mib = product, memory_mib
     with nvml_session(nvml):
-        cards = discover(nvml, "nvl").infos()
+        return discover(nvml, node).infos()
+
+
+def test_an_h100_nvl_is_its_own_94_gb_model_and_takes_a_claim_for_90_gib():
+    cards = discovered_as("1xH100x2", "NVIDIA H100 NVL", 95830, node="nvl")
     assert {(c.model, c.memory_mib) for c in cards} == {("H100NVL", 95830)}
     ledger = Ledger()
     ledger.append(ev.NodeRegistered(node="nvl", devices=cards, cpu_milli=64000, memory_mib=1 << 19, cuda_version="12.8"),
@@ -80,11 +85,7 @@ def test_an_h100_nvl_is_its_own_94_gb_model_and_takes_a_claim_for_90_gib():
 
 
 def test_an_a100_40gb_is_not_the_80_gb_a100():
-    nvml = FakeNvml.from_node_spec(parse_fleet("1xA100x2")[0])
-    for gpu in nvml.gpus:
-        gpu.name, gpu.memory_mib = "NVIDIA A100-PCIE-40GB", 40960
-    with nvml_session(nvml):
-        cards = discover(nvml, "a40g").infos()
+    cards = discovered_as("1xA100x2", "NVIDIA A100-PCIE-40GB", 40960, node="a40g")
     assert {(c.model, c.memory_mib) for c in cards} == {("A100M40", 40960)}
     ledger = Ledger()
     ledger.append(ev.NodeRegistered(node="a40g", devices=cards, cpu_milli=64000, memory_mib=1 << 19, cuda_version="12.8"),
