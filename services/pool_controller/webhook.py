@@ -107,16 +107,17 @@ class CallerCheck:
         """None when the caller may ask; else (HTTP status, why) for its answer."""
         if self.anyone:
             return None
+        # a certificate is here only if the handshake verified it against the CA
+        names = certificate_names(peercert) if self.client_ca and peercert else None
+        if names is not None and (not self.client_names or set(names) & set(self.client_names)):
+            return None
         scheme, _, presented = authorization.partition(" ")
         if self.tokens and scheme.lower() == "bearer" and presented.strip():
             given = presented.strip().encode()
             if any(hmac.compare_digest(given, token.encode()) for token in self.tokens):
                 return None
             return 401, "the bearer token is not the one this webhook was given (GPULEDGER_ADMISSION_TOKEN_FILE)"
-        if self.client_ca and peercert:  # non-empty only when the handshake verified it
-            names = certificate_names(peercert)
-            if not self.client_names or set(names) & set(self.client_names):
-                return None
+        if names is not None:
             return 403, (f"the client certificate names {', '.join(names) or 'nothing'}, none of "
                          f"GPULEDGER_ADMISSION_CLIENT_NAMES ({', '.join(self.client_names)})")
         wanted = " or ".join(w for w, on in (

@@ -239,3 +239,18 @@ async def test_the_opt_out_answers_anyone_and_says_so_at_start(nats_url, files):
     finally:
         out = _stop(proc)
     assert "answers ANY caller (GPULEDGER_ADMISSION_UNAUTHENTICATED=1)" in out, out
+
+
+async def test_either_the_certificate_or_the_token_is_enough_when_both_are_configured(files, tmp_path):
+    (tmp_path / "token").write_text(TOKEN)
+    check = caller_check(str(files / "ca.crt"), (CLIENT_NAME,), str(tmp_path / "token"), False, tls=True)
+    server, port = await _serving(files, check)
+    try:
+        assert (await _post(port, _client(files, files / "client.crt", files / "client.key")))[0] == 200
+        assert (await _post(port, _client(files, files / "client.crt", files / "client.key"), token="wrong-one"))[0] == 200
+        assert (await _post(port, _client(files), token=TOKEN))[0] == 200
+        assert (await _post(port, _client(files), token="wrong-one"))[0] == 401
+        assert (await _post(port, _client(files)))[0] == 401
+    finally:
+        server.close()
+        await server.wait_closed()
