@@ -6,9 +6,10 @@ healthy on a node with room under its cap of live claims; `max_per_node` is the 
 model one node has (what a multi-GPU worker or slot can get on this fleet).
 
 A node that holds as many live claims (or device grants) as its cap allows takes no claim, so its
-idle units are not `free` (or `mig_free`); its idle cards are `free_at_cap` (with `nodes_at_cap`); `nodes_over_cap` counts those
-holding more than the cap (it was lowered below what they held, which evicts nothing). Until
-session 35 they were counted free, and `gpuledger gpus` offered cards no claim could get."""
+idle units are not `free` (or `mig_free`): its idle cards are `free_at_cap`, the node one of
+`nodes_at_cap`; `nodes_over_cap` counts those holding more than the cap (it was lowered below what
+they held, which evicts nothing). Until session 35 they were counted free, and `gpuledger gpus`
+offered cards no claim could get."""
 
 from __future__ import annotations
 
