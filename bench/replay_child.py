@@ -17,6 +17,7 @@ import resource
 import sys
 import time
 
+from shared import readahead
 from shared.jetstream import JetStreamEventLog, connect
 from shared.settings import Settings
 
@@ -54,11 +55,17 @@ async def main(url: str) -> dict:
         cpu, helpers, ready = time.process_time(), _children_cpu(), {}
         faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         state, seconds, freed_s = await rebuild(JetStreamEventLog(nc), Settings(nats_url=url), cpu=ready)
+        read = readahead.last_read
         # CPU seconds to caught up and freed: this process's, and its read-ahead helper's
         cpu, helpers = time.process_time() - cpu, _children_cpu() - helpers
         return {"seconds": seconds, "freed_s": freed_s, "cpu_s": round(cpu, 2),
                 "cpu_ready_s": round(ready["ready"], 2),
-                "helper_cpu_s": round(helpers, 2), "peak_rss_mb": round(peak_rss_mb(), 1),
+                "helper_cpu_s": round(helpers, 2),
+                # seconds the rebuild waited for its read-ahead helper's frames (its side was the
+                # slower then), and folded after the helper's last frame came (the read's tail)
+                "helper_waited_s": round(read["waited_s"], 3),
+                "after_helper_s": round(ready["ready_at"] - read["ended_at"], 3) if read["ended_at"] else None,
+                "peak_rss_mb": round(peak_rss_mb(), 1),
                 "rss_before_mb": round(before, 1), "claims_held": len(state.claims),
                 # pages first touched (the heap's growth): each a trap into the kernel
                 "minor_faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults,
