@@ -286,9 +286,11 @@ async def measure(nats_url: str, events: int, nodes: int, batched: bool, tail_fr
     figures["rebuild_cpu_seconds"] = child["cpu_s"]
     figures["rebuild_cpu_seconds_until_caught_up"] = child["cpu_ready_s"]
     figures["read_ahead_helper_cpu_seconds"] = child["helper_cpu_s"]
-    # which side was the slower: the rebuild waiting for its helper's frames, and folding after
-    # the helper's last one came (`shared.readahead.last_read`)
+    # which side was the slower: the rebuild waiting for its helper's frames (the first: while
+    # it starts), and folding after the helper wrote its last one (`shared.readahead.last_read`)
     figures["read_ahead_waited_seconds"] = child.get("helper_waited_s")
+    figures["read_ahead_first_waited_seconds"] = child.get("helper_first_waited_s")
+    figures["rebuild_run_queue_wait_seconds"] = child.get("run_queue_wait_s")  # ready, but no CPU free
     figures["after_read_ahead_seconds"] = child.get("after_helper_s")
     figures["peak_rss_mb"] = child["peak_rss_mb"]
     figures["rebuild_rss_before_mb"] = child["rss_before_mb"]

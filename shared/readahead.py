@@ -74,9 +74,11 @@ _EVENTS = msgspec.json.Decoder(list[Union[ev.AnyEvent, lenient.unchecked_submits
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 log = logging.getLogger("gpuledger.eventlog")
 # the last helper's read, as the caller saw it (`bench.replay_child` reports it): how long the
-# caller waited for the helper's frames (the helper's side was the slower then), and the `perf_counter`
-# time its last frame came (the caller's fold of what came with it is the read's tail)
-last_read = {"waited_s": 0.0, "ended_at": 0.0}
+# caller waited for the helper's frames (the helper's side was the slower then), the first frame
+# among them, and when the helper had written its last frame (`time.perf_counter`: CLOCK_MONOTONIC,
+# one clock for both processes; what the caller folds after it is the read's tail)
+last_read = {"waited_s": 0.0, "first_waited_s": 0.0, "ended_at": 0.0}
+_END_AT = struct.Struct("<d")  # an END frame's body: when the helper wrote it
 
 
 async def open_read_ahead(nc, stream: str, from_seq: int, until_seq: int,
@@ -180,9 +182,12 @@ def _helper_env() -> dict[str, str]:
 
 
 async def _helper_batches(pipe: "_Pipe", helper) -> AsyncIterator[list]:
-    last_read["waited_s"], last_read["ended_at"] = 0.0, 0.0
+    last_read.update(waited_s=0.0, first_waited_s=0.0, ended_at=0.0)
+    first = True
     while True:
         kind, body = await pipe.frame()
+        if first:
+            last_read["first_waited_s"], first = pipe.waited, False
         if kind == DECODED:
             rows = decoded_rows(body)
             if rows:
@@ -192,7 +197,8 @@ async def _helper_batches(pipe: "_Pipe", helper) -> AsyncIterator[list]:
             if rows:
                 yield AdmittedRows(rows, admitted)
         elif kind == END:
-            last_read["waited_s"], last_read["ended_at"] = pipe.waited, time.perf_counter()
+            last_read["waited_s"] = pipe.waited
+            last_read["ended_at"] = _END_AT.unpack(body)[0] if len(body) == _END_AT.size else 0.0
             await helper.wait()
             return
         elif kind is None:
@@ -350,7 +356,7 @@ async def _serve(params: dict, out: int) -> int:
     except Exception as err:
         _write(out, FAILED, f"{type(err).__name__}: {err}".encode())
         return 1
-    _write(out, END, b"")
+    _write(out, END, _END_AT.pack(time.perf_counter()))
     return 0
 
 
