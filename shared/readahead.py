@@ -452,27 +452,22 @@ class DecodedFrames:
             ready.append(self._frame(self.waiting.popleft()))
         return ready
 
-    def _read(self, batch: list) -> tuple[list, bytearray, list, list[int]]:
-        """(the batch, each row's kind, each row's key, the indexes of the rows not `_KEEP`): `_RAW`
-        for a row the caller reads in full (undecodable, or not admitted on its subject), `_KEEP`
-        for one sent as stored, and with `drop_dead` the kinds `_frame` may leave out or send in
-        part, keyed by their claim ids (the decoded event itself only for a batch with a binding,
-        renewal or activity among other events: the events are not kept while the lookahead
-        waits). Admitted releases noted."""
+    def _read(self, batch: list) -> tuple[list, bytearray, list]:
+        """(the batch, each row's kind, each row's key): `_RAW` for a row the caller reads in full
+        (undecodable, or not admitted on its subject), `_KEEP` for one sent as stored, and with
+        `drop_dead` the kinds `_frame` may leave out or send in part, keyed by their claim ids (the
+        decoded event itself only for a batch with a binding, renewal or activity among other
+        events: the events are not kept while the lookahead waits). Admitted releases noted."""
         decode, admit_of, refuse, drop = self.decode, self.admit_of, self.refuse, self.drop_dead
         released, order, released_kind = self.released, self.release_order.append, ev.ClaimReleased
         kinds, keys = bytearray(len(batch)), [None] * len(batch) if drop else None
-        special = []  # the rows `_parts` looks at again: all others go into the array as stored
-        note = special.append
         for i, (seq, subject, data, _headers) in enumerate(batch):
             try:
                 event = decode(data)
             except Exception:  # the caller reads it in full (leniently, or counts it undecodable)
-                note(i)
                 continue
             kind = type(event)
             if not admit_of.get(kind, refuse)(subject, event):
-                note(i)
                 continue
             kinds[i] = _KEEP
             if not drop:
@@ -482,10 +477,8 @@ class DecodedFrames:
                 order((seq, event.claim_id))
             elif kind in _PRIVATE:
                 kinds[i], keys[i] = _ONE_PRIVATE, event.claim_id
-                note(i)
             elif kind is ev.ClaimSubmitted:
                 kinds[i], keys[i] = _ONE_SUBMIT, event.claim.claim_id
-                note(i)
             elif kind is ev.EventBatch:
                 members = event.events
                 for member in members:
@@ -495,11 +488,9 @@ class DecodedFrames:
                 if all(type(m) is ev.ClaimSubmitted for m in members):
                     if members and data.startswith(_BATCH_HEAD):
                         kinds[i], keys[i] = _SUBMITS, [m.claim.claim_id for m in members]
-                        note(i)
                 elif any(type(m) in _PRIVATE for m in members):
                     kinds[i], keys[i] = _MIXED, event
-                    note(i)
-        return batch, kinds, keys, special
+        return batch, kinds, keys
 
     def _frame(self, read: tuple) -> bytes:
         batch = read[0]
@@ -517,56 +508,44 @@ class DecodedFrames:
         the indexes of the rows left out, how many rows were sent in part. With `slim`: a binding,
         renewal or activity of a claim released later is left out, submits of such claims only are
         sent as unchecked submits (`schemas.lenient.unchecked_submits`: read without the pattern
-        checks made here already), a batch without its members of the first kind. Only the rows
-        `_read` noted are looked at again (a third of a replay's: its bindings); the sequences and
-        payloads of the others are taken a run at a time."""
-        batch, kinds, keys, special = read
+        checks made here already), a batch without its members of the first kind."""
+        batch, kinds, keys = read
         released = self.released
-        seqs, payloads = [row[0] for row in batch], [row[2] for row in batch]
-        raw, gone, rewritten = [], [], 0
-        out = []  # the noted rows not in the array (read in full, or left out), in order
+        seqs, payloads, raw, gone, rewritten = [], [], [], [], 0
         last = len(batch) - 1
-        for i in special:
+        for i, (seq, subject, data, _headers) in enumerate(batch):
             kind = kinds[i]
             if kind == _RAW:
-                seq, subject, data, _headers = batch[i]
                 raw.append((i, seq, subject, data))
-                out.append(i)
                 continue
-            if not slim or i == last:
-                continue
-            seq, key = seqs[i], keys[i]
-            if kind == _ONE_PRIVATE:
-                if released.get(key, 0) > seq:
-                    gone.append(i)
-                    out.append(i)
-            elif kind == _ONE_SUBMIT:
-                if released.get(key, 0) > seq:
-                    payloads[i] = _UNCHECKED_HEAD + b',"events":[' + payloads[i] + b"]}"
-                    rewritten += 1
-            elif kind == _SUBMITS:
-                for claim_id in key:
-                    if released.get(claim_id, 0) <= seq:
-                        break
-                else:  # the same members, read unchecked
-                    payloads[i] = _UNCHECKED_HEAD + payloads[i][len(_BATCH_HEAD):]
-                    rewritten += 1
-            else:  # _MIXED
-                members = key.events
-                kept = [m for m in members if type(m) not in _PRIVATE or released.get(m.claim_id, 0) <= seq]
-                if not kept:
-                    gone.append(i)
-                    out.append(i)
-                elif len(kept) != len(members):
-                    payloads[i] = ev.encode_event(msgspec.structs.replace(key, events=kept))
-                    rewritten += 1
-        if out:  # the runs between the rows not sent
-            kept_seqs, kept_payloads, start = [], [], 0
-            for i in out:
-                kept_seqs += seqs[start:i]
-                kept_payloads += payloads[start:i]
-                start = i + 1
-            seqs, payloads = kept_seqs + seqs[start:], kept_payloads + payloads[start:]
+            if kind != _KEEP and slim and i != last:
+                key = keys[i]
+                if kind == _ONE_PRIVATE:
+                    if released.get(key, 0) > seq:
+                        gone.append(i)
+                        continue
+                elif kind == _ONE_SUBMIT:
+                    if released.get(key, 0) > seq:
+                        data = _UNCHECKED_HEAD + b',"events":[' + data + b"]}"
+                        rewritten += 1
+                elif kind == _SUBMITS:
+                    for claim_id in key:
+                        if released.get(claim_id, 0) <= seq:
+                            break
+                    else:  # the same members, read unchecked
+                        data = _UNCHECKED_HEAD + data[len(_BATCH_HEAD):]
+                        rewritten += 1
+                else:  # _MIXED
+                    members = key.events
+                    kept = [m for m in members if type(m) not in _PRIVATE or released.get(m.claim_id, 0) <= seq]
+                    if not kept:
+                        gone.append(i)
+                        continue
+                    if len(kept) != len(members):
+                        data = ev.encode_event(msgspec.structs.replace(key, events=kept))
+                        rewritten += 1
+            seqs.append(seq)
+            payloads.append(data)
         subjects = b"" if slim else _ENCODE([row[1] for row in batch])
         return seqs, b"[" + b",".join(payloads) + b"]", raw, subjects, gone, rewritten
 
