@@ -1,0 +1,83 @@
+"""Rules of the seeds tried one by one from outside (session 35, docs/outsider.md "Session 35:
+the seeds' rules, one by one"): the ones that failed, each checked where a client meets it.
+
+- Seed 000, `_sync_input_fields_gpu`: `gpuIds` / `allowedCudaVersions` are split on commas and
+  only the entries that are not empty after `strip()` are kept, so `"AMPERE_80, ADA_80_PRO,"`
+  (a trailing comma, as string joins in many languages leave) and `"A,,B"` are the list [A, B].
+  gpuledger refused both ("an empty entry is not a valid GpuGroup"), on the intake, on
+  `gpu.cmd.claim.submit`, `gpu.cmd.endpoint.create` and in the JSON Schema.
+- Seed 004 / the contract: a pool's `maxDevicesPerNode` below 0 is refused by the pool controller,
+  but the JSON Schema of `CreatePool`/`UpdatePool` had no minimum, so a client that validated first
+  sent what was then refused (the same kind as session 34's `workers_max`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import msgspec
+import pytest
+
+from services.claim.seed_api import decode_create_endpoint, decode_submit_claim
+from schemas.seed import to_seed_endpoint
+
+SCHEMAS = Path(__file__).resolve().parents[2] / "schemas" / "json"
+
+
+def _schema(name: str) -> dict:
+    return json.loads((SCHEMAS / f"{name}.json").read_text())
+
+
+# (gpuIds as a client wrote it, the groups the seed's `_sync_input_fields_gpu` makes of it)
+SEED_LISTS = [
+    ("AMPERE_80, ADA_80_PRO,", ["AMPERE_80", "ADA_80_PRO"]),
+    ("AMPERE_80,,ADA_80_PRO", ["AMPERE_80", "ADA_80_PRO"]),
+    (",HOPPER_141", ["HOPPER_141"]),
+    ("ADA_24 , ,\tAMPERE_24 ,", ["ADA_24", "AMPERE_24"]),
+]
+
+
+@pytest.mark.parametrize("text, groups", SEED_LISTS)
+def test_an_endpoint_keeps_the_entries_of_gpu_ids_that_are_not_empty(text, groups):
+    body = json.dumps({"endpoint": {"name": "e", "gpuIds": text, "allowedCudaVersions": "12.4,,12.8,"}})
+    spec = decode_create_endpoint(body.encode()).endpoint
+    assert spec.gpu_groups == groups and spec.cuda_versions == ["12.4", "12.8"]
+    assert to_seed_endpoint(spec)["gpuIds"] == ",".join(groups)
+
+
+@pytest.mark.parametrize("text, groups", SEED_LISTS)
+def test_a_claim_keeps_the_entries_of_gpu_ids_that_are_not_empty(text, groups):
+    claim = {"claimId": "c-1", "namespace": "team-a", "gpuIds": text, "allowedCudaVersions": "12.4,"}
+    assert decode_submit_claim(json.dumps({"claim": claim}).encode()).claim.gpu_groups == groups
+    # the JSON Schema says the same as the service (a client that validates first)
+    jsonschema.validate(claim, _schema("claim"))
+    jsonschema.validate({"claim": claim}, _schema("command.SubmitClaim"))
+    jsonschema.validate({"endpoint": {"name": "e", "gpuIds": text}}, _schema("command.CreateEndpoint"))
+
+
+def test_only_commas_and_blanks_are_as_if_gpu_ids_were_left_out():
+    spec = decode_create_endpoint(b'{"endpoint": {"name": "e", "gpuIds": " , ,"}}').endpoint
+    assert spec.gpu_groups == ["any"]  # the default, as the seed's `gpus=[GpuGroup.ANY]`
+
+
+@pytest.mark.parametrize("text, words", [
+    ("ADA_24,,invalid_gpu", "invalid_gpu is not a valid GpuGroup - at `$.endpoint.gpuIds`"),
+    ("ADA_24,\u00a0AMPERE_80", "'\\xa0AMPERE_80' is not a valid GpuGroup - at `$.endpoint.gpuIds`"),
+])
+def test_a_bad_entry_is_still_refused_in_the_seeds_words(text, words):
+    body = json.dumps({"endpoint": {"name": "e", "gpuIds": text}}).encode()
+    with pytest.raises(msgspec.ValidationError, match=None) as err:
+        decode_create_endpoint(body)
+    assert str(err.value) == words
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"endpoint": {"name": "e", "gpuIds": text}}, _schema("command.CreateEndpoint"))
+
+
+@pytest.mark.parametrize("name", ["command.CreatePool", "command.UpdatePool"])
+def test_the_json_schema_refuses_the_negative_device_limit_the_pool_controller_refuses(name):
+    body = {"pool": {"name": "p1", "max_devices_per_node": -1}}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(body, _schema(name))
+    jsonschema.validate({"pool": {"name": "p1", "max_devices_per_node": 0}}, _schema(name))
