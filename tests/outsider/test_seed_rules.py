@@ -81,3 +81,29 @@ def test_the_json_schema_refuses_the_negative_device_limit_the_pool_controller_r
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(body, _schema(name))
     jsonschema.validate({"pool": {"name": "p1", "max_devices_per_node": 0}}, _schema(name))
+
+
+@pytest.mark.parametrize("product, model", [("NVIDIA RTX A4500", "RTXA4500"),
+                                            ("NVIDIA RTX 4000 Ada Generation", "RTX4000ADA")])
+def test_every_card_of_the_seeds_ampere_16_is_placed_for_the_group(product, model):
+    """Seed 000: `AMPERE_16 = "AMPERE_16"  # RTX A4000, A4500, RTX 4000 Ada`. The catalogue had the
+    A4000 alone: an agent on an A4500 or an RTX 4000 Ada host found a product the catalogue did not
+    know, and a claim for the group never got such a card."""
+    from schemas import events as ev
+    from services.node_agent.discovery import discover, nvml_session
+    from services.node_agent.fakenvml import FakeNvml
+    from services.node_agent.fleet import parse_fleet
+    from tests.fleet import Ledger, claim
+
+    nvml = FakeNvml.from_node_spec(parse_fleet("1xRTXA4000x2")[0])
+    for gpu in nvml.gpus:
+        gpu.name, gpu.memory_mib = product, 20470
+    with nvml_session(nvml):
+        cards = discover(nvml, "small").infos()
+    assert {c.model for c in cards} == {model}
+    ledger = Ledger()
+    ledger.append(ev.NodeRegistered(node="small", devices=cards, cpu_milli=64000, memory_mib=1 << 19,
+                                    cuda_version="12.8"),
+                  claim("c1", gpus=2, gpu_groups=["AMPERE_16"], cuda_versions=["12.4"]))
+    decided = [d for d in ledger.decide(1.0) if isinstance(d, ev.ClaimAllocated)]
+    assert [d.claim_id for d in decided] == ["c1"] and decided[0].node == "small"
