@@ -107,3 +107,18 @@ def test_every_card_of_the_seeds_ampere_16_is_placed_for_the_group(product, mode
                   claim("c1", gpus=2, gpu_groups=["AMPERE_16"], cuda_versions=["12.4"]))
     decided = [d for d in ledger.decide(1.0) if isinstance(d, ev.ClaimAllocated)]
     assert [d.claim_id for d in decided] == ["c1"] and decided[0].node == "small"
+
+
+def test_the_gpuclaim_crd_bounds_a_gang_as_the_claim_service_does():
+    """Seed 001's `gangRef`: the GpuClaim CRD let `gangSize` go to 4,096 while the claim service
+    refuses a gang of more than 256 (session 29), so the API server stored GpuClaims that could
+    only ever be refused."""
+    import yaml
+
+    from schemas.claim_rules import MAX_GANG_SIZE
+
+    crds = list(yaml.safe_load_all((Path(__file__).resolve().parents[2] / "deploy" / "k8s" / "crds.yaml").read_text()))
+    gpuclaim = next(c for c in crds if c["spec"]["names"]["kind"] == "GpuClaim")
+    spec = gpuclaim["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    assert spec["gangSize"]["maximum"] == MAX_GANG_SIZE
+    assert spec["devices"]["properties"]["count"]["maximum"] == 64
