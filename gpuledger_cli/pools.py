@@ -14,7 +14,7 @@ from schemas.commands import (
 from services.pool_controller.manifest import ManifestError, pool_from_document
 
 SERVICE = "pool-controller"
-pool_app, register = command_group("pool", "GPU pools (Deckhouse-style): validated, immutable but for access.")
+pool_app, register = command_group("pool", "GPU pools (Deckhouse-style): validated, immutable but for access and scheduling.")
 
 FILE = typer.Option(..., "-f", "--file", help="Pool as YAML or JSON: a GPUPool manifest (seed "
                     "004's, as written) or a flat PoolSpec; '-' reads stdin.")
@@ -106,9 +106,9 @@ def _render_defaults(data: dict) -> str:
 
 @pool_app.command("update")
 def update(file: Path = FILE, as_json: bool = JSON, nats_url: str = nats_url_option()) -> None:
-    """Change a pool's access; any other changed field is refused (immutable)."""
+    """Change a pool's access or scheduling (strategy, topology key); any other changed field is refused (immutable)."""
     data = send(nats_url, subjects.command("pool.update"), UpdatePool(pool=_load(file)), SERVICE)
-    show(data, as_json, lambda d: f"pool {d['pool']} {'access updated' if d['changed'] else 'unchanged'}")
+    show(data, as_json, lambda d: f"pool {d['pool']} {'updated' if d['changed'] else 'unchanged'}")
 
 
 @pool_app.command("delete")

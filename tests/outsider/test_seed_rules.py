@@ -122,3 +122,38 @@ def test_the_gpuclaim_crd_bounds_a_gang_as_the_claim_service_does():
     spec = gpuclaim["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
     assert spec["gangSize"]["maximum"] == MAX_GANG_SIZE
     assert spec["devices"]["properties"]["count"]["maximum"] == 64
+
+
+async def test_a_pools_scheduling_may_change_after_creation_and_every_fold_sees_it(fresh_nats):
+    """Seed 004: immutable after creation are `resource`, `allocation` (mode, migProfile,
+    slicesPerUnit, maxDevicesPerNode), `deviceSelector`, `nodeSelector`, `backend`, `provider`;
+    the GPUPool CRD lets `scheduling` change too. The controller refused a new strategy ("immutable
+    after creation: strategy"), so a `kubectl apply` the API server took was never applied."""
+    import nats
+
+    from ledger.evolve import evolve
+    from ledger.state import State
+    from schemas import subjects
+    from shared.jetstream import JetStreamEventLog
+    from tests.service.helpers import request, running
+
+    async with running(fresh_nats.url, "pool-controller"):
+        nc = await nats.connect(fresh_nats.url)
+        pool = {"name": "spread-me", "slices_per_unit": 2, "access_namespaces": ["team-a"]}
+        assert (await request(nc, subjects.command("pool.create"), {"pool": pool}))["ok"]
+        wanted = pool | {"strategy": "Spread", "topology_key": "topology.kubernetes.io/zone"}
+        reply = await request(nc, subjects.command("pool.update"), {"pool": wanted})
+        assert reply["ok"] and reply["data"]["changed"] is True, reply
+        got = (await request(nc, subjects.query("pool.get"), {"name": "spread-me"}))["data"]["spec"]
+        assert (got["strategy"], got["topology_key"]) == ("Spread", "topology.kubernetes.io/zone")
+        # still refused: what the seed makes immutable, and a strategy that is none
+        for bad, field in ((wanted | {"slices_per_unit": 4}, "pool.slices_per_unit"),
+                           (wanted | {"strategy": "Random"}, "pool.strategy")):
+            refused = await request(nc, subjects.command("pool.update"), {"pool": bad})
+            assert refused["ok"] is False and refused["error"]["field"] == field, refused
+        state = State()  # a fresh fold of the log, as any service starting
+        async for stored in JetStreamEventLog(nc).read():
+            evolve(state, stored.event, stored.seq)
+        assert state.pools["spread-me"].strategy == "Spread"
+        assert state.pools["spread-me"].access_namespaces == ["team-a"]
+        await nc.close()
