@@ -38,8 +38,8 @@ def create(file: Path = FILE, as_json: bool = JSON, nats_url: str = nats_url_opt
 
 @pool_app.command("apply")
 def apply(file: Path = FILE, as_json: bool = JSON, nats_url: str = nats_url_option()) -> None:
-    """Create the pool, or bring an existing one's access in line (kubectl-apply style); a change
-    to any immutable field is refused naming it."""
+    """Create the pool, or bring an existing one's access and scheduling in line (kubectl-apply
+    style); a change to any immutable field is refused naming it."""
     pool = _load(file)
     existing = send(nats_url, subjects.query("pool.list"), ListPools(), SERVICE)
     if any(p["name"] == pool.name for p in existing):
