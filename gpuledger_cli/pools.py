@@ -34,6 +34,21 @@ def create(file: Path = FILE, as_json: bool = JSON, nats_url: str = nats_url_opt
     """Create a pool (re-creating an identical one is a no-op)."""
     data = send(nats_url, subjects.command("pool.create"), CreatePool(pool=_load(file)), SERVICE)
     show(data, as_json, lambda d: f"pool {d['pool']} {'created' if d['created'] else 'exists, unchanged'}")
+    _say_if_empty(nats_url, data["pool"])
+
+
+def _say_if_empty(nats_url: str | None, name: str) -> None:
+    """A pool whose selectors match no device of the fleet is taken without a word by the
+    controller (nodes may join later); say so, naming what the selectors are matched against: a
+    `nodeSelector` written for Kubernetes (`kubernetes.io/hostname`) matches only the labels the node
+    agents register (session 35, docs/outsider.md 4.17)."""
+    got = send(nats_url, subjects.query("pool.get"), GetPool(name=name), SERVICE)
+    if got.get("devices"):
+        return
+    typer.echo(f"note: pool {name} selects no device of the fleet as it is now: its device selectors "
+               "and node_selector match none (node_selector is matched against the labels node agents "
+               "register: GPULEDGER_NODE_LABELS, gpu-model, gpu-count, mig; not the Kubernetes Node's "
+               "labels)", err=True)
 
 
 @pool_app.command("apply")
@@ -48,6 +63,7 @@ def apply(file: Path = FILE, as_json: bool = JSON, nats_url: str = nats_url_opti
         return
     data = send(nats_url, subjects.command("pool.create"), CreatePool(pool=pool), SERVICE)
     show(data, as_json, lambda d: f"pool {d['pool']} {'created' if d['created'] else 'unchanged'}")
+    _say_if_empty(nats_url, data["pool"])
 
 
 @pool_app.command("render")

@@ -157,3 +157,28 @@ async def test_a_pools_scheduling_may_change_after_creation_and_every_fold_sees_
         assert state.pools["spread-me"].strategy == "Spread"
         assert state.pools["spread-me"].access_namespaces == ["team-a"]
         await nc.close()
+
+
+async def test_pool_create_says_when_the_pool_selects_no_device(fresh_nats, tmp_path):
+    """Seed 004's `nodeSelector` written the Kubernetes way (`kubernetes.io/hostname`) is matched
+    against the labels node agents register, which do not carry the Node's labels (docs/outsider.md
+    4.17, open): such a pool was created holding no device, without a word."""
+    import nats
+
+    from shared.jetstream import JetStreamEventLog
+    from tests.cli import run_cli
+    from tests.service.helpers import h100_node, register_nodes, running
+
+    async with running(fresh_nats.url, "pool-controller"):
+        nc = await nats.connect(fresh_nats.url)
+        await register_nodes(JetStreamEventLog(nc), h100_node("node-a"))
+        await nc.close()
+        empty, full = tmp_path / "empty.json", tmp_path / "full.json"
+        empty.write_text(json.dumps({"name": "by-host", "node_selector": {"kubernetes.io/hostname": "node-a"}}))
+        full.write_text(json.dumps({"name": "all-h100", "include": {"products": ["NVIDIA H100 80GB HBM3"]}}))
+        said = await run_cli("pool", "create", "-f", str(empty), "--nats-url", fresh_nats.url)
+        assert said.returncode == 0 and "pool by-host created" in said.stdout, said.stderr
+        assert "note: pool by-host selects no device" in said.stderr, said.stderr
+        assert "labels node agents register" in said.stderr
+        quiet = await run_cli("pool", "create", "-f", str(full), "--nats-url", fresh_nats.url)
+        assert quiet.returncode == 0 and "note:" not in quiet.stderr, quiet.stderr
