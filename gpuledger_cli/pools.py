@@ -45,10 +45,10 @@ def _say_if_empty(nats_url: str | None, name: str) -> None:
     got = send(nats_url, subjects.query("pool.get"), GetPool(name=name), SERVICE)
     if got.get("devices"):
         return
-    typer.echo(f"note: pool {name} selects no device of the fleet as it is now: its device selectors "
-               "and node_selector match none (node_selector is matched against the labels node agents "
-               "register: GPULEDGER_NODE_LABELS, gpu-model, gpu-count, mig; not the Kubernetes Node's "
-               "labels)", err=True)
+    typer.echo(f"note: pool {name} holds no device of the fleet as it is now: its device selectors and "
+               "node_selector match none, or every device they match is in a pool created before it "
+               "(node_selector is matched against the labels node agents register: "
+               "GPULEDGER_NODE_LABELS, gpu-model, gpu-count, mig; not the Kubernetes Node's labels)", err=True)
 
 
 @pool_app.command("apply")

@@ -178,7 +178,7 @@ async def test_pool_create_says_when_the_pool_selects_no_device(fresh_nats, tmp_
         full.write_text(json.dumps({"name": "all-h100", "include": {"products": ["NVIDIA H100 80GB HBM3"]}}))
         said = await run_cli("pool", "create", "-f", str(empty), "--nats-url", fresh_nats.url)
         assert said.returncode == 0 and "pool by-host created" in said.stdout, said.stderr
-        assert "note: pool by-host selects no device" in said.stderr, said.stderr
+        assert "note: pool by-host holds no device" in said.stderr, said.stderr
         assert "labels node agents register" in said.stderr
         quiet = await run_cli("pool", "create", "-f", str(full), "--nats-url", fresh_nats.url)
         assert quiet.returncode == 0 and "note:" not in quiet.stderr, quiet.stderr
