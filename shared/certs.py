@@ -4,6 +4,11 @@ The API server reaches the webhook as `<service>.<namespace>.svc` and checks its
 against the webhook configuration's caBundle: so the CA's certificate goes into the caBundle and
 the serving certificate (with every name the Service answers to) into the Secret the pods mount.
 EC P-256 keys; the CA for 10 years, the serving certificate for one (re-run to renew).
+
+The same CA signs a client certificate (`CLIENT_NAME`, client use only) for the API server to
+present to the webhook (its AdmissionConfiguration kubeconfig): the webhook then answers only a
+caller holding it (GPULEDGER_ADMISSION_CLIENT_CA = ca.crt, _CLIENT_NAMES = `CLIENT_NAME`). The
+serving certificate cannot stand in for it: it is for server use only and names no client.
 """
 
 from __future__ import annotations
@@ -17,11 +22,16 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 
+CLIENT_NAME = "gpuledger-admission-client"
+
+
 @dataclass(frozen=True)
 class WebhookCerts:
     ca_pem: bytes
     cert_pem: bytes
     key_pem: bytes
+    client_cert_pem: bytes = b""  # the API server's, to present to the webhook
+    client_key_pem: bytes = b""
 
 
 def service_names(service: str, namespace: str) -> list[str]:
@@ -46,9 +56,20 @@ def generate(service: str, namespace: str, now: datetime.datetime | None = None,
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
             .sign(ca_key, hashes.SHA256()))
+    client_key = ec.generate_private_key(ec.SECP256R1())
+    client = (_builder(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, CLIENT_NAME)]), ca_name,
+                       client_key.public_key(), now, days)
+              .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+              .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+              .sign(ca_key, hashes.SHA256()))
     pem = serialization.Encoding.PEM
-    return WebhookCerts(ca.public_bytes(pem), cert.public_bytes(pem), key.private_bytes(
-        pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    return WebhookCerts(ca.public_bytes(pem), cert.public_bytes(pem), _private(key),
+                        client.public_bytes(pem), _private(client_key))
+
+
+def _private(key) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
 
 
 def _builder(subject, issuer, public_key, now, days) -> x509.CertificateBuilder:

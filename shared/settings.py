@@ -104,6 +104,13 @@ class Settings:
     admission_insecure: bool = field(default_factory=lambda: _bool("GPULEDGER_ADMISSION_INSECURE", False))
     admission_tls_cert: str = field(default_factory=lambda: os.environ.get("GPULEDGER_ADMISSION_TLS_CERT", ""))
     admission_tls_key: str = field(default_factory=lambda: os.environ.get("GPULEDGER_ADMISSION_TLS_KEY", ""))
+    # Who may ask for a review (services/pool_controller/webhook.py: caller_check): the API server's
+    # client certificate, verified against this CA (and naming one of _CLIENT_NAMES, if given), and/or
+    # the bearer token in _TOKEN_FILE; _UNAUTHENTICATED=1 answers anyone (said at start)
+    admission_client_ca: str = field(default_factory=lambda: os.environ.get("GPULEDGER_ADMISSION_CLIENT_CA", ""))
+    admission_client_names: tuple[str, ...] = field(default_factory=lambda: _names("GPULEDGER_ADMISSION_CLIENT_NAMES", ""))
+    admission_token_file: str = field(default_factory=lambda: os.environ.get("GPULEDGER_ADMISSION_TOKEN_FILE", ""))
+    admission_unauthenticated: bool = field(default_factory=lambda: _bool("GPULEDGER_ADMISSION_UNAUTHENTICATED", False))
     pool_resource_prefix: str = field(
         default_factory=lambda: os.environ.get("GPULEDGER_POOL_RESOURCE_PREFIX", "gpu.gpuledger.io"))
     # other prefixes a pod may name a pool with (renamed to the pool's resource by the webhook)

@@ -88,6 +88,11 @@ class ClaimService:
         self.on_intake_batch = None  # (size) -> None: the intake batch size histogram, when served
         # every new claim's checks and append, in turn, fenced against every replica's (intake_fence.py)
         self.fence = SubmitFence(event_log, self.follower)
+        # A claim appended off the fence after this replica started: a claim-service replica of a
+        # version before session 34 runs beside it (a rolling update), and two claims of one id may
+        # both be stored until it stops (docs/reliability.md, "Rolling updates"). Said, counted.
+        self.unfenced_after: int | None = None  # the log's end at start (set by `build`)
+        self.unfenced_submits = 0
         self.waiting = 0  # submit requests waiting for their outcome now
         # (kind, claim id) -> this service's clock when it last appended a renewal or activity
         # report: the throttles below compare times of this one clock (see `_recent`)
@@ -98,10 +103,22 @@ class ClaimService:
         if kind is ev.ClaimSubmitted:
             if subject == subjects.SUBMITS:  # folded: this one's checks see it (intake_fence.py)
                 self.fence.heard(seq)
+            elif self.unfenced_after is not None and seq > self.unfenced_after:
+                self._unfenced(seq, subject, event)
             self._remember_token(seq, subject, event)
             self._remember_owner(seq, subject, event)
         elif kind is ev.ClaimRejected:
             self._remember_rejections(seq, subject, event)
+
+    def _unfenced(self, seq: int, subject: str, event: ev.Event) -> None:
+        self.unfenced_submits += 1
+        count = self.unfenced_submits
+        if count & (count - 1) == 0:  # the 1st, 2nd, 4th, ...: loud, but no flood
+            log.error("claim %s was appended unfenced on %s (seq %d; %d so far since this replica started): a "
+                      "claim-service replica without the submit fence (before session 34) is running beside "
+                      "this one, and one claim id may be stored twice until it stops: replace the claim "
+                      "replicas together (docs/reliability.md, \"Rolling updates\")",
+                      event.claim.claim_id, subject, seq, count)
 
     def _remember_rejections(self, seq: int, subject: str, event: ev.Event) -> None:
         if isinstance(event, ev.ClaimRejected) and event.claim_id:
@@ -499,6 +516,7 @@ async def _once_caught_up(service: ClaimService, consume) -> None:
 async def build(ctx: ServiceContext) -> None:
     service = ClaimService(ctx.log, systems=ctx.settings.systems)
     ctx.claims = service  # type: ignore[attr-defined]  # for in-process tests
+    service.unfenced_after = await ctx.log.last_seq()  # claims off the fence before: history
     await register_handlers(ctx, service)
     instrument(ctx.metrics, service, ctx.log.last_seq)
     try:

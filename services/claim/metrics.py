@@ -20,3 +20,6 @@ def instrument(metrics: Metrics, service, stream_end) -> None:
                                "Claims in each batch drained from the durable intake", INTAKE_BUCKETS)
     service.on_intake_batch = intake.observe
     metrics.follow_fold(lambda: state().last_seq, stream_end)
+    metrics.counters_from("gpuledger_claim_unfenced_submits", "Claims appended off the submit fence since this "
+                          "replica started (a replica before session 34 runs beside it: docs/reliability.md)",
+                          lambda: service.unfenced_submits)

@@ -28,7 +28,8 @@ from services.pool_controller.projection import (
     PoolProjection, claim_binding, pool_nodes, pool_status, pool_units)
 from services.pool_controller.rendering import RenderRequest, render_pool
 from services.pool_controller.validation import ClusterFacts
-from services.pool_controller.webhook import AdmissionConfigError, admission_listen, start_webhook
+from services.pool_controller.webhook import (
+    AdmissionConfigError, CallerCheck, admission_listen, caller_check, start_webhook)
 from shared.commands import command
 from shared.eventlog import AppendConflict
 from shared.paced import SLOW_READER_LINGER_S
@@ -203,19 +204,37 @@ async def _start_admission(ctx: ServiceContext, controller: PoolController) -> N
     settings = ctx.settings
     try:
         host, tls = admission_listen(settings.admission_host, settings.admission_tls_cert,
-                                     settings.admission_tls_key, settings.admission_insecure)
+                                     settings.admission_tls_key, settings.admission_insecure,
+                                     settings.admission_client_ca)
+        caller = caller_check(settings.admission_client_ca, settings.admission_client_names,
+                              settings.admission_token_file, settings.admission_unauthenticated, tls is not None)
     except AdmissionConfigError as err:
         log.error("%s", err)
         raise SystemExit(f"pool-controller: {err}") from None
-    server = await start_webhook(controller.admit, host, settings.admission_port, tls, ready=controller.ready)
-    log.info("admission webhook on %s:%d (%s)", host, settings.admission_port,
-             "https" if tls else "http, INSECURE: development only")
+    if caller.anyone:  # never silently: whoever reaches the port reads any GpuClaim's node and devices
+        log.warning("admission webhook on %s:%d answers ANY caller (%s): whoever reaches it can read any "
+                    "GpuClaim's node, devices and pending reasons; give GPULEDGER_ADMISSION_CLIENT_CA or "
+                    "_TOKEN_FILE (docs/kubernetes.md)", host, settings.admission_port,
+                    "GPULEDGER_ADMISSION_UNAUTHENTICATED=1" if settings.admission_unauthenticated
+                    else "plain HTTP on loopback, development")
+    server = await start_webhook(controller.admit, host, settings.admission_port, tls, ready=controller.ready,
+                                 caller=caller)
+    log.info("admission webhook on %s:%d (%s; callers: %s)", host, settings.admission_port,
+             "https" if tls else "http, INSECURE: development only", _callers(caller))
 
     async def close() -> None:
         server.close()
         await server.wait_closed()
 
     ctx.on_stop.append(close)
+
+
+def _callers(caller: CallerCheck) -> str:
+    if caller.anyone:
+        return "anyone"
+    ways = (["client certificate" + (f" named {', '.join(caller.client_names)}" if caller.client_names else "")]
+            if caller.client_ca else [])
+    return " or ".join(ways + (["bearer token"] if caller.tokens else []))
 
 
 def main() -> None:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import base64
 
+import yaml
+
 from schemas.kubernetes import CLAIM_ANNOTATION
 
 WEBHOOK_NAME = "pods.gpu.gpuledger.io"
@@ -71,6 +73,52 @@ def mutating_webhook(ca_pem: bytes, namespace: str, service: str, prefixes: tupl
             "matchConditions": [{"name": "asks-for-gpus", "expression": asks_for_gpus(prefixes, resources)}],
         }],
     }
+
+
+# Where the API server's files go on a control-plane node (kube-apiserver's
+# --admission-control-config-file names the first; a kubeadm static pod mounts the folder)
+APISERVER_DIR = "/etc/kubernetes/gpuledger"
+KUBECONFIG_FILE = "admission-kubeconfig.yaml"
+ADMISSION_CONFIG_FILE = "admission-config.yaml"
+
+
+def service_host(service: str, namespace: str) -> str:
+    """How the API server names the webhook in its kubeconfig: the Service's DNS name (port 443)."""
+    return f"{service}.{namespace}.svc"
+
+
+def admission_kubeconfig(service: str, namespace: str, client_cert_pem: bytes = b"", client_key_pem: bytes = b"",
+                         token: str = "") -> dict:
+    """The kubeconfig the API server reads its credentials for our webhook from: a user named for
+    the webhook's Service (the API server matches users by the host it calls, `*.svc` wildcards
+    allowed) with the client certificate `gpuledger webhook certs` made, and/or a bearer token."""
+    encode = lambda b: base64.b64encode(b).decode()  # noqa: E731
+    user: dict = {}
+    if client_cert_pem:
+        user.update({"client-certificate-data": encode(client_cert_pem), "client-key-data": encode(client_key_pem)})
+    if token:
+        user["token"] = token
+    return {"apiVersion": "v1", "kind": "Config",
+            "users": [{"name": service_host(service, namespace), "user": user}]}
+
+
+def admission_configuration(kubeconfig_path: str = f"{APISERVER_DIR}/{KUBECONFIG_FILE}") -> dict:
+    """kube-apiserver's AdmissionConfiguration (--admission-control-config-file): both webhook
+    plugins read their callers' credentials from `kubeconfig_path`."""
+    plugin = lambda name: {"name": name, "configuration": {  # noqa: E731
+        "apiVersion": "apiserver.config.k8s.io/v1", "kind": "WebhookAdmissionConfiguration",
+        "kubeConfigFile": kubeconfig_path}}
+    return {"apiVersion": "apiserver.config.k8s.io/v1", "kind": "AdmissionConfiguration",
+            "plugins": [plugin("ValidatingAdmissionWebhook"), plugin("MutatingAdmissionWebhook")]}
+
+
+def client_secret(name: str, namespace: str, kubeconfig: dict) -> dict:
+    """The API server's files, kept for the operator to copy to the control plane (then delete)."""
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": name, "namespace": namespace,
+                         "labels": {"app.kubernetes.io/managed-by": "gpuledger"}},
+            "stringData": {KUBECONFIG_FILE: yaml.safe_dump(kubeconfig, sort_keys=False),
+                           ADMISSION_CONFIG_FILE: yaml.safe_dump(admission_configuration(), sort_keys=False)}}
 
 
 def tls_secret(name: str, namespace: str, cert_pem: bytes, key_pem: bytes, ca_pem: bytes) -> dict:

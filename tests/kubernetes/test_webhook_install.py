@@ -27,8 +27,8 @@ PREFIXES = ("gpu.gpuledger.io", "gpu.deckhouse.io")
 def installed():
     result = CliRunner().invoke(app, ["webhook", "certs", "--namespace", "gpuledger"])
     assert result.exit_code == 0, result.output
-    secret, config = list(yaml.safe_load_all(result.output))
-    return secret, config
+    secret, config, client = list(yaml.safe_load_all(result.output))  # client: the API server's files
+    return secret, config, client
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -38,7 +38,7 @@ def test_the_printed_objects_are_valid_kubernetes_objects(installed, version):
 
 
 def test_the_cabundle_is_the_ca_that_signed_the_serving_certificate(installed):
-    secret, config = installed
+    secret, config, _ = installed
     ca = x509.load_pem_x509_certificate(base64.b64decode(config["webhooks"][0]["clientConfig"]["caBundle"]))
     cert = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
     cert.verify_directly_issued_by(ca)
@@ -48,7 +48,7 @@ def test_the_cabundle_is_the_ca_that_signed_the_serving_certificate(installed):
 
 async def test_the_api_servers_tls_check_passes_against_the_webhook_server(installed, tmp_path):
     """What the API server does: trust only the caBundle, check the Service name, POST a review."""
-    secret, config = installed
+    secret, config, _ = installed
     for key in ("tls.crt", "tls.key"):
         (tmp_path / key).write_bytes(base64.b64decode(secret["data"][key]))
     server = await start_webhook(lambda path, review: {"apiVersion": "admission.k8s.io/v1",
