@@ -112,6 +112,8 @@ def _children(services: list[str], env: dict[str, str], log_dir: Path, fleet: st
 
     def env_of(name: str) -> dict[str, str]:
         own = {"GPULEDGER_NATS_URL": urls[up_auth.child_user(name)]} if urls else {}
+        if urls and name in nats_auth.SERVICES:  # a service started with another's credentials refuses
+            own[nats_auth.OWN_USER_ENV] = "1"
         return env | up_web.metrics_port_env(book, name) | own
 
     children = [Child(s, [exe, "-m", "gpuledger_cli.main", "service", s], env_of(s), log_dir, service=True)

@@ -71,6 +71,9 @@ OUTSIDE_ACCOUNTS = (PUBLIC_ACCOUNT, AGENTS_ACCOUNT, *SERVICE_ACCOUNTS)
 DELIVERED_ON_INBOX = (AGENTS_ACCOUNT, *SERVICE_ACCOUNTS)
 # requests with several answers (a pull consumer's fetch): their exports keep the response open
 STREAMED_RESPONSES = ("$JS.API.CONSUMER.MSG.NEXT.",)
+# nats-server answers it in every account (its system account's import): who this connection is
+USER_INFO = "$SYS.REQ.USER.INFO"
+SYSTEM_REQUESTS = "$SYS."  # never imported from LEDGER: the server's own system account answers
 READY = "gpu.sys.ready"  # shared.service.READY_SUBJECT (kept here: shared.service imports faststream)
 
 
@@ -111,7 +114,7 @@ def _create(*streams: str) -> list[str]:
 
 def _service(user: str, publish: list[str], serves: list[str], reads: tuple[str, ...] = (subjects.STREAM,),
              notes: str = "") -> Role:
-    pub = [*publish, f"{READY}.{user}", *_info(), *_create(*ALL_STREAMS)]
+    pub = [*publish, f"{READY}.{user}", USER_INFO, *_info(), *_create(*ALL_STREAMS)]
     for stream in reads:
         pub += _read(stream)
     # replies and deliveries on its own inbox prefix: no service may listen to another's replies
@@ -138,6 +141,42 @@ def foreign_user_warning(service: str, url: str) -> str | None:
     return (f"{service}: connected to NATS as user {user!r}, not {service!r}: {what}. Run each service "
             f"as its own user, as `gpuledger up`, docker-compose and deploy/k8s do "
             f"(`gpuledger nats creds {service}` prints its URL; docs/security.md)")
+
+
+OWN_USER_ENV = "GPULEDGER_NATS_REQUIRE_OWN_USER"  # Settings.nats_require_own_user
+
+
+def _is_nkey(user: str) -> bool:
+    """nats-server names an nkey user by its public key: 56 characters starting with U."""
+    return len(user) == 56 and user.startswith("U") and user.isalnum() and user.isupper()
+
+
+def account_holder(account: str) -> str:
+    """Whose credentials land in `account`, in words (for the refusal below)."""
+    for user in SERVICES:
+        if SERVICES_IN_OWN_ACCOUNTS and account == service_account(user):
+            return f"the {user} service's"
+    return {LEDGER_ACCOUNT: "ops' (or another user of the streams' account)", PUBLIC_ACCOUNT: "a publisher's",
+            AGENTS_ACCOUNT: "a node agent's", GLOBAL_ACCOUNT: "none: an open server without users"
+            }.get(account, "no gpuledger user's")
+
+
+def identity_refusal(service: str, user: str, account: str) -> str | None:
+    """Why `service`, connected as `user` in `account` (what nats-server's $SYS.REQ.USER.INFO
+    says), must not start, or None. The account decides: each service is alone in its own (an nkey
+    user's name is its public key, which says nothing of whose it is); a password user must also
+    carry the service's own name. Only for gpuledger's services (`SERVICES`)."""
+    if service not in SERVICES:
+        return None
+    expected = service_account(service) if SERVICES_IN_OWN_ACCOUNTS else LEDGER_ACCOUNT
+    if account == expected and (user == service or _is_nkey(user)):
+        return None
+    found = f"nkey user {user[:8]}... in account {account!r}" if _is_nkey(user) else f"user {user!r} in account {account!r}"
+    return (f"{service}: connected to NATS as {found} ({account_holder(account)} credentials), expected "
+            f"user {service!r} (or its nkey) in account {expected!r}: refusing to start ({OWN_USER_ENV}=1). "
+            f"A service with another's credentials writes with that one's rights, and its replies and "
+            f"outcomes go where the other's go. Give it its own: `gpuledger nats creds {service}` prints "
+            f"its URL; on Kubernetes its nkey seed is the Secret gpuledger-nats-{service} (docs/security.md)")
 
 
 def service_roles() -> list[Role]:
@@ -294,7 +333,7 @@ def account_imports(all_roles: list[Role], account: str) -> tuple[list[str], lis
     overlapping service imports would both carry a request). Nothing else of LEDGER is visible
     from the account; its users' permissions narrow it further."""
     users = [r for r in all_roles if r.account == account]
-    services = _widest(s for r in users for s in r.publish)
+    services = _widest(s for r in users for s in r.publish if not s.startswith(SYSTEM_REQUESTS))
     inboxes = account in DELIVERED_ON_INBOX
     elsewhere = {t for _, t in published_imports(all_roles, account)}
     streams = _widest(s for r in users for s in r.subscribe

@@ -4,6 +4,7 @@ streams, let the service register handlers and background loops, then serve unti
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import logging
 import signal
@@ -18,6 +19,7 @@ from shared.priority import lower_when_ready
 from shared.jetstream import JetStreamEventLog, ensure_streams
 from shared.metrics import Metrics
 from shared.retry import quiet_error, until_done
+from shared import nats_auth
 from shared.nats_auth import foreign_user_warning, user_inbox
 from shared.natscluster import INBOX_PREFIX_ENV, broker_args
 from shared.settings import Settings
@@ -70,6 +72,8 @@ async def start_service(name: str, settings: Settings, build: Builder) -> Servic
         log.warning("%s", foreign)
     await broker.connect()
     ctx.nc = broker.connection
+    if settings.nats_require_own_user:
+        await check_own_user(name, ctx.nc)
     # a start during an outage or a cluster's election waits it out instead of exiting
     await until_done(lambda: ensure_streams(ctx.nc.jetstream(), settings.stream_replicas, settings.intake_max_msgs,
                                             settings.intake_max_bytes),
@@ -82,6 +86,68 @@ async def start_service(name: str, settings: Settings, build: Builder) -> Servic
     # request sent once the service is up finds its handler (CI saw "no responders" once without)
     await until_done(lambda: round_trip(ctx.nc), f"{name}: registering its subscriptions")
     return ctx
+
+
+async def who_am_i(nc: Client, timeout: float = 5.0) -> tuple[str, str]:
+    """(user, account) of this connection, as nats-server itself says (`$SYS.REQ.USER.INFO`,
+    answered by the server in every account; each service's user may ask it since session 35).
+    Asked on the connection's own inbox first; with another's credentials that inbox may be one
+    the user cannot read, so then once more on every inbox prefix a gpuledger user reads."""
+    try:
+        return _user_info((await nc.request(nats_auth.USER_INFO, b"", timeout=timeout)).data)
+    except asyncio.TimeoutError:
+        pass
+    answered: asyncio.Future = asyncio.get_running_loop().create_future()
+
+    async def on_answer(msg) -> None:
+        if not answered.done():
+            answered.set_result(msg.data)
+
+    token = nc.new_inbox().rsplit(".", 1)[-1]
+    subscriptions = []
+    try:
+        for prefix in dict.fromkeys([*(nats_auth.user_inbox(u) for u in nats_auth.SERVICES), "_INBOX"]):
+            reply = f"{prefix}.{token}"
+            subscriptions.append(await nc.subscribe(reply, cb=on_answer))
+            await nc.publish(nats_auth.USER_INFO, b"", reply=reply)
+        return _user_info(await asyncio.wait_for(answered, timeout))
+    finally:
+        for subscription in subscriptions:
+            try:
+                await subscription.unsubscribe()
+            except Exception:  # a subscription the server refused: nothing to undo
+                pass
+
+
+def _user_info(data: bytes) -> tuple[str, str]:
+    answer = json.loads(data)
+    info = answer.get("data") or {}
+    if not info and answer.get("error"):
+        raise RuntimeError(f"nats-server answered {answer['error']}")
+    return str(info.get("user", "")), str(info.get("account", ""))
+
+
+async def check_own_user(name: str, nc: Client) -> None:
+    """Refuse to start (SystemExit, naming what was found and what was expected) when this service
+    connected with another's credentials: a URL naming another user, or another service's nkey
+    seed, which no URL shows (before session 35 only the first was noticed, with a warning)."""
+    if name not in nats_auth.SERVICES:  # a node agent's, a fleet's: not one of the services' users
+        return
+    try:
+        user, account = await who_am_i(nc)
+    except Exception as err:  # most likely no right to ask (an older NATS configuration)
+        await nc.close()
+        raise SystemExit(
+            f"{name}: could not ask nats-server who this connection is ({nats_auth.USER_INFO}: "
+            f"{type(err).__name__}: {err}); {nats_auth.OWN_USER_ENV}=1 needs it: regenerate the NATS "
+            "users (`gpuledger nats config`, deploy/nats: every service may ask since session 35), check "
+            f"that {name} runs with its own credentials, or unset {nats_auth.OWN_USER_ENV}") from None
+    refusal = nats_auth.identity_refusal(name, user, account)
+    if refusal:
+        log.error("%s", refusal)
+        await nc.close()
+        raise SystemExit(refusal)
+    log.info("%s: connected to NATS as its own user (account %s)", name, account)
 
 
 async def round_trip(nc: Client, timeout: float = 5.0) -> None:

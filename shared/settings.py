@@ -71,6 +71,9 @@ def _systems(name: str) -> tuple[System, ...]:
 @dataclass(frozen=True)
 class Settings:
     nats_url: str = field(default_factory=lambda: os.environ.get("GPULEDGER_NATS_URL", "nats://127.0.0.1:4222"))
+    # A service asks nats-server who it connected as and refuses to start with another's credentials
+    # (shared.service.check_own_user); `up`, docker-compose and deploy/k8s turn it on
+    nats_require_own_user: bool = field(default_factory=lambda: _bool("GPULEDGER_NATS_REQUIRE_OWN_USER", False))
     data_dir: Path = field(default_factory=lambda: Path(os.environ.get("GPULEDGER_DATA_DIR", ".gpuledger")))
     db_url: str = field(default_factory=lambda: os.environ.get("GPULEDGER_DB_URL", ""))
     stream_replicas: int = field(default_factory=lambda: _int("GPULEDGER_STREAM_REPLICAS", 1, 1, 5))
