@@ -85,7 +85,8 @@ async def consume_intake(js, service, batch: int = 256, subject: str = subjects.
     # A batch's acks (due once it is folded) wait up to ACKS_WAIT_S for the next claim: published
     # just before that batch's append, they go out in the same socket write, one write of this
     # service and one wake-up of nats-server fewer per batch (at 1,000 claims/s a batch is one or
-    # two claims, and the next is there within a few ms). Only acks wait, never a claim.
+    # two claims, and the next is there within a few ms). A claim waits only LINGER_S, and only
+    # while claims keep coming (above).
     unacked: list = []
     loop, last_taken = asyncio.get_running_loop(), float("-inf")
     try:
