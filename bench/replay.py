@@ -108,7 +108,8 @@ async def rebuild(log, settings: Settings, state: State | None = None,
     """The allocator's start: fold from the state's position to the end, index flushed at the end.
     Returns the state, the seconds until it was caught up (ready to decide), and the seconds after
     that until the ended claims the catch-up dropped were freed (in slices, between passes); with
-    `cpu`, this process's CPU seconds until caught up go in `cpu["ready"]`."""
+    `cpu`, this process's CPU seconds until caught up go in `cpu["ready"]` (and the `perf_counter`
+    time it was caught up in `cpu["ready_at"]`)."""
     start, cpu_start = time.perf_counter(), time.process_time()
     allocator = Allocator(log, settings, "bench-replay", state=state)
     end = await log.last_seq()
@@ -117,7 +118,7 @@ async def rebuild(log, settings: Settings, state: State | None = None,
     await asyncio.wait({task, caught_up}, return_when=asyncio.FIRST_COMPLETED)
     ready = time.perf_counter()
     if cpu is not None:
-        cpu["ready"] = time.process_time() - cpu_start
+        cpu["ready"], cpu["ready_at"] = time.process_time() - cpu_start, ready
     task.cancel()
     if task.done() and not task.cancelled() and task.exception():
         raise task.exception()
@@ -285,6 +286,12 @@ async def measure(nats_url: str, events: int, nodes: int, batched: bool, tail_fr
     figures["rebuild_cpu_seconds"] = child["cpu_s"]
     figures["rebuild_cpu_seconds_until_caught_up"] = child["cpu_ready_s"]
     figures["read_ahead_helper_cpu_seconds"] = child["helper_cpu_s"]
+    # which side was the slower: the rebuild waiting for its helper's frames (the first: while
+    # it starts), and folding after the helper wrote its last one (`shared.readahead.last_read`)
+    figures["read_ahead_waited_seconds"] = child.get("helper_waited_s")
+    figures["read_ahead_first_waited_seconds"] = child.get("helper_first_waited_s")
+    figures["rebuild_run_queue_wait_seconds"] = child.get("run_queue_wait_s")  # ready, but no CPU free
+    figures["after_read_ahead_seconds"] = child.get("after_helper_s")
     figures["peak_rss_mb"] = child["peak_rss_mb"]
     figures["rebuild_rss_before_mb"] = child["rss_before_mb"]
     figures["claims_held_after_rebuild"] = child["claims_held"]

@@ -13,10 +13,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 import resource
 import sys
 import time
 
+from bench.e2e.cpu import run_delay
+from shared import readahead
 from shared.jetstream import JetStreamEventLog, connect
 from shared.settings import Settings
 
@@ -53,12 +56,25 @@ async def main(url: str) -> dict:
         before = peak_rss_mb()  # the interpreter and its imports, before any event is read
         cpu, helpers, ready = time.process_time(), _children_cpu(), {}
         faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        delay = run_delay(os.getpid())
         state, seconds, freed_s = await rebuild(JetStreamEventLog(nc), Settings(nats_url=url), cpu=ready)
+        # seconds this process was ready to run and waited for a CPU (to freed: its helper and
+        # nats-server run beside it, three on two cores), 0 where the kernel keeps no schedstat
+        delay = run_delay(os.getpid()) - delay
+        read = readahead.last_read
         # CPU seconds to caught up and freed: this process's, and its read-ahead helper's
         cpu, helpers = time.process_time() - cpu, _children_cpu() - helpers
         return {"seconds": seconds, "freed_s": freed_s, "cpu_s": round(cpu, 2),
                 "cpu_ready_s": round(ready["ready"], 2),
-                "helper_cpu_s": round(helpers, 2), "peak_rss_mb": round(peak_rss_mb(), 1),
+                "helper_cpu_s": round(helpers, 2),
+                # seconds the rebuild waited for its read-ahead helper's frames (its side was the
+                # slower then), for the first of them (the helper's start), and folded after the
+                # helper had written its last frame (the read's tail)
+                "helper_waited_s": round(read["waited_s"], 3),
+                "helper_first_waited_s": round(read["first_waited_s"], 3),
+                "run_queue_wait_s": round(delay, 3),
+                "after_helper_s": round(ready["ready_at"] - read["ended_at"], 3) if read["ended_at"] else None,
+                "peak_rss_mb": round(peak_rss_mb(), 1),
                 "rss_before_mb": round(before, 1), "claims_held": len(state.claims),
                 # pages first touched (the heap's growth): each a trap into the kernel
                 "minor_faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults,

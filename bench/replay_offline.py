@@ -81,7 +81,7 @@ class Frames:
         encode, self.kind, self.readahead = msgspec.msgpack.Encoder().encode, frames, readahead
         self.end = batches[-1][-1][0] if batches else 0
         if frames in ("decoded", "decoded-all"):  # as the allocator's catch-up gets them, or every event
-            maker = readahead.DecodedFrames(drop_dead=frames == "decoded")
+            maker = readahead.DecodedFrames(drop_dead=frames == "decoded", until_seq=self.end)
             self.frames = [body for batch in batches for body in maker.add(batch)] + maker.finish()
         else:
             self.frames = [encode((batch, readahead._admitted(batch))) for batch in batches]

@@ -78,33 +78,44 @@ def submit(
 
 ClaimId = typer.Argument(..., help="the claim's id, or its first characters when only one claim "
                                    "starts with them")
+WholeClaimId = typer.Argument(..., help="the claim's whole id (a prefix of another claim's id is "
+                                        "refused, naming it: `job-1` is not `job-10`)")
 AsJson = typer.Option(False, "--json", help="print one JSON object")
 
 
-async def _for_claim(url: str, given: str, subject: str, extra: dict | None = None):
+async def _for_claim(url: str, given: str, subject: str, extra: dict | None = None, *,
+                     changes: str = ""):
     """Resolve a typed id or prefix to the one full claim id (the claim service answers), then
-    send the command for that id, on one connection."""
+    send the command for that id, on one connection. A command that `changes` the claim (release,
+    renew) takes the whole id only: `claim release job-1`, for a job-1 that never was, released
+    job-10, the one claim whose id starts with it (session 35)."""
     conn = await open_requester(url)
     try:
         found = await ask(conn, subjects.query("claim.resolve"), {"claim_id": given}, service="claim")
+        if changes and found["claim_id"] != given:
+            typer.echo(f"error: not-found: no claim {given!r}; {found['claim_id']!r} starts with it. "
+                       f"To {changes} that claim, give its whole id: gpuledger claim {changes} "
+                       f"{found['claim_id']}", err=True)
+            raise typer.Exit(1)
         return await ask(conn, subject, {"claim_id": found["claim_id"], **(extra or {})}, service="claim")
     finally:
         await conn.close()
 
 
 @claim_app.command("release")
-def release(claim_id: str = ClaimId,
+def release(claim_id: str = WholeClaimId,
             reason: str = typer.Option("released by holder", help="why, recorded in the log"),
             as_json: bool = AsJson, url: Optional[str] = NatsUrl) -> None:
     """Release a claim (pending or allocated): its GPUs and quota are free again."""
-    _show(run(_for_claim(nats_url(url), claim_id, subjects.command("claim.release"), {"reason": reason})),
-          as_json)
+    _show(run(_for_claim(nats_url(url), claim_id, subjects.command("claim.release"), {"reason": reason},
+                         changes="release")), as_json)
 
 
 @claim_app.command("renew")
-def renew(claim_id: str = ClaimId, as_json: bool = AsJson, url: Optional[str] = NatsUrl) -> None:
+def renew(claim_id: str = WholeClaimId, as_json: bool = AsJson, url: Optional[str] = NatsUrl) -> None:
     """Renew a claim's lease."""
-    _show(run(_for_claim(nats_url(url), claim_id, subjects.command("claim.renew"))), as_json)
+    _show(run(_for_claim(nats_url(url), claim_id, subjects.command("claim.renew"), changes="renew")),
+          as_json)
 
 
 @claim_app.command("get")

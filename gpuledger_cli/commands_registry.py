@@ -48,7 +48,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                                               "settings from the environment)."),
     "quota": ("gpuledger_cli.quota", "Namespace GPU quotas and cohort trees: limits, status, alerts, "
                                      "borrowing, reconciliation, drift."),
-    "pool": ("gpuledger_cli.pools", "GPU pools (Deckhouse-style): validated, immutable but for access."),
+    "pool": ("gpuledger_cli.pools", "GPU pools (Deckhouse-style): validated, immutable but for access and scheduling."),
     "webhook": ("gpuledger_cli.webhook", "The pod admission webhook on Kubernetes."),
     "gpus": ("gpuledger_cli.gpus", "GPU types, groups, prices and what the fleet has free; pick by "
                                    "--budget or --model-size."),

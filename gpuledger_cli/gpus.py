@@ -99,6 +99,9 @@ def _row(option: Option, fleet: dict | None, price: str) -> dict:
                         "max_per_node": have.get("max_per_node", 0)}
         if have.get("mig_instances"):  # cards in MIG mode, offered as their instances
             row["fleet"] |= {"mig_free": have["mig_free"], "mig_instances": have["mig_instances"]}
+        if have.get("nodes_at_cap"):  # idle cards no claim can get: their node is at its cap of claims
+            row["fleet"] |= {"free_at_cap": have.get("free_at_cap", 0), "nodes_at_cap": have["nodes_at_cap"],
+                             "nodes_over_cap": have.get("nodes_over_cap", 0)}
     return row
 
 
@@ -108,6 +111,11 @@ def _in_fleet(fleet: dict) -> str:
     parts = [f"{fleet['free']} / {fleet['cards']}"] if fleet["cards"] else []
     if fleet.get("mig_instances"):
         parts.append(f"MIG {fleet['mig_free']} / {fleet['mig_instances']}")
+    if fleet.get("nodes_at_cap"):  # (a node at its cap of live claims takes no claim: not free)
+        over = fleet.get("nodes_over_cap", 0)
+        parts.append(f"{fleet['nodes_at_cap']} node(s) at their cap of claims"
+                     + (f" ({over} over it)" if over else "")
+                     + (f", {fleet['free_at_cap']} idle there" if fleet.get("free_at_cap") else ""))
     return ", ".join(parts) or "none"
 
 

@@ -14,7 +14,7 @@ from schemas.commands import (
 from services.pool_controller.manifest import ManifestError, pool_from_document
 
 SERVICE = "pool-controller"
-pool_app, register = command_group("pool", "GPU pools (Deckhouse-style): validated, immutable but for access.")
+pool_app, register = command_group("pool", "GPU pools (Deckhouse-style): validated, immutable but for access and scheduling.")
 
 FILE = typer.Option(..., "-f", "--file", help="Pool as YAML or JSON: a GPUPool manifest (seed "
                     "004's, as written) or a flat PoolSpec; '-' reads stdin.")
@@ -34,12 +34,27 @@ def create(file: Path = FILE, as_json: bool = JSON, nats_url: str = nats_url_opt
     """Create a pool (re-creating an identical one is a no-op)."""
     data = send(nats_url, subjects.command("pool.create"), CreatePool(pool=_load(file)), SERVICE)
     show(data, as_json, lambda d: f"pool {d['pool']} {'created' if d['created'] else 'exists, unchanged'}")
+    _say_if_empty(nats_url, data["pool"])
+
+
+def _say_if_empty(nats_url: str | None, name: str) -> None:
+    """A pool whose selectors match no device of the fleet is taken without a word by the
+    controller (nodes may join later); say so, naming what the selectors are matched against: a
+    `nodeSelector` written for Kubernetes (`kubernetes.io/hostname`) matches only the labels the node
+    agents register (session 35, docs/outsider.md 4.17)."""
+    got = send(nats_url, subjects.query("pool.get"), GetPool(name=name), SERVICE)
+    if got.get("devices"):
+        return
+    typer.echo(f"note: pool {name} holds no device of the fleet as it is now: its device selectors and "
+               "node_selector match none, or every device they match is in a pool created before it "
+               "(node_selector is matched against the labels node agents register: "
+               "GPULEDGER_NODE_LABELS, gpu-model, gpu-count, mig; not the Kubernetes Node's labels)", err=True)
 
 
 @pool_app.command("apply")
 def apply(file: Path = FILE, as_json: bool = JSON, nats_url: str = nats_url_option()) -> None:
-    """Create the pool, or bring an existing one's access in line (kubectl-apply style); a change
-    to any immutable field is refused naming it."""
+    """Create the pool, or bring an existing one's access and scheduling in line (kubectl-apply
+    style); a change to any immutable field is refused naming it."""
     pool = _load(file)
     existing = send(nats_url, subjects.query("pool.list"), ListPools(), SERVICE)
     if any(p["name"] == pool.name for p in existing):
@@ -48,6 +63,7 @@ def apply(file: Path = FILE, as_json: bool = JSON, nats_url: str = nats_url_opti
         return
     data = send(nats_url, subjects.command("pool.create"), CreatePool(pool=pool), SERVICE)
     show(data, as_json, lambda d: f"pool {d['pool']} {'created' if d['created'] else 'unchanged'}")
+    _say_if_empty(nats_url, data["pool"])
 
 
 @pool_app.command("render")
@@ -106,9 +122,9 @@ def _render_defaults(data: dict) -> str:
 
 @pool_app.command("update")
 def update(file: Path = FILE, as_json: bool = JSON, nats_url: str = nats_url_option()) -> None:
-    """Change a pool's access; any other changed field is refused (immutable)."""
+    """Change a pool's access or scheduling (strategy, topology key); any other changed field is refused (immutable)."""
     data = send(nats_url, subjects.command("pool.update"), UpdatePool(pool=_load(file)), SERVICE)
-    show(data, as_json, lambda d: f"pool {d['pool']} {'access updated' if d['changed'] else 'unchanged'}")
+    show(data, as_json, lambda d: f"pool {d['pool']} {'updated' if d['changed'] else 'unchanged'}")
 
 
 @pool_app.command("delete")

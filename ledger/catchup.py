@@ -291,8 +291,9 @@ def _doomed_submits(state: State, e, seq: int) -> None:
     """Submits the read-ahead helper sent unchecked (`schemas.lenient.unchecked_submits`): each
     claim's admitted release comes later in the range, so in a catch-up that drops ended claims
     it folds as a `DoomedClaim`; in one that keeps them, as the plain submits they stand for."""
-    if not state.ends_deferred:
-        _event_batch(state, e, seq)
+    if not state.ends_deferred:  # (as ClaimSubmitted events: the claims stay, with specs of their own)
+        for member in e.events:
+            _claim_submitted(state, lenient.submitted_of(member), seq)
         return
     for member in e.events:
         _claim_submitted(state, member, seq, DoomedClaim)

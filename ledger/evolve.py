@@ -434,6 +434,10 @@ def _pool_access(state: State, e: ev.PoolAccessChanged, seq: int) -> None:
             changes["access_service_accounts"] = list(e.service_accounts)
         if e.groups is not None:
             changes["access_groups"] = list(e.groups)
+        if e.strategy is not None:
+            changes["strategy"] = e.strategy
+        if e.topology_key is not None:
+            changes["topology_key"] = e.topology_key
         state.pools[e.pool] = msgspec.structs.replace(pool, **changes)
         grow(state)
 

@@ -20,7 +20,11 @@ bring: `grantless_cap`, BASE (110) under the formula, so the per-device part sta
 hold devices. Before session 34 about 1,000 never-ending CPU-only claims of 1 milli-CPU filled
 every cap of the demo fleet and every GPU claim waited `node-claims-full` beside free GPUs (session
 34's outsider). A cap set explicitly keeps the same part for devices, but never leaves CPU-only
-claims less than BASE (or the whole cap, when it is smaller): its operator chose that number.
+claims less than BASE where it can keep one claim a device beside them: its operator chose that
+number. A cap below that (110 or less, say) still keeps one claim a device and gives CPU-only
+claims the rest (a cap under twice the devices keeps what is above their number: a cap of 2 on 8
+cards keeps nothing): until session 35 such a cap kept nothing back, and a CPU-only crowd could
+fill the node beside its free cards.
 A cap set lower than what a node holds evicts nothing (as a kubelet's maxPods): the node takes no
 claim until it is under its cap again (docs/pools.md, "A node's cap of live claims").
 
@@ -70,10 +74,15 @@ def device_part(units) -> int:
 
 
 def grantless_cap(cap: int, units) -> int:
-    """How many claims holding no device the node may hold: the cap less its devices' part, and
-    never less than BASE (or the cap itself, where smaller)."""
-    part = device_part(units) if units else 0
-    return max(min(cap, BASE), cap - part)
+    """How many claims holding no device the node may hold: the cap less its devices' part, but
+    never less than BASE where the cap still keeps one claim a device beside them. A smaller cap
+    keeps one claim a device; one under twice the devices keeps what is above their number (none,
+    where the cap is no more than the devices: the operator's whole number for any claim)."""
+    if not units:
+        return cap
+    devices = len(units)
+    kept = min(device_part(units), max(cap - BASE, min(devices, cap - devices)))
+    return cap - max(kept, 0)
 
 
 def source(labels: dict[str, str], pool_caps: Iterable[int] = (), fleet: int = 0) -> str:

@@ -107,6 +107,14 @@ CATALOGUE: tuple[GpuModel, ...] = (
     GpuModel("G1", None, "undisclosed", 32, 100.0),
     GpuModel("G2", None, "undisclosed", 32, 100.0),
     GpuModel("G3", None, "undisclosed", 32, 100.0),
+    # The rest of the seed's AMPERE_16 ("RTX A4000, A4500, RTX 4000 Ada"), added in session 35: an
+    # agent on such a card registered nothing the group could place (the product was not in the
+    # catalogue). Both have 20 GB; the seed files them under 16 GB all the same. Appended rather
+    # than grouped above so that no other model's position moves. TFLOPS: NVIDIA's datasheets
+    # (dense FP16 tensor, as the A4000's 77). nvml_mib 0: not measured here.
+    GpuModel("RTXA4500", "AMPERE_16", "Ampere", 20, 94.6, ("NVIDIA RTX A4500",)),
+    GpuModel("RTX4000ADA", "AMPERE_16", "Ada Lovelace", 20, 81.9,
+             ("NVIDIA RTX 4000 Ada Generation", "NVIDIA RTX 4000 SFF Ada Generation")),
 )
 
 MODELS: dict[str, GpuModel] = {m.name: m for m in CATALOGUE}

@@ -118,12 +118,16 @@ class PoolCreated(Event, tag=True):
 
 
 class PoolAccessChanged(Event, tag=True):
-    """Access is the one mutable part of a pool; everything else is immutable after creation."""
+    """The mutable part of a pool changed: its access and, since session 35, its scheduling
+    (seed 004 makes only provider, backend, resource, allocation, deviceSelector and nodeSelector
+    immutable). Everything else is immutable after creation."""
 
     pool: str
     namespaces: list[str]
     service_accounts: list[str] | None = None  # None: unchanged (events written before v1.1)
     groups: list[str] | None = None
+    strategy: str | None = None  # None: unchanged (events written before session 35)
+    topology_key: str | None = None
 
 
 class PoolDeleted(Event, tag=True):

@@ -21,6 +21,7 @@ import msgspec
 
 from schemas import events as ev
 from schemas import upcast as upcasts
+from schemas.types import ClaimSpec
 
 _lenient_of: dict[type, type] = {}  # strict Struct -> its lenient twin
 _strict_of: dict[type, type] = {}  # and back
@@ -135,13 +136,74 @@ def unchecked_submits() -> type:
     global _unchecked
     if _unchecked is None:
         _unchecked = msgspec.defstruct(
-            UNCHECKED_SUBMITS, [("events", list[_lenient_struct(ev.ClaimSubmitted)]), ("v", int, 1),
-                                ("at", float, 0.0)],
+            UNCHECKED_SUBMITS, [("events", list[_unchecked_submitted()]), ("v", int, 1), ("at", float, 0.0)],
             kw_only=True, frozen=True, omit_defaults=True, gc=False, tag_field="type", tag=UNCHECKED_SUBMITS)
     return _unchecked
 
 
 _unchecked: type | None = None
+
+
+class _NoItems(dict):
+    """An empty dict nobody may fill: one shared in place of each absent dict of unchecked submits
+    (`_unchecked_submitted`). A dict still (encoded, compared and read as one), its changes refused."""
+
+    __slots__ = ()
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("a shared empty dict of unchecked submits: read-only")
+
+    __setitem__ = __delitem__ = __ior__ = setdefault = update = pop = popitem = clear = _refuse
+
+
+NO_ITEMS = _NoItems()
+
+
+def _unchecked_submitted() -> type:
+    """`ClaimSubmitted`'s lenient twin where every list or dict left out (most claims leave out
+    three or four: groups, CUDA versions, node selector, labels; every submit its trace) is one
+    shared empty tuple or read-only dict (`NO_ITEMS`) instead of a new empty one: such a claim
+    ends within the catch-up that reads it, whose folds never change an event or a spec (both
+    frozen, their lists and dicts only read). Five objects fewer to make and free for each of the
+    ~170,000 claims of a 1M-event replay that end in it."""
+    spec = _shared_empties(_lenient_struct(ClaimSpec), "UncheckedClaimSpec", {})
+    return _shared_empties(_lenient_struct(ev.ClaimSubmitted), "UncheckedClaimSubmitted", {"claim": spec})
+
+
+def submitted_of(member: Any) -> ev.ClaimSubmitted:
+    """A member of unchecked submits as the `ClaimSubmitted` it stands for (the strict types, with
+    lists and dicts of its own, unchecked: a Struct's constructor checks no constraints), for a fold
+    that keeps its claim after all (one that keeps ended claims)."""
+    def own(value: Any) -> Any:
+        return list(value) if type(value) is tuple else dict(value) if type(value) is _NoItems else value
+
+    spec = member.claim
+    claim = ClaimSpec(**{name: own(getattr(spec, name)) for name in spec.__struct_fields__})
+    return ev.ClaimSubmitted(**{name: claim if name == "claim" else own(getattr(member, name))
+                                for name in member.__struct_fields__})
+
+
+def _shared_empties(twin: type, name: str, types_of: dict[str, type]) -> type:
+    """`twin` under `name`, its fields' empty list and dict defaults shared (`_unchecked_submitted`),
+    and the fields named in `types_of` of those types."""
+    fields = []
+    for f in msgspec.structs.fields(twin):
+        kind = types_of.get(f.name, f.type)
+        if f.default_factory is list:
+            fields.append((f.name, kind, ()))
+        elif f.default_factory is dict:
+            fields.append((f.name, kind, NO_ITEMS))
+        elif f.default_factory is not msgspec.NODEFAULT:
+            fields.append((f.name, kind, msgspec.field(default_factory=f.default_factory)))
+        elif f.default is not msgspec.NODEFAULT:
+            fields.append((f.name, kind, f.default))
+        else:
+            fields.append((f.name, kind))
+    config = twin.__struct_config__
+    return msgspec.defstruct(name, fields, kw_only=True, frozen=config.frozen,
+                             omit_defaults=config.omit_defaults, tag=config.tag, tag_field=config.tag_field, gc=config.gc,
+                             rename={f.name: f.encode_name for f in msgspec.structs.fields(twin)
+                                     if f.name != f.encode_name} or None)
 
 
 def lenient_twin(strict: type) -> type:

@@ -40,7 +40,8 @@ REASONS: tuple[ReasonCode, ...] = (
     ReasonCode("node-claims-full", "wait", "nodes that would take it hold as many live claims (or device "
                "grants) as their cap allows (label gpuledger.io/max-claims, else its pools' or the fleet "
                "default, else 110 + 10 per device, at most 1,000; claims without devices at most the cap "
-               "less 10 per device, and at least 110): it waits for claims there to end, or goes to "
+               "less 10 per device, at least 110 where the cap keeps one a device beside them, else the cap "
+               "less one a device): it waits for claims there to end, or goes to "
                "another node"),
     ReasonCode("no-such-gpu", "fleet", "nodes have no device of the model, group, pool or MIG profile"),
     ReasonCode("cuda-incompatible", "fleet", "nodes' drivers run none of the allowed CUDA versions"),

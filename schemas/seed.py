@@ -32,9 +32,11 @@ SEED_WIRE_OF = {"gpu_groups": "gpus", "cuda_versions": "cudaVersions"}  # the li
 
 def _comma_list(choices: tuple[str, ...], what: str) -> Any:
     item = "|".join(re.escape(c) for c in choices)
-    # JSON's own blanks around the commas, spelt out: `\s` is not the same set in every engine
+    # JSON's own blanks around the commas, spelt out: `\s` is not the same set in every engine.
+    # An entry may be empty or blank ("AMPERE_80, ADA_80_PRO," or "A,,B"): the seed's
+    # `_sync_input_fields_gpu` keeps only `v.strip()` entries that are not empty, so we do too.
     space = r"[ \t\n\r]*"
-    pattern = rf"^{space}({item}){space}(,{space}({item}){space})*(?!\n)$"
+    pattern = rf"^{space}({item})?{space}(,{space}({item})?{space})*(?!\n)$"
     return Annotated[str, msgspec.Meta(pattern=pattern, max_length=1024,
                                        description=f"comma-separated {what} (the seed's API form)")]
 
@@ -96,8 +98,9 @@ def _synced(seed: Any, given: Any) -> dict[str, Any]:
     values = msgspec.structs.asdict(seed)
     for py, _, _, target in _DUALS:
         text = values.pop(py)
-        if text and SEED_WIRE_OF[target] not in given:
-            values[target] = [part.strip() for part in text.split(",") if part.strip()]
+        parts = [part.strip() for part in text.split(",") if part.strip()]
+        if parts and SEED_WIRE_OF[target] not in given:  # only commas and blanks: as if left out
+            values[target] = parts
     return values
 
 
@@ -141,9 +144,12 @@ def seed_message(error: Exception, raw: Any) -> str | None:
         for key in path.split("."):
             value = value.get(key, "") if isinstance(value, dict) else ""
         kind = _KIND[name]
-        bad = [p.strip() for p in str(value).split(",") if p.strip() not in _CHOICES[kind]]
+        # entries as the pattern reads them (JSON's blanks around them); empty ones are allowed
+        entries = (p.strip(" \t\n\r") for p in str(value).split(","))
+        bad = [e for e in entries if e and e not in _CHOICES[kind]]
         if bad:
-            return f"{bad[0] or 'an empty entry'} is not a valid {kind} - at `$.{path}`"
+            return f"{bad[0]!r} is not a valid {kind} - at `$.{path}`" if bad[0] != bad[0].strip() \
+                else f"{bad[0]} is not a valid {kind} - at `$.{path}`"
     return None
 
 

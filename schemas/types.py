@@ -222,7 +222,7 @@ class PoolSpec(msgspec.Struct, gc=False, frozen=True, omit_defaults=True, forbid
     slices_per_unit: Annotated[int, msgspec.Meta(ge=1, le=64)] = 1
     # 0 = no limit; at most MAX_DEVICES_PER_NODE (10^23 was stored as it came, past what the
     # allocator's snapshot can write)
-    max_devices_per_node: Annotated[int, msgspec.Meta(le=MAX_DEVICES_PER_NODE)] = 0
+    max_devices_per_node: Annotated[int, msgspec.Meta(ge=0, le=MAX_DEVICES_PER_NODE)] = 0
     # the cap of live claims on each node with a device in the pool (0: not set; the lowest of a
     # node's pools applies, below its own label: ledger/node_claims.py); immutable like the rest
     max_claims_per_node: ClaimsPerNode = 0

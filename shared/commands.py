@@ -182,7 +182,8 @@ BATCH_MAX = 1000  # requests handled together at most
 
 async def batched_command(nc, subject: str, command_type: type,
                     handle_many: Callable[[list[Any]], Awaitable[list[Reply]]],
-                    spawn: Callable[[Any, str], Any], with_subject: bool = False, queue: str = "") -> Any:
+                    spawn: Callable[[Any, str], Any], with_subject: bool = False, queue: str = "",
+                    linger_s: float = 0.0) -> Any:
     """Answer the requests on `subject` a batch at a time: whatever arrived while the previous
     batch was being handled goes to `handle_many` together (one reply per command, in order), so
     a handler that appends can append once per batch instead of once per request. A malformed
@@ -191,7 +192,8 @@ async def batched_command(nc, subject: str, command_type: type,
     than the command itself (DESIGN.md). `spawn(coro, name)` runs the worker (ServiceContext.spawn).
     `with_subject`: `handle_many` gets (command, subject it arrived on) pairs (a wildcard
     `subject`). `queue`: a queue group, so that each request is handled by one replica of the
-    service, not by every one. Returns the subscription."""
+    service, not by every one. `linger_s`: a batch's first request waits this long for more (fewer,
+    bigger batches below saturation, each answer that much later). Returns the subscription."""
     decoder = _Strict(msgspec.json.Decoder(command_type).decode)
     arrivals: asyncio.Queue = asyncio.Queue()
 
@@ -202,6 +204,8 @@ async def batched_command(nc, subject: str, command_type: type,
     async def work() -> None:
         while True:
             msgs = [await arrivals.get()]
+            if linger_s > 0:
+                await asyncio.sleep(linger_s)
             while not arrivals.empty() and len(msgs) < BATCH_MAX:
                 msgs.append(arrivals.get_nowait())
             await _answer_batch(msgs)

@@ -42,6 +42,7 @@ import logging
 import os
 import struct
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Union
@@ -72,6 +73,12 @@ _ENCODE = msgspec.msgpack.Encoder().encode
 _EVENTS = msgspec.json.Decoder(list[Union[ev.AnyEvent, lenient.unchecked_submits()]])
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 log = logging.getLogger("gpuledger.eventlog")
+# the last helper's read, as the caller saw it (`bench.replay_child` reports it): how long the
+# caller waited for the helper's frames (the helper's side was the slower then), the first frame
+# among them, and when the helper had written its last frame (`time.perf_counter`: CLOCK_MONOTONIC,
+# one clock for both processes; what the caller folds after it is the read's tail)
+last_read = {"waited_s": 0.0, "first_waited_s": 0.0, "ended_at": 0.0}
+_END_AT = struct.Struct("<d")  # an END frame's body: when the helper wrote it
 
 
 async def open_read_ahead(nc, stream: str, from_seq: int, until_seq: int,
@@ -175,8 +182,12 @@ def _helper_env() -> dict[str, str]:
 
 
 async def _helper_batches(pipe: "_Pipe", helper) -> AsyncIterator[list]:
+    last_read.update(waited_s=0.0, first_waited_s=0.0, ended_at=0.0)
+    first = True
     while True:
         kind, body = await pipe.frame()
+        if first:
+            last_read["first_waited_s"], first = pipe.waited, False
         if kind == DECODED:
             rows = decoded_rows(body)
             if rows:
@@ -186,6 +197,8 @@ async def _helper_batches(pipe: "_Pipe", helper) -> AsyncIterator[list]:
             if rows:
                 yield AdmittedRows(rows, admitted)
         elif kind == END:
+            last_read["waited_s"] = pipe.waited
+            last_read["ended_at"] = _END_AT.unpack(body)[0] if len(body) == _END_AT.size else 0.0
             await helper.wait()
             return
         elif kind is None:
@@ -264,6 +277,7 @@ class _Pipe:
 
     def __init__(self, fd: int):
         self.fd, self.buf, self.pos, self.eof = fd, bytearray(), 0, False
+        self.waited = 0.0  # seconds spent waiting for the helper to write
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -310,10 +324,12 @@ class _Pipe:
         loop = asyncio.get_running_loop()
         ready = loop.create_future()
         loop.add_reader(self.fd, lambda: ready.done() or ready.set_result(None))
+        since = time.perf_counter()
         try:
             await ready
         finally:
             loop.remove_reader(self.fd)
+            self.waited += time.perf_counter() - since
 
 
 # --- the helper process ------------------------------------------------------------------------
@@ -325,7 +341,7 @@ async def _serve(params: dict, out: int) -> int:
     reader.inbox = params["inbox"]
     encode = msgspec.msgpack.Encoder().encode
     decoded = params.get("decoded", False)
-    frames = DecodedFrames(params.get("drop_dead", False))
+    frames = DecodedFrames(params.get("drop_dead", False), until_seq=params["until_seq"])
     try:
         async for batch in reader.batches():
             if decoded:
@@ -340,7 +356,7 @@ async def _serve(params: dict, out: int) -> int:
     except Exception as err:
         _write(out, FAILED, f"{type(err).__name__}: {err}".encode())
         return 1
-    _write(out, END, b"")
+    _write(out, END, _END_AT.pack(time.perf_counter()))
     return 0
 
 
@@ -392,8 +408,9 @@ class DecodedFrames:
     stopped with an error (`DecodedRows.subjects`) rather than shown some of them. The last row of
     a batch is never left out: its sequence is the batch's position."""
 
-    def __init__(self, drop_dead: bool, lookahead: int = LOOKAHEAD):
+    def __init__(self, drop_dead: bool, lookahead: int = LOOKAHEAD, until_seq: int = 0):
         self.drop_dead, self.lookahead = drop_dead, lookahead
+        self.until_seq = until_seq  # the range's last sequence, where known (0: not)
         self.decode, self.admit_of, self.refuse = ev.event_decoder(), authority.ADMIT, authority.admits
         self.waiting: collections.deque = collections.deque()  # read batches, their frames not sent
         self.waiting_rows = 0  # rows in `waiting`
@@ -412,7 +429,15 @@ class DecodedFrames:
         # the lookahead grows with what was sent (from RAMP): the caller, which reads the range's
         # head itself meanwhile, is not kept waiting for a whole LOOKAHEAD at the start
         ahead = min(self.lookahead, max(self.sent, RAMP))
-        while self.waiting and self.waiting_rows - len(self.waiting[0][0]) >= ahead:
+        # ... and shrinks near the range's end: a batch goes once half the way from it to the end
+        # is read. Otherwise the last LOOKAHEAD messages would all wait for the end to be read,
+        # and the caller fold them only then, after the helper is done (0.25-0.3 s of a 1M-event
+        # rebuild's critical path); now only the last batch or two do. A claim of those batches
+        # released further on is then folded in full (as any claim whose release was not read)
+        end = self.until_seq
+        last = batch[-1][0] if end and batch else 0
+        while self.waiting and (self.waiting_rows - len(self.waiting[0][0]) >= ahead
+                                or (last and _nearer_the_end(self.waiting[0][0], last, end))):
             oldest = self.waiting.popleft()
             self.waiting_rows -= len(oldest[0])
             self.sent += len(oldest[0])
@@ -523,6 +548,12 @@ class DecodedFrames:
             payloads.append(data)
         subjects = b"" if slim else _ENCODE([row[1] for row in batch])
         return seqs, b"[" + b",".join(payloads) + b"]", raw, subjects, gone, rewritten
+
+
+def _nearer_the_end(batch: list, last: int, end: int) -> bool:
+    """Whether what was read past `batch` (up to sequence `last`) is half or more of what lies
+    between it and the range's `end`."""
+    return bool(batch) and 2 * last >= end + batch[-1][0]
 
 
 _RAW, _KEEP, _ONE_PRIVATE, _ONE_SUBMIT, _SUBMITS, _MIXED = range(6)  # a row's kind (`DecodedFrames._read`)

@@ -7,6 +7,10 @@ rarest models, which hold about 10 % of its GPUs (`model-scarce-8/15/30`: at 15 
 asked of them than they hold, at 8 a little less) and more CPU-only pods (the
 protocol then tops up or cuts each to 130 % of capacity as usual). Every variant is a pure
 function of the trace and the seed.
+
+It also writes the family the FGD repository publishes beside its default list (`data/` of
+hkust-adsl/kubernetes-scheduler-simulator), each made from the default list by varying one
+proportion, under the names of the published files' suffixes (`simulator.family`).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import random
 from dataclasses import replace
 from pathlib import Path
 
+from simulator.family import family
 from simulator.trace import DEFAULT_NODES, DEFAULT_PODS, POD_COLUMNS, NodeRow, PodRow, read_trace
 
 MODEL_BOUND_PERCENTS = (10, 30, 50)
@@ -113,6 +118,7 @@ def variants(pods: list[PodRow], nodes: tuple[NodeRow, ...], seed: int = VARIANT
         name = f"model-scarce-{percent}"
         out[name] = model_scarce(pods, nodes, percent, rng(name))
     out["cpu-only-heavy"] = _more(pods, lambda p: p.num_gpu == 0, 4, rng("cpu-only-heavy"))
+    out.update(family(pods, nodes, rng, model_bound))
     return out
 
 

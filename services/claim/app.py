@@ -44,6 +44,11 @@ RENEW_EVERY_S = 1.0  # renewals closer together than this (or a tenth of the lea
 SUBMIT_WORKERS = 64
 SUBMIT_WAITS = 48
 QUEUE = "claim"  # the claim service's requests: each to one replica (register_handlers)
+# A release request waits this long for others before they are appended together: below saturation
+# each release came alone, one ledger message (read by every follower) a claim, 0.8 a claim at
+# 300/s (docs/benchmarks.md, "Session 35, speed-cost"). Releases are off the allocation path; their
+# answer comes this much later.
+RELEASE_LINGER_S = 0.01
 SETTLED = ("allocated", "bound", "rejected", "released", "evicted", "expired", "lost")
 
 
@@ -487,7 +492,7 @@ async def register_handlers(ctx: ServiceContext, service: ClaimService) -> None:
     # releases come one per claim at the claims' rate: answered a batch at a time, one append each
     for suffix in ("", ".*"):
         await batched_command(ctx.nc, subjects.command("claim.release") + suffix, cmd.ReleaseClaim, release_many,
-                              ctx.spawn, with_subject=True, queue=q)
+                              ctx.spawn, with_subject=True, queue=q, linger_s=RELEASE_LINGER_S)
 
 
 async def _summary(service: ClaimService):

@@ -54,6 +54,15 @@ GIVE_UP_AT = MAX_DELIVER - 5
 # message not acked is delivered again only after `ack_wait` (30 s), and `wait_intake_drained`
 # (a lookup of an id not known yet) waits this much longer at most.
 ACKS_WAIT_S = 0.02
+# While claims keep coming (the last batch was taken less than LINGER_FLOWING_S ago), a batch of
+# fewer than LINGER_BELOW claims waits LINGER_S for more before it is appended. Below saturation a
+# batch was one or two claims (1.1 at 300/s, 1.5 on a quiet machine at 1,000/s), and each batch is a
+# submit message every follower reads, a decision pass and a decision batch every follower reads:
+# at 300/s two messages per claim of the ledger's 3.5 (docs/benchmarks.md, "Session 35, speed-cost").
+# A claim that comes alone, after a quiet spell, is not held.
+LINGER_S = 0.002
+LINGER_BELOW = 8
+LINGER_FLOWING_S = 0.05
 DEFAULT_MAX_PAYLOAD = 1 << 20  # NATS's default max_payload
 ENVELOPE_BYTES = 16 * 1024  # headers, the EventBatch's own fields
 # NATS trouble: nothing is acked and the messages come again. Not a message over the size limit,
@@ -76,11 +85,17 @@ async def consume_intake(js, service, batch: int = 256, subject: str = subjects.
     # A batch's acks (due once it is folded) wait up to ACKS_WAIT_S for the next claim: published
     # just before that batch's append, they go out in the same socket write, one write of this
     # service and one wake-up of nats-server fewer per batch (at 1,000 claims/s a batch is one or
-    # two claims, and the next is there within a few ms). Only acks wait, never a claim.
+    # two claims, and the next is there within a few ms). A claim waits only LINGER_S, and only
+    # while claims keep coming (above).
     unacked: list = []
+    loop, last_taken = asyncio.get_running_loop(), float("-inf")
     try:
         while True:
             msgs = await sub.take(batch, timeout=ACKS_WAIT_S if unacked else 1.0)
+            if msgs:
+                taken, last_taken = last_taken, loop.time()
+                if len(msgs) < min(LINGER_BELOW, batch) and last_taken - taken < LINGER_FLOWING_S:
+                    msgs += await _lingered(sub, batch - len(msgs))
             if unacked:
                 unacked = await _ack(unacked)
             if not msgs:
@@ -103,6 +118,12 @@ async def consume_intake(js, service, batch: int = 256, subject: str = subjects.
             await _ack(unacked)
         # an open pull inbox would make the connection's drain wait its full timeout on stop
         await sub.stop()
+
+
+async def _lingered(sub, room: int) -> list:
+    """What arrives within LINGER_S, up to `room` messages."""
+    await asyncio.sleep(LINGER_S)
+    return await sub.take(room) if sub.waiting else []
 
 
 async def _ack(msgs) -> list:

@@ -46,7 +46,7 @@ def decide_create(state: State, cmd: CreatePool, facts: ClusterFacts, now: float
     if stored is not None:
         if stored == pool:
             return ok({"pool": pool.name, "created": False})
-        return fail("conflict", f"pool {pool.name} already exists; only access may change "
+        return fail("conflict", f"pool {pool.name} already exists; only access and scheduling may change "
                     "(pool update)", "pool.name")
     subject = subjects.pool(pool.name)
     other = next((name for name in state.pools if subjects.pool(name) == subject), None)
@@ -61,7 +61,8 @@ def decide_create(state: State, cmd: CreatePool, facts: ClusterFacts, now: float
 
 
 def decide_update(state: State, cmd: UpdatePool, now: float) -> Outcome:
-    """Only access (namespaces, service accounts, groups) may change after creation."""
+    """Only access (namespaces, service accounts, groups) and scheduling (strategy, topology key)
+    may change after creation."""
     wanted = cmd.pool
     stored = state.pools.get(wanted.name)
     if stored is None:
@@ -76,10 +77,13 @@ def decide_update(state: State, cmd: UpdatePool, now: float) -> Outcome:
         return _invalid(problems)
     if stored == wanted:
         return ok({"pool": wanted.name, "changed": False})
+    scheduling = {"strategy": wanted.strategy, "topology_key": wanted.topology_key} \
+        if (wanted.strategy, wanted.topology_key) != (stored.strategy, stored.topology_key) else {}
     event = PoolAccessChanged(pool=wanted.name, namespaces=list(wanted.access_namespaces),
                               service_accounts=list(wanted.access_service_accounts),
-                              groups=list(wanted.access_groups), at=now)
-    access = (wanted.access_namespaces, wanted.access_service_accounts, wanted.access_groups)
+                              groups=list(wanted.access_groups), at=now, **scheduling)
+    access = (wanted.access_namespaces, wanted.access_service_accounts, wanted.access_groups,
+              *scheduling.values())
     return Append(subjects.pool(wanted.name), event, "access:" + _digest(access),
                   ok({"pool": wanted.name, "changed": True}))
 

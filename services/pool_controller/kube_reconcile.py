@@ -1,7 +1,7 @@
 """GPUPool objects <-> the ledger, pure (the controller mode's decisions; kube_loop.py does I/O).
 
 object in -> commands out: an applied GPUPool becomes CreatePool, or UpdatePool when the pool
-exists (only access may change; the CRD's CEL rules and the controller both refuse the rest),
+exists (only access and scheduling may change; the CRD's CEL rules and the controller both refuse the rest),
 nothing when the ledger already has it; a deleted one becomes DeletePool.
 events in -> a status patch out: the pool's capacity, device states and a Ready condition,
 from the same fold the allocator places with; and seed 004's node conditions for each node.

@@ -32,8 +32,11 @@ SERVICE_ACCOUNT = re.compile(r"^(system:serviceaccount:)?[a-z0-9]([a-z0-9-]{0,61
 MPS_REASON = ("MPS is not supported: it gives no isolation, needs hostIPC and a shared UID, and "
               "limits the number of clients; oversubscribe with slices_per_unit (time slicing) "
               "on the device-plugin backend instead")
-# Fields that may change after creation (seed 004: everything else is immutable).
-MUTABLE_FIELDS = ("access_namespaces", "access_service_accounts", "access_groups")
+# Fields that may change after creation. Seed 004 makes `resource`, `allocation` (mode,
+# migProfile, slicesPerUnit, maxDevicesPerNode), `deviceSelector`, `nodeSelector`, `backend` and
+# `provider` immutable; access and scheduling (strategy, topologyKey) may change, as the CRD's
+# transition rules allow. `max_claims_per_node` is part of `allocation` here.
+MUTABLE_FIELDS = ("access_namespaces", "access_service_accounts", "access_groups", "strategy", "topology_key")
 
 
 @dataclass(frozen=True)
@@ -72,8 +75,8 @@ def immutable_changes(stored: PoolSpec, wanted: PoolSpec) -> list[str]:
 
 
 def validate_access(pool: PoolSpec) -> list[FieldError]:
-    """The rules an access update must satisfy (the only part of a pool that may change)."""
-    return _access(pool, ClusterFacts())
+    """The rules an update must satisfy: access and scheduling, the parts of a pool that may change."""
+    return _access(pool, ClusterFacts()) + _strategy(pool, ClusterFacts())
 
 
 def parse_version(version: str) -> tuple[int, int] | None:

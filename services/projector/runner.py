@@ -8,6 +8,8 @@ import asyncio
 import itertools
 import logging
 
+from schemas import events as ev
+
 from ledger.follower import Refreezer, old_generation_off, refreeze
 from services.projector.models import ClaimRow
 from services.projector.projector import Projector
@@ -38,6 +40,13 @@ BUSY_ROWS_PER_S = 500.0
 # 2 s while claims come that fast, by no more than before below that rate.
 FLOOD_COMMIT_EVERY_S = 2.0
 FLOOD_ROWS_PER_S = 1500.0
+# With nothing but the agents' periodic reports (heartbeats, usage) to write, a window lasts
+# QUIET_COMMIT_EVERY_S: an idle stack of 100 nodes sends about 20 a second, and committing them every
+# COMMIT_EVERY_S was ten transactions a second, a third of the idle stack's CPU (docs/benchmarks.md,
+# "Session 35, speed-cost"). Anything else staged in such a window ends it within COMMIT_EVERY_S,
+# so a claim's rows lag the log no more than before.
+QUIET_COMMIT_EVERY_S = 1.0
+_QUIET = (ev.NodeHeartbeat, ev.UsageObserved)
 RETRY_S = (0.2, 0.5, 1.0, 2.0, 5.0)
 # After another writer moved the position: it must stand still this long before this projector
 # refolds and writes again (`stand_by`). Each live projector commits every COMMIT_EVERY_S (a few
@@ -110,11 +119,13 @@ async def _project_live(projector: Projector, event_log, max_batch: int, on_comm
     window_s, last_commit = COMMIT_EVERY_S, loop.time()
     try:
         while True:
-            await _stage_window(projector, queue, max_batch, loop.time() + window_s)
+            quiet = await _stage_window(projector, queue, max_batch, loop.time() + window_s,
+                                        quiet_window=window_s == QUIET_COMMIT_EVERY_S)
             changes = projector.take()
             if changes is not None:
                 now = loop.time()
-                window_s, last_commit = commit_window_s(changes, now - last_commit), now
+                window_s = QUIET_COMMIT_EVERY_S if quiet else commit_window_s(changes, now - last_commit)
+                last_commit = now
                 await commit_with_retry(projector, changes)
                 if on_commit is not None:
                     on_commit(changes)
@@ -138,19 +149,32 @@ async def _read(event_log, from_seq: int, queue: asyncio.Queue) -> None:
         await queue.put(batch)
 
 
-async def _stage_window(projector: Projector, queue: asyncio.Queue, max_batch: int, until: float) -> None:
-    """Wait for events, then take what is read until `until` (the loop's clock), up to `max_batch`."""
-    for seq, event in await queue.get():
-        projector.stage(seq, event)
+async def _stage_window(projector: Projector, queue: asyncio.Queue, max_batch: int, until: float,
+                        quiet_window: bool = False) -> bool:
+    """Wait for events, then take what is read until `until` (the loop's clock), up to `max_batch`.
+    In a `quiet_window` an event other than the agents' periodic reports ends the window within
+    COMMIT_EVERY_S. Returns whether all it staged were such reports."""
     loop = asyncio.get_running_loop()
+    quiet = True
+
+    def stage(batch) -> None:
+        nonlocal quiet, until
+        for seq, event in batch:
+            projector.stage(seq, event)
+            if quiet and type(event) not in _QUIET:
+                quiet = False
+                if quiet_window:
+                    until = min(until, loop.time() + COMMIT_EVERY_S)
+
+    stage(await queue.get())
     while projector.staged < max_batch:
         try:
             batch = queue.get_nowait() if queue.qsize() else await asyncio.wait_for(
                 queue.get(), max(until - loop.time(), 0.0))
         except asyncio.TimeoutError:
-            return
-        for seq, event in batch:
-            projector.stage(seq, event)
+            return quiet
+        stage(batch)
+    return quiet
 
 
 async def commit_with_retry(projector: Projector, changes: Changes) -> None:

@@ -1,4 +1,5 @@
-"""Claims as people type them: a unique prefix works for every command taking a claim id, an
+"""Claims as people type them: a unique prefix works for every command that shows a claim (release
+and renew, which change one, take the whole id since session 35), an
 ambiguous one lists the candidates, `claim list` never cuts an id, times are local ISO 8601, and
 `explain` shows the allocator's score and NVLink island."""
 
@@ -53,5 +54,8 @@ def test_the_cli_takes_prefixes_and_shows_times_and_placement(demo):
     listed = demo.cli("claim", "list", "-n", "team-p", env=narrow).stdout
     assert "pfx0c9e-8741-aaaa" in listed and "pfx0c9e-9999-bbbb" in listed
 
-    released = demo.cli("claim", "release", "pfx0c9e-99").stdout
+    # a command that changes a claim takes the whole id (session 35: `release job-1` ended job-10)
+    by_prefix = demo.cli("claim", "release", "pfx0c9e-99", check=False)
+    assert by_prefix.returncode == 1 and "give its whole id" in by_prefix.stderr
+    released = demo.cli("claim", "release", "pfx0c9e-9999-bbbb").stdout
     assert released.startswith("pfx0c9e-9999-bbbb  released")

@@ -37,8 +37,8 @@ def test_creating_an_identical_pool_again_is_a_no_op_and_a_different_one_a_confl
 
 def test_an_update_that_changes_an_immutable_field_is_refused_naming_it():
     state = state_of(ev.PoolCreated(pool=pool()))
-    outcome = decide_update(state, UpdatePool(pool=pool(strategy="Spread", access_groups=["x"])), now=0)
-    assert outcome.error.code == "invalid" and outcome.error.field == "pool.strategy"
+    outcome = decide_update(state, UpdatePool(pool=pool(slices_per_unit=2, access_groups=["x"])), now=0)
+    assert outcome.error.code == "invalid" and outcome.error.field == "pool.slices_per_unit"
     assert "immutable" in outcome.error.message
 
 

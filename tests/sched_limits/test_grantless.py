@@ -34,13 +34,14 @@ def test_a_flood_of_cpu_only_claims_leaves_every_card_to_gpu_claims():
 
 
 def test_an_explicit_cap_keeps_the_same_part_for_devices_and_never_less_than_base_for_the_rest():
+    # (session 35: a cap under BASE + one a device keeps one claim a device, tests/sched_family)
     ledger = Ledger()
     ledger.append(h100_node("x"))
     units = ledger.state.nodes["x"].units
     assert node_claims.grantless_cap(190, units) == 110
     assert node_claims.grantless_cap(1000, units) == 920  # a label of 1,000 on 8 cards
     assert node_claims.grantless_cap(150, units) == 110
-    assert node_claims.grantless_cap(50, units) == 50  # below BASE: the operator's whole number
+    assert node_claims.grantless_cap(50, units) == 42  # below BASE: one claim a card kept
     assert node_claims.grantless_cap(1000, []) == 1000  # a CPU-only node keeps nothing
     ledger = Ledger()
     ledger.append(h100_node("a", labels={CAP: "150"}), *cpu_claims(150))  # (no node "x" here)

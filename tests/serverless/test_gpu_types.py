@@ -92,7 +92,8 @@ async def test_gpus_shows_live_availability_from_the_fleet(fresh_nats, tmp_path)
         assert (await request(nc, subjects.command("claim.submit"), {"claim": claim, "wait_seconds": 10}))["ok"]
         live = (await request(nc, subjects.query("gpus.availability"), {}))["data"]
         assert live["H100"] == {"cards": 16, "free": 13, "healthy": 16, "mig_instances": 0, "mig_free": 0,
-                                "nodes": 2, "max_per_node": 8}
+                                "nodes": 2, "max_per_node": 8, "free_at_cap": 0, "nodes_at_cap": 0,
+                                "nodes_over_cap": 0}
         cli = await run_cli("gpus", "--json", "--budget", "20", "--count", "8", "--nats-url", fresh_nats.url)
         await nc.close()
     assert cli.returncode == 0, cli.stderr

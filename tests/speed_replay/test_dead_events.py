@@ -55,10 +55,13 @@ class FramedLog:
     """The batches as the helper's DECODED frames (`drop_dead` as asked), taken out of each frame
     as the caller does; `changed` counts the rows left out or sent in part."""
 
-    def __init__(self, batches: list, drop_dead: bool = True, lookahead: int = readahead.LOOKAHEAD):
-        maker = readahead.DecodedFrames(drop_dead, lookahead)
-        self.frames = [body for batch in batches for body in maker.add(batch)] + maker.finish()
+    def __init__(self, batches: list, drop_dead: bool = True, lookahead: int = readahead.LOOKAHEAD,
+                 until_seq: bool = False):
         self.end = batches[-1][-1][0]
+        # `until_seq`: the helper knows the range's end, as it does reading one (the lookahead
+        # shrinks near it)
+        maker = readahead.DecodedFrames(drop_dead, lookahead, self.end if until_seq else 0)
+        self.frames = [body for batch in batches for body in maker.add(batch)] + maker.finish()
         self.changed = self.left_out = 0
 
     async def last_seq(self) -> int:
@@ -100,9 +103,10 @@ async def assert_same(rows: list, sizes=(1, 3, 7, 100), lookaheads=(0, 5, 10_000
         batches = batches_of(rows, size)
         whole = outcome(await catch_up(StoredBatches(batches)))
         for lookahead in lookaheads:
-            framed = FramedLog(batches, lookahead=lookahead)
-            assert outcome(await catch_up(framed)) == whole, (size, lookahead)
-            most = max(most, framed.left_out)
+            for until_seq in (False, True):
+                framed = FramedLog(batches, lookahead=lookahead, until_seq=until_seq)
+                assert outcome(await catch_up(framed)) == whole, (size, lookahead, until_seq)
+                most = max(most, framed.left_out)
     return most
 
 
@@ -326,3 +330,33 @@ def test_the_first_frames_wait_for_a_shorter_lookahead():
     for b in range(40, 100):
         frames.add([(b * 1000 + i + 1, subjects.node("n0"), beat, {}) for i in range(1000)])
     assert len(frames.waiting) == readahead.LOOKAHEAD // 1000 + 1  # then LOOKAHEAD behind
+
+
+def test_near_the_range_end_frames_wait_for_half_the_way_to_it():
+    """The helper knows the range's end: a batch's frame goes once half the way from it to the end
+    is read, so when the last batch is read only the last one or two wait for it (not the last
+    LOOKAHEAD messages, which the caller would fold only after the helper is done)."""
+    beat = encode_event(ev.NodeHeartbeat(node="n0", at=1.0))
+    end = 100 * 1000
+    frames, sent = readahead.DecodedFrames(True, until_seq=end), []
+    for b in range(100):
+        sent.append(len(frames.add([(b * 1000 + i + 1, subjects.node("n0"), beat, {}) for i in range(1000)])))
+    assert len(frames.waiting) <= 2 and sum(sent) >= 98
+    assert len(frames.finish()) == len(frames.waiting) or not frames.waiting
+    # without the end known, the last LOOKAHEAD messages wait for it
+    blind = readahead.DecodedFrames(True)
+    for b in range(100):
+        blind.add([(b * 1000 + i + 1, subjects.node("n0"), beat, {}) for i in range(1000)])
+    assert len(blind.waiting) == readahead.LOOKAHEAD // 1000 + 1
+
+
+async def test_a_claim_released_past_the_shortened_lookahead_folds_in_full():
+    """Near the end a batch goes with less lookahead: a claim whose release lies past it keeps its
+    binding (folded in full), and the state is the one folded from every row."""
+    rows = rows_of([h100_node("n0"), claim("a"), decisions(alloc("a", "n0", 0)), bound("a", "n0")]
+                   + [ev.NodeHeartbeat(node="n0", at=3.0 + i) for i in range(8)] + [released("a")])
+    batches = batches_of(rows, 3)  # the binding first in the second batch, the release alone in the last
+    whole = outcome(await catch_up(StoredBatches(batches)))
+    blind, near = FramedLog(batches, lookahead=100), FramedLog(batches, lookahead=100, until_seq=True)
+    assert outcome(await catch_up(blind)) == whole == outcome(await catch_up(near))
+    assert blind.left_out == 1 and near.left_out == 0  # the binding's frame went before the release was read

@@ -32,7 +32,8 @@ BUSY = unit(milli_free=0, holders=1)
 # (rule code, case, view, need, the rule's argument, passes, the message for 2 nodes when it fails)
 _CPU_FULL = ("2 nodes have as many live claims, or claims without devices, as they may hold (a node's cap: "
              "label gpuledger.io/max-claims, else its pools' or the fleet default, else 110 + 10 per device, "
-             "at most 1000; claims without devices take at most the cap less 10 per device, and at least 110)")
+             "at most 1000; claims without devices take at most the cap less 10 per device, and at least 110 "
+             "where the cap keeps one claim a device beside them)")
 
 CASES = [
     ("node-selector", "labels match", view(), need(), (("zone", "a"),), True, None),

@@ -24,7 +24,8 @@ _NODE_WORDS = (ev.NodeHeartbeat, ev.NodeRegistered)
 
 
 class Heard:
-    __slots__ = ("own", "since", "nodes", "submitted", "renewed", "active")
+    __slots__ = ("own", "since", "nodes", "submitted", "renewed", "active", "submits", "earliest_submit",
+                 "expiry")
 
     def __init__(self, own: str = "", since: float = 0.0) -> None:
         self.own = own  # this allocator's name: its own batches were noted when decided (`allocated`)
@@ -33,6 +34,11 @@ class Heard:
         self.submitted: dict[str, float] = {}  # claim -> its submit heard
         self.renewed: dict[str, float] = {}  # claim -> its allocation or last renewal heard
         self.active: dict[str, float] = {}  # claim -> its last activity report (or busy device) heard
+        # for the pending expiry's scan (core/timers.py, `expire_pending`): claims whose submit was
+        # heard (each once), the earliest such time since its last scan, and what that scan found
+        self.submits = 0
+        self.earliest_submit = float("inf")
+        self.expiry = None
 
     def hear(self, event: ev.Event, at: float) -> None:
         """Note `event` (folded live) as heard at `at` (the caller's clock)."""
@@ -44,7 +50,12 @@ class Heard:
         elif kind is ev.ClaimActivity:
             self.active[event.claim_id] = at
         elif kind is ev.ClaimSubmitted:
-            self.submitted.setdefault(event.claim.claim_id, at)  # a retried submit is not newer
+            claim_id = event.claim.claim_id
+            if claim_id not in self.submitted:  # a retried submit is not newer
+                self.submitted[claim_id] = at
+                self.submits += 1
+                if at < self.earliest_submit:
+                    self.earliest_submit = at
         elif kind is ev.DecisionBatch and event.allocator != self.own:  # another allocator's
             self.allocated(event.decisions, at)
 

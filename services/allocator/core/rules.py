@@ -123,7 +123,8 @@ def _full(n: Nodes, need: Need) -> str:
     if need.count == 0:  # the part of the cap its devices keep is not for claims without devices
         return (f"{n} {n.have} as many live claims, or claims without devices, as {_they(n)} may hold "
                 f"({cap}; claims without devices take at most the cap less {node_claims.PER_DEVICE} "
-                f"per device, and at least {node_claims.BASE})")
+                f"per device, and at least {node_claims.BASE} where the cap keeps one claim a device "
+                f"beside them)")
     return f"{n} {n.have} as many live claims (or device grants) as {_they(n)} may hold ({cap})"
 
 
