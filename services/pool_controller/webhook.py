@@ -33,8 +33,8 @@ MAX_BODY = 8 * 1024 * 1024
 IDLE_TIMEOUT_S = 120.0
 READ_TIMEOUT_S = 10.0
 Handler = Callable[[str, dict], dict]  # (path, AdmissionReview) -> AdmissionReview
-_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
-            408: "Request Timeout", 411: "Length Required", 413: "Payload Too Large",
+_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
+            405: "Method Not Allowed", 408: "Request Timeout", 411: "Length Required", 413: "Payload Too Large",
             431: "Request Header Fields Too Large", 503: "Service Unavailable"}
 
 
