@@ -59,8 +59,10 @@ ACKS_WAIT_S = 0.02
 # batch was one or two claims (1.1 at 300/s, 1.5 on a quiet machine at 1,000/s), and each batch is a
 # submit message every follower reads, a decision pass and a decision batch every follower reads:
 # at 300/s two messages per claim of the ledger's 3.5 (docs/benchmarks.md, "Session 35, speed-cost").
-# A claim that comes alone, after a quiet spell, is not held.
-LINGER_S = 0.002
+# A claim that comes alone, after a quiet spell, is not held. 1 ms, not 2: the lead's quiet pairs at
+# 1,000/s gave p50 3.8-4.98 ms at 2 ms (issue 9 asks under 5) and 3.45-3.52 at 1 ms, for CPU per
+# claim 1.31-1.54 and 1.56-1.57 (1.65-1.76 with none).
+LINGER_S = 0.001
 LINGER_BELOW = 8
 LINGER_FLOWING_S = 0.05
 DEFAULT_MAX_PAYLOAD = 1 << 20  # NATS's default max_payload
